@@ -1,0 +1,34 @@
+# Every target sets up .venv first. torch is pinned and installed before the package so
+# pip never resolves a CUDA build of it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_PIN ?= torch==2.13.0
+DEMO_DIR ?= runs/demo
+
+.PHONY: setup test demo bench lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+test: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest
+
+demo: setup
+	$(VENV)/bin/ebmlab train density --data 8gaussians --seed 0 --out $(DEMO_DIR)
+	$(VENV)/bin/ebmlab evaluate $(DEMO_DIR)
+
+bench: setup
+	$(PY) -m benchmarks.run
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
