@@ -1,0 +1,5 @@
+import sys
+
+from ebmlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""Argument validation shared by every public entry point.
+
+Each helper raises a ``ValueError`` (or ``TypeError``) whose message names the
+argument and what was expected, so bad input fails before any work starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+def positive(name: str, value: float, *, allow_zero: bool = False) -> float:
+    """Return ``value`` if it is a finite number > 0 (or >= 0 with ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    ok = value >= 0 if allow_zero else value > 0
+    if not (math.isfinite(value) and ok):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return value
+
+
+def positive_int(name: str, value: int, *, allow_zero: bool = False) -> int:
+    """Return ``value`` if it is an int > 0 (or >= 0 with ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else ">= 1"
+        raise ValueError(f"{name} must be an integer {bound}, got {value}")
+    return value
+
+
+def probability(name: str, value: float) -> float:
+    """Return ``value`` if it lies in [0, 1]."""
+    positive(name, value, allow_zero=True)
+    if value > 1:
+        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+    return value
+
+
+def one_of(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """Return ``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def tensor(
+    name: str,
+    value: Any,
+    *,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    last_dims: Sequence[int] | None = None,
+    floating: bool = False,
+    finite: bool = False,
+) -> torch.Tensor:
+    """Return ``value`` as a tensor after checking its shape, dtype and values."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if ndim is not None and value.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
+    if min_ndim is not None and value.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimensions, got shape {tuple(value.shape)}"
+        )
+    if last_dims is not None:
+        tail = tuple(value.shape[value.ndim - len(last_dims) :]) if value.ndim else ()
+        if tail != tuple(last_dims):
+            raise ValueError(
+                f"{name} must end in shape {tuple(last_dims)}, got shape {tuple(value.shape)}"
+            )
+    if floating and not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
+    if value.ndim and value.shape[0] == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+    if finite and value.is_floating_point() and not torch.isfinite(value).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return value
+
+
+def callable_(name: str, value: Any) -> Callable[..., Any]:
+    """Return ``value`` if it can be called."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+    return value
+
+
+def generator(name: str, value: Any) -> torch.Generator | None:
+    """Accept ``None``, a ``torch.Generator`` or an int seed; return a generator or None."""
+    if value is None or isinstance(value, torch.Generator):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        gen = torch.Generator()
+        gen.manual_seed(value)
+        return gen
+    raise TypeError(f"{name} must be a torch.Generator, an int seed or None, got {value!r}")

@@ -1,0 +1,186 @@
+"""The ``ebmlab`` command: ``info``, ``train <recipe>`` and ``evaluate RUN_DIR``.
+
+Each recipe's options are generated from its config dataclass and the shared
+:class:`~ebmlab.training.TrainerConfig`, so a new recipe needs no change here.
+Settings are read from defaults, then ``--config FILE.toml``, then flags. A bad
+argument prints one line to stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import sys
+import tomllib
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+
+import ebmlab
+from ebmlab.data import DataNotFoundError, available_datasets
+from ebmlab.training import CheckpointError, DivergenceError, RunDirectory, Trainer, TrainerConfig
+from ebmlab.training.recipes import Recipe, get_recipe, recipes
+
+USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, DataNotFoundError, CheckpointError)
+
+
+class UsageError(Exception):
+    """A bad command line; reported in one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = hints[f.name]
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS)
+        elif typing.get_origin(kind) is tuple:
+            (item, *_) = typing.get_args(kind)
+            parser.add_argument(flag, dest=f.name, type=item, nargs="+", default=argparse.SUPPRESS)
+        else:
+            parser.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, help=f"default {f.default!r}")
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="ebmlab", description="Energy-based models on PyTorch.")
+    parser.add_argument("--version", action="version", version=f"ebmlab {ebmlab.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    info = sub.add_parser("info", help="versions, threads and the data sets found")
+    info.add_argument("--data-root", default=None, help="directory holding MNIST files")
+    train = sub.add_parser("train", help="train a recipe into a run directory")
+    rsub = train.add_subparsers(dest="recipe", required=True, parser_class=_Parser)
+    for name, recipe in recipes().items():
+        p = rsub.add_parser(name, help=recipe.help, description=recipe.help)
+        p.add_argument("--out", required=True, help="run directory to write")
+        p.add_argument("--config", default=None, help="TOML file of settings (flags override it)")
+        p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoints/last.pt")
+        _add_dataclass_options(p, recipe.config_cls, set())
+        _add_dataclass_options(p, TrainerConfig, {f.name for f in dataclasses.fields(recipe.config_cls)})
+    ev = sub.add_parser("evaluate", help="evaluate a run directory; prints JSON")
+    ev.add_argument("run_dir")
+    return parser
+
+
+def _split_settings(recipe: Recipe, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    recipe_keys = {f.name for f in dataclasses.fields(recipe.config_cls)}
+    trainer_keys = {f.name for f in dataclasses.fields(TrainerConfig)}
+    unknown = set(settings) - recipe_keys - trainer_keys
+    if unknown:
+        raise ValueError(f"unknown setting(s) for recipe {recipe.name!r}: {', '.join(sorted(unknown))}")
+    return (
+        {k: v for k, v in settings.items() if k in recipe_keys},
+        {k: v for k, v in settings.items() if k in trainer_keys},
+    )
+
+
+def _configs(recipe: Recipe, args: argparse.Namespace, run: RunDirectory) -> tuple[Any, TrainerConfig]:
+    settings: dict[str, Any] = {}
+    if args.resume:
+        stored = run.read_config()
+        if stored.get("recipe") != recipe.name:
+            raise ValueError(f"{run.path} was trained with recipe {stored.get('recipe')!r}, not {recipe.name!r}")
+        settings.update(stored["config"])
+        settings.update(stored["trainer"])
+    else:
+        settings.update(recipe.trainer_defaults)
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise FileNotFoundError(f"--config file {path} does not exist")
+        try:
+            settings.update(tomllib.loads(path.read_text()))
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"--config file {path} is not valid TOML: {err}") from err
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "recipe", "out", "config", "resume")}
+    settings.update(flags)
+    recipe_settings, trainer_settings = _split_settings(recipe, settings)
+    for key, value in list(recipe_settings.items()):
+        if isinstance(value, list):
+            recipe_settings[key] = tuple(value)
+    return recipe.config_cls(**recipe_settings), TrainerConfig(**trainer_settings)
+
+
+def run_config(recipe: Recipe, config: Any) -> dict[str, Any]:
+    return {"recipe": recipe.name, "config": dataclasses.asdict(config), "ebmlab": ebmlab.__version__}
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    recipe = get_recipe(args.recipe)
+    run = RunDirectory(args.out)
+    config, trainer_config = _configs(recipe, args, run)
+    setup = recipe.build(config, trainer_config)
+    trainer = Trainer(setup.task, setup.train_data, trainer_config, run, run_config(recipe, config))
+    summary = trainer.fit(resume=args.resume)
+    print(json.dumps({"run_dir": str(run.path), **summary}, indent=2, default=str))
+    return 0
+
+
+def load_run(run_dir: str | Path) -> tuple[Recipe, Any, TrainerConfig, RunDirectory]:
+    """Recipe and configs of an existing run directory."""
+    run = RunDirectory(run_dir)
+    stored = run.read_config()
+    recipe = get_recipe(stored["recipe"])
+    config = recipe.config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()})
+    return recipe, config, TrainerConfig(**stored["trainer"]), run
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    recipe, config, trainer_config, run = load_run(args.run_dir)
+    setup = recipe.build(config, trainer_config)
+    result = recipe.evaluate(setup, run)
+    from ebmlab.training.run_dir import write_json
+
+    write_json(run.path / "evaluation.json", result)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import numpy
+    import sklearn
+
+    print(f"ebmlab {ebmlab.__version__}")
+    print(f"python {platform.python_version()}, torch {torch.__version__}, numpy {numpy.__version__}, "
+          f"scikit-learn {sklearn.__version__}")
+    print(f"torch threads: {torch.get_num_threads()}")
+    print("data sets:")
+    for name, where in available_datasets(args.data_root).items():
+        print(f"  {name:<13} {where}")
+    print("recipes: " + ", ".join(recipes()))
+    return 0
+
+
+COMMANDS = {"info": cmd_info, "train": cmd_train, "evaluate": cmd_evaluate}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UsageError as err:
+        print(str(err).splitlines()[0], file=sys.stderr)
+        return 2
+    except USAGE_ERRORS as err:
+        print(f"ebmlab: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
+        return 2
+    except DivergenceError as err:
+        print(f"ebmlab: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

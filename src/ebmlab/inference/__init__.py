@@ -1,0 +1,1 @@
+"""Inference: argmin over y of E(x, y)."""

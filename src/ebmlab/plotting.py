@@ -1,0 +1,122 @@
+"""Drawing primitives shared by training (curves, sample grids) and evaluation.
+
+Everything renders off-screen with matplotlib's Agg backend and writes PNG files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def save_figure(fig, path: str | os.PathLike) -> None:
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
+    """One panel per metric, training and validation values against the step."""
+    series: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for rec in records:
+        split = rec.get("split", "train")
+        for key, value in rec.items():
+            if key in ("split", "step", "epoch") or not isinstance(value, int | float):
+                continue
+            if math.isfinite(value):
+                series[key][split].append((rec["step"], value))
+    if not series:
+        return
+    n = len(series)
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax, (name, splits) in zip(axes.flat, sorted(series.items()), strict=False):
+        for split, points in sorted(splits.items()):
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, label=split, marker="o" if len(points) < 30 else None, ms=3)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def image_grid(
+    images: torch.Tensor,
+    path: str | os.PathLike,
+    *,
+    image_shape: Sequence[int],
+    value_range: tuple[float, float],
+    ncol: int | None = None,
+    row_labels: Sequence[str] | None = None,
+    title: str | None = None,
+) -> None:
+    """Tile a batch of images (N, *image_shape) or flat (N, D) into one PNG."""
+    x = images.detach().float().reshape(len(images), *image_shape[-2:]).numpy()
+    lo, hi = value_range
+    x = np.clip((x - lo) / (hi - lo), 0, 1)
+    n = len(x)
+    ncol = ncol or math.ceil(math.sqrt(n))
+    nrow = math.ceil(n / ncol)
+    h, w = x.shape[1:]
+    canvas = np.ones((nrow * (h + 1) + 1, ncol * (w + 1) + 1))
+    for i in range(n):
+        r, c = divmod(i, ncol)
+        canvas[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + c * (w + 1) : 1 + c * (w + 1) + w] = x[i]
+    scale = max(1.0, 6.0 / max(nrow, ncol) * 8 / h)
+    fig, ax = plt.subplots(figsize=(0.18 * ncol * w / 8 * scale + 0.6, 0.18 * nrow * h / 8 * scale + 0.4))
+    ax.imshow(canvas, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    ax.set_xticks([])
+    if row_labels:
+        ax.set_yticks([1 + r * (h + 1) + h / 2 for r in range(len(row_labels))], row_labels)
+    else:
+        ax.set_yticks([])
+    if title:
+        ax.set_title(title)
+    save_figure(fig, path)
+
+
+def density_panels(
+    panels: Sequence[tuple[str, np.ndarray]],
+    path: str | os.PathLike,
+    *,
+    bounds: tuple[tuple[float, float], tuple[float, float]],
+) -> None:
+    """Side-by-side heat maps of 2-D densities evaluated on a grid (each (G, G))."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
+    (x0, x1), (y0, y1) = bounds
+    for ax, (title, grid) in zip(axes.flat, panels, strict=True):
+        ax.imshow(grid.T, origin="lower", extent=(x0, x1, y0, y1), cmap="viridis")
+        ax.set_title(title)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    save_figure(fig, path)
+
+
+def scatter_panels(
+    panels: Sequence[tuple[str, np.ndarray]],
+    path: str | os.PathLike,
+    *,
+    bounds: tuple[tuple[float, float], tuple[float, float]],
+) -> None:
+    """Side-by-side scatter plots of 2-D point sets (each (N, 2))."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
+    for ax, (title, pts) in zip(axes.flat, panels, strict=True):
+        ax.scatter(pts[:, 0], pts[:, 1], s=1, alpha=0.5)
+        ax.set_xlim(*bounds[0])
+        ax.set_ylim(*bounds[1])
+        ax.set_aspect("equal")
+        ax.set_title(title)
+    save_figure(fig, path)

@@ -1,0 +1,132 @@
+"""The sampler interface: ``init`` / ``step`` on an explicit, immutable state.
+
+A sampler draws x ~ exp(-E(x)) / Z for any energy callable ``x -> (B,)``; each
+batch row is an independent chain. ``init(x0, energy)`` evaluates the energy and
+its gradient once and caches them in the state; ``step(state, energy, generator)``
+returns the next state. ``sample`` and ``run`` loop over steps, and while they
+run the parameters of an ``nn.Module`` energy are excluded from autograd (no
+parameter gradients are built), then restored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch import nn
+
+from ebmlab import _checks
+from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn
+
+S = TypeVar("S", bound="SamplerState")
+
+
+@dataclass(frozen=True)
+class SamplerState:
+    """Chains' positions with their cached energy and gradient, and running counts.
+
+    ``accepted`` counts accepted proposals per chain; ``n_grad_evals`` counts
+    gradient evaluations per chain; ``t`` is the number of steps taken.
+    """
+
+    x: torch.Tensor
+    energy: torch.Tensor
+    grad: torch.Tensor
+    accepted: torch.Tensor
+    n_grad_evals: int = 0
+    t: int = 0
+
+    def replace(self: S, **changes: Any) -> S:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class SampleRun:
+    """Result of :meth:`Sampler.run`: kept states ``samples`` (T, B, ...) and ``info``."""
+
+    samples: torch.Tensor
+    final: SamplerState
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def frozen_parameters(energy: Any) -> Iterator[None]:
+    """Exclude an ``nn.Module``'s parameters from autograd for the duration."""
+    if not isinstance(energy, nn.Module):
+        yield
+        return
+    params = [p for p in energy.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+class Sampler(Generic[S]):
+    """Base class: subclasses implement ``init`` and ``step``."""
+
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> S:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def step(self, state: S, energy: EnergyFn, generator: torch.Generator | None = None) -> S:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def run(
+        self,
+        energy: EnergyLike,
+        x0: torch.Tensor,
+        n_steps: int,
+        *,
+        burn_in: int = 0,
+        thin: int | None = None,
+        generator: torch.Generator | int | None = None,
+    ) -> SampleRun:
+        """Run ``burn_in + n_steps`` steps; keep every ``thin``-th of the last ``n_steps``.
+
+        Without ``thin`` only the final state is kept (``samples`` has T = 1).
+        """
+        _checks.tensor("x0", x0, min_ndim=2, floating=True, finite=True)
+        _checks.positive_int("n_steps", n_steps, allow_zero=True)
+        _checks.positive_int("burn_in", burn_in, allow_zero=True)
+        if thin is not None:
+            _checks.positive_int("thin", thin)
+        gen = _checks.generator("generator", generator)
+        fn = as_energy_fn(energy)
+        kept: list[torch.Tensor] = []
+        with frozen_parameters(energy):
+            state = self.init(x0, fn)
+            for _ in range(burn_in):
+                state = self.step(state, fn, gen)
+            for i in range(n_steps):
+                state = self.step(state, fn, gen)
+                if thin is not None and (i + 1) % thin == 0:
+                    kept.append(state.x)
+        samples = torch.stack(kept) if thin is not None and kept else state.x.unsqueeze(0)
+        steps = max(state.t, 1)
+        info = {
+            "acceptance_rate": float(state.accepted.float().mean() / steps),
+            "n_grad_evals": int(state.n_grad_evals * x0.shape[0]),
+            "n_steps": state.t,
+        }
+        return SampleRun(samples=samples, final=state, info=info)
+
+    def sample(
+        self,
+        energy: EnergyLike,
+        x0: torch.Tensor,
+        n_steps: int,
+        *,
+        burn_in: int = 0,
+        thin: int | None = None,
+        generator: torch.Generator | int | None = None,
+    ) -> torch.Tensor:
+        """Final states ``(B, ...)``, or the kept trajectory ``(T, B, ...)`` when ``thin`` is given."""
+        result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator)
+        return result.samples if thin is not None else result.samples[0]

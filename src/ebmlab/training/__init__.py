@@ -1,0 +1,17 @@
+"""Training: the shared loop, run directories, checkpoints and recipes."""
+
+from ebmlab.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ebmlab.training.run_dir import RunDirectory
+from ebmlab.training.trainer import DivergenceError, StepResult, Task, Trainer, TrainerConfig
+
+__all__ = [
+    "CheckpointError",
+    "DivergenceError",
+    "RunDirectory",
+    "StepResult",
+    "Task",
+    "Trainer",
+    "TrainerConfig",
+    "load_checkpoint",
+    "save_checkpoint",
+]

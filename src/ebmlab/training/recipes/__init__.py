@@ -1,0 +1,72 @@
+"""Training recipes: named, configurable jobs that ``ebmlab train <recipe>`` runs.
+
+A recipe module in this package calls :func:`register` at import time; the
+registry imports every module here on first use, so adding a recipe needs no
+change to the command-line dispatcher.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ebmlab.training.run_dir import RunDirectory
+from ebmlab.training.trainer import Task, TrainerConfig
+
+
+@dataclass
+class Setup:
+    """What a recipe builds: the task and the tensors it trains on."""
+
+    task: Task
+    train_data: tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named job: its config dataclass, how to build it and how to evaluate a run.
+
+    ``build(config, trainer_config)`` returns a :class:`Setup`;
+    ``evaluate(setup, run, **options)`` returns a JSON-serialisable dict and may
+    write PNG files into the run directory. ``trainer_defaults`` overrides the
+    generic :class:`TrainerConfig` defaults for this recipe.
+    """
+
+    name: str
+    help: str
+    config_cls: type
+    build: Callable[[Any, TrainerConfig], Setup]
+    evaluate: Callable[..., dict[str, Any]]
+    trainer_defaults: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def register(recipe: Recipe) -> Recipe:
+    if recipe.name in _REGISTRY:
+        raise ValueError(f"a recipe named {recipe.name!r} is already registered")
+    _REGISTRY[recipe.name] = recipe
+    return recipe
+
+
+def recipes() -> dict[str, Recipe]:
+    """All registered recipes by name (imports this package's modules on first call)."""
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get_recipe(name: str) -> Recipe:
+    known = recipes()
+    if name not in known:
+        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(known)}")
+    return known[name]
+
+
+__all__ = ["Recipe", "RunDirectory", "Setup", "get_recipe", "recipes", "register"]

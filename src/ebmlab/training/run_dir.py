@@ -1,0 +1,103 @@
+"""The run directory: everything a training run leaves behind.
+
+    RUN_DIR/config.json        recipe name and every setting
+    RUN_DIR/metrics.jsonl      one JSON record per logged step or validation
+    RUN_DIR/summary.json       status, counters, final and best metrics
+    RUN_DIR/curves.png         training curves
+    RUN_DIR/checkpoints/last.pt, best.pt
+    RUN_DIR/samples/*.png      sample grids written by recipes
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ebmlab.plotting import plot_curves
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON atomically (temp file + rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+class RunDirectory:
+    """Paths and writers of one run's directory."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+        self.samples = self.path / "samples"
+
+    def create(self) -> RunDirectory:
+        for d in (self.path, self.checkpoints, self.samples):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.checkpoints / "best.pt"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    def file(self, name: str) -> Path:
+        """A path for an artefact inside the run directory; refuses names that escape it."""
+        target = (self.path / name).resolve()
+        if self.path.resolve() not in target.parents:
+            raise ValueError(f"artefact name {name!r} points outside the run directory {self.path}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        write_json(self.path / "config.json", config)
+
+    def read_config(self) -> dict[str, Any]:
+        path = self.path / "config.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.path} is not a run directory (no config.json)")
+        return json.loads(path.read_text())
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json(self.path / "summary.json", summary)
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        with open(self.metrics_file, "a") as fh:
+            fh.write(json.dumps(_jsonable(record)) + "\n")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_file.is_file():
+            return []
+        lines = self.metrics_file.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def truncate_metrics(self, n_records: int) -> None:
+        """Keep the first ``n_records`` records (used when resuming from a checkpoint)."""
+        records = self.read_metrics()[:n_records]
+        tmp = self.metrics_file.with_name(".metrics.jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        os.replace(tmp, self.metrics_file)
+
+    def plot_curves(self) -> None:
+        plot_curves(self.read_metrics(), self.path / "curves.png")

@@ -1,0 +1,350 @@
+"""The training loop shared by every recipe.
+
+A :class:`Task` says what one step computes (a loss and metrics for a batch);
+the :class:`Trainer` owns everything else: batching with a seeded shuffle,
+the optimizer and learning-rate schedule, gradient clipping, logging with a
+progress bar, validation, early stopping, checkpoints, divergence detection and
+exact resumption. Resuming from ``checkpoints/last.pt`` reproduces the
+uninterrupted run bit for bit on CPU: the checkpoint carries the model,
+optimizer and task state, the step counters, and every random-number state.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ebmlab import _checks
+from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
+from ebmlab.training.run_dir import RunDirectory
+
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "adamax": torch.optim.Adamax,
+    "sgd": lambda params, lr, weight_decay: torch.optim.SGD(
+        params, lr=lr, momentum=0.9, weight_decay=weight_decay
+    ),
+}
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+class DivergenceError(RuntimeError):
+    """Training produced a non-finite loss, metric or gradient."""
+
+
+@dataclass
+class TrainerConfig:
+    """Settings of the training loop (every recipe shares them)."""
+
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    grad_clip: float = 0.0
+    seed: int = 0
+    checkpoint_every: int = 0
+    log_every: int = 10
+    early_stopping_patience: int = 0
+    monitor: str = "val_loss"
+    monitor_mode: str = "min"
+    max_steps: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _checks.positive_int("epochs", self.epochs)
+        _checks.positive_int("batch_size", self.batch_size)
+        _checks.positive("lr", self.lr)
+        _checks.one_of("optimizer", self.optimizer, list(OPTIMIZERS))
+        _checks.positive("weight_decay", self.weight_decay, allow_zero=True)
+        _checks.one_of("lr_schedule", self.lr_schedule, SCHEDULES)
+        _checks.positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
+        _checks.positive("grad_clip", self.grad_clip, allow_zero=True)
+        _checks.positive_int("seed", self.seed, allow_zero=True)
+        _checks.positive_int("checkpoint_every", self.checkpoint_every, allow_zero=True)
+        _checks.positive_int("log_every", self.log_every)
+        _checks.positive_int("early_stopping_patience", self.early_stopping_patience, allow_zero=True)
+        _checks.one_of("monitor_mode", self.monitor_mode, ["min", "max"])
+        _checks.positive_int("max_steps", self.max_steps, allow_zero=True)
+
+
+@dataclass
+class StepResult:
+    """What a task's training step returns: the loss to minimise and scalar metrics."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Task:
+    """What a recipe trains. Subclasses set ``model`` and implement ``training_step``.
+
+    ``validate`` returns validation metrics (the monitored one among them),
+    ``on_epoch_end`` may write pictures into the run directory, and
+    ``state_dict``/``load_state_dict`` carry extra state such as replay buffers.
+    """
+
+    model: nn.Module
+
+    def training_step(self, batch: tuple[torch.Tensor, ...], generator: torch.Generator) -> StepResult:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def validate(self, generator: torch.Generator) -> dict[str, float]:
+        return {}
+
+    def on_epoch_end(self, run: RunDirectory | None, epoch: int, generator: torch.Generator) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+def _finite_or_raise(name: str, value: float, step: int, where: str) -> None:
+    if not math.isfinite(value):
+        raise DivergenceError(
+            f"training diverged at step {step}: {name} is {value}; {where}"
+        )
+
+
+class Trainer:
+    """Runs a :class:`Task` over in-memory tensors ``train_data`` for ``config.epochs``."""
+
+    def __init__(
+        self,
+        task: Task,
+        train_data: tuple[torch.Tensor, ...],
+        config: TrainerConfig | None = None,
+        run_dir: str | RunDirectory | None = None,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.task = task
+        self.config = config or TrainerConfig()
+        if not isinstance(train_data, tuple) or not train_data:
+            raise TypeError("train_data must be a non-empty tuple of tensors with equal first dimension")
+        n = train_data[0].shape[0]
+        if n == 0 or any(t.shape[0] != n for t in train_data):
+            raise ValueError("train_data tensors must be non-empty and share their first dimension")
+        self.train_data = train_data
+        self.n_batches = math.ceil(n / self.config.batch_size)
+        self.total_steps = self.config.epochs * self.n_batches
+        if self.config.max_steps:
+            self.total_steps = min(self.total_steps, self.config.max_steps)
+        if run_dir is None:
+            self.run = None
+        else:
+            self.run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
+        self.run_config = {"trainer": asdict(self.config), **(run_config or {})}
+        params = [p for p in task.model.parameters() if p.requires_grad]
+        self.optimizer = OPTIMIZERS[self.config.optimizer](
+            params, lr=self.config.lr, weight_decay=self.config.weight_decay
+        )
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.epoch = 0
+        self.batch = 0
+        self.step = 0
+        self.best = math.inf if self.config.monitor_mode == "min" else -math.inf
+        self.bad_epochs = 0
+        self.metric_records = 0
+        self.history: list[dict[str, Any]] = []
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "model": self.task.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "task": self.task.state_dict(),
+            "trainer": {
+                "epoch": self.epoch,
+                "batch": self.batch,
+                "step": self.step,
+                "best": self.best,
+                "bad_epochs": self.bad_epochs,
+                "metric_records": self.metric_records,
+            },
+            "rng": {"generator": self.generator.get_state(), "torch": torch.get_rng_state()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.task.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.task.load_state_dict(state["task"])
+        t = state["trainer"]
+        self.epoch, self.batch, self.step = t["epoch"], t["batch"], t["step"]
+        self.best, self.bad_epochs, self.metric_records = t["best"], t["bad_epochs"], t["metric_records"]
+        self.generator.set_state(state["rng"]["generator"])
+        torch.set_rng_state(state["rng"]["torch"])
+
+    def save(self, which: str = "last") -> None:
+        if self.run is not None:
+            save_checkpoint(self.state_dict(), self.run.checkpoints / f"{which}.pt")
+
+    def resume(self) -> None:
+        """Continue from ``checkpoints/last.pt`` of the run directory."""
+        if self.run is None:
+            raise ValueError("resume needs a run directory")
+        self.load_state_dict(load_checkpoint(self.run.last))
+        self.run.truncate_metrics(self.metric_records)
+
+    # -------------------------------------------------------------- schedule
+    def lr_at(self, step: int) -> float:
+        c = self.config
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / c.warmup_steps
+        span = max(1, self.total_steps - c.warmup_steps)
+        progress = min(1.0, (step - c.warmup_steps) / span)
+        if c.lr_schedule == "cosine":
+            return c.lr * 0.5 * (1 + math.cos(math.pi * progress))
+        if c.lr_schedule == "linear":
+            return c.lr * (1 - progress)
+        return c.lr
+
+    def _batches(self, epoch: int) -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
+        perm = torch.randperm(self.train_data[0].shape[0], generator=gen)
+        return list(perm.split(self.config.batch_size))
+
+    # ------------------------------------------------------------------ loop
+    def _log(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        self.metric_records += 1
+        if self.run is not None:
+            self.run.append_metrics(record)
+
+    def _train_step(self, idx: torch.Tensor) -> dict[str, float]:
+        batch = tuple(t[idx] for t in self.train_data)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        self.task.model.train()
+        result = self.task.training_step(batch, self.generator)
+        where = self._where()
+        loss = float(result.loss.detach())
+        _finite_or_raise("the loss", loss, self.step, where)
+        for name, value in result.metrics.items():
+            _finite_or_raise(f"metric '{name}'", float(value), self.step, where)
+        self.optimizer.zero_grad(set_to_none=True)
+        result.loss.backward()
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        clip = self.config.grad_clip or math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        _finite_or_raise("the gradient norm", grad_norm, self.step, where)
+        self.optimizer.step()
+        return {"loss": loss, "grad_norm": grad_norm, **{k: float(v) for k, v in result.metrics.items()}}
+
+    def _where(self) -> str:
+        if self.run is None:
+            return "no run directory, nothing was saved"
+        if self.run.last.is_file():
+            return f"the last good checkpoint is {self.run.last}"
+        return "no checkpoint had been written yet"
+
+    def _flush(self, window: list[dict[str, float]]) -> None:
+        if window:
+            keys = window[0].keys()
+            avg = {k: sum(w[k] for w in window) / len(window) for k in keys}
+            self._log({"split": "train", "epoch": self.epoch, "step": self.step, **avg})
+            window.clear()
+
+    def _validate_and_checkpoint(self) -> bool:
+        """End-of-epoch work; returns True when early stopping says stop."""
+        self.task.model.eval()
+        val = self.task.validate(self.generator)
+        stop = False
+        if val:
+            for name, value in val.items():
+                _finite_or_raise(f"validation metric '{name}'", float(value), self.step, self._where())
+            self._log({"split": "val", "epoch": self.epoch, "step": self.step, **val})
+            monitored = val.get(self.config.monitor)
+            if monitored is not None:
+                better = monitored < self.best if self.config.monitor_mode == "min" else monitored > self.best
+                if better:
+                    self.best, self.bad_epochs = monitored, 0
+                    self.save("best")
+                else:
+                    self.bad_epochs += 1
+                patience = self.config.early_stopping_patience
+                stop = bool(patience) and self.bad_epochs >= patience
+        self.task.on_epoch_end(self.run, self.epoch, self.generator)
+        self.epoch += 1
+        self.batch = 0
+        self.save("last")
+        return stop
+
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """Train; with ``resume`` continue from the run directory's last checkpoint."""
+        c = self.config
+        if self.run is not None:
+            self.run.create()
+            if resume:
+                self.resume()
+            else:
+                if self.run.metrics_file.exists():
+                    self.run.metrics_file.unlink()
+                self.run.write_config(self.run_config)
+        elif resume:
+            raise ValueError("resume needs a run directory")
+        status = "completed"
+        start = time.perf_counter()
+        window: list[dict[str, float]] = []
+        bar = tqdm(total=self.total_steps, initial=self.step, disable=not c.progress, desc="train", leave=False)
+        try:
+            while self.epoch < c.epochs and (not c.max_steps or self.step < c.max_steps):
+                batches = self._batches(self.epoch)
+                while self.batch < len(batches):
+                    metrics = self._train_step(batches[self.batch])
+                    self.batch += 1
+                    self.step += 1
+                    window.append(metrics)
+                    bar.update(1)
+                    bar.set_postfix({k: f"{v:.3g}" for k, v in list(metrics.items())[:4]})
+                    if len(window) >= c.log_every:
+                        self._flush(window)
+                    at_limit = bool(c.max_steps) and self.step >= c.max_steps
+                    if (c.checkpoint_every and self.step % c.checkpoint_every == 0) or at_limit:
+                        self._flush(window)
+                        self.save("last")
+                    if at_limit:
+                        break
+                if self.batch < len(batches):
+                    status = "max_steps"
+                    break
+                self._flush(window)
+                if self._validate_and_checkpoint():
+                    status = "early_stopped"
+                    break
+        except DivergenceError as err:
+            self._finish("diverged", start, error=str(err))
+            raise
+        finally:
+            bar.close()
+        return self._finish(status, start)
+
+    def _finish(self, status: str, start: float, error: str | None = None) -> dict[str, Any]:
+        last = {k: v for k, v in self.history[-1].items()} if self.history else {}
+        summary = {
+            "status": status,
+            "epoch": self.epoch,
+            "step": self.step,
+            "seconds": time.perf_counter() - start,
+            "best": {self.config.monitor: self.best} if math.isfinite(self.best) else {},
+            "last_record": last,
+        }
+        if error:
+            summary["error"] = error
+        if self.run is not None:
+            self.run.write_summary(summary)
+            self.run.plot_curves()
+        return summary
