@@ -46,12 +46,20 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
         flag = "--" + f.name.replace("_", "-")
         kind = hints[f.name]
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS)
+            parser.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS
+            )
         elif typing.get_origin(kind) is tuple:
             (item, *_) = typing.get_args(kind)
             parser.add_argument(flag, dest=f.name, type=item, nargs="+", default=argparse.SUPPRESS)
         else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, help=f"default {f.default!r}")
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=kind,
+                default=argparse.SUPPRESS,
+                help=f"default {f.default!r}",
+            )
 
 
 def _build_parser() -> _Parser:
@@ -66,32 +74,44 @@ def _build_parser() -> _Parser:
         p = rsub.add_parser(name, help=recipe.help, description=recipe.help)
         p.add_argument("--out", required=True, help="run directory to write")
         p.add_argument("--config", default=None, help="TOML file of settings (flags override it)")
-        p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoints/last.pt")
+        p.add_argument(
+            "--resume", action="store_true", help="continue from RUN_DIR/checkpoints/last.pt"
+        )
         _add_dataclass_options(p, recipe.config_cls, set())
-        _add_dataclass_options(p, TrainerConfig, {f.name for f in dataclasses.fields(recipe.config_cls)})
+        _add_dataclass_options(
+            p, TrainerConfig, {f.name for f in dataclasses.fields(recipe.config_cls)}
+        )
     ev = sub.add_parser("evaluate", help="evaluate a run directory; prints JSON")
     ev.add_argument("run_dir")
     return parser
 
 
-def _split_settings(recipe: Recipe, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split_settings(
+    recipe: Recipe, settings: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     recipe_keys = {f.name for f in dataclasses.fields(recipe.config_cls)}
     trainer_keys = {f.name for f in dataclasses.fields(TrainerConfig)}
     unknown = set(settings) - recipe_keys - trainer_keys
     if unknown:
-        raise ValueError(f"unknown setting(s) for recipe {recipe.name!r}: {', '.join(sorted(unknown))}")
+        raise ValueError(
+            f"unknown setting(s) for recipe {recipe.name!r}: {', '.join(sorted(unknown))}"
+        )
     return (
         {k: v for k, v in settings.items() if k in recipe_keys},
         {k: v for k, v in settings.items() if k in trainer_keys},
     )
 
 
-def _configs(recipe: Recipe, args: argparse.Namespace, run: RunDirectory) -> tuple[Any, TrainerConfig]:
+def _configs(
+    recipe: Recipe, args: argparse.Namespace, run: RunDirectory
+) -> tuple[Any, TrainerConfig]:
     settings: dict[str, Any] = {}
     if args.resume:
         stored = run.read_config()
         if stored.get("recipe") != recipe.name:
-            raise ValueError(f"{run.path} was trained with recipe {stored.get('recipe')!r}, not {recipe.name!r}")
+            raise ValueError(
+                f"{run.path} was trained with recipe {stored.get('recipe')!r}, not {recipe.name!r}"
+            )
         settings.update(stored["config"])
         settings.update(stored["trainer"])
     else:
@@ -104,7 +124,11 @@ def _configs(recipe: Recipe, args: argparse.Namespace, run: RunDirectory) -> tup
             settings.update(tomllib.loads(path.read_text()))
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"--config file {path} is not valid TOML: {err}") from err
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "recipe", "out", "config", "resume")}
+    flags = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("command", "recipe", "out", "config", "resume")
+    }
     settings.update(flags)
     recipe_settings, trainer_settings = _split_settings(recipe, settings)
     for key, value in list(recipe_settings.items()):
@@ -114,7 +138,11 @@ def _configs(recipe: Recipe, args: argparse.Namespace, run: RunDirectory) -> tup
 
 
 def run_config(recipe: Recipe, config: Any) -> dict[str, Any]:
-    return {"recipe": recipe.name, "config": dataclasses.asdict(config), "ebmlab": ebmlab.__version__}
+    return {
+        "recipe": recipe.name,
+        "config": dataclasses.asdict(config),
+        "ebmlab": ebmlab.__version__,
+    }
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -133,7 +161,9 @@ def load_run(run_dir: str | Path) -> tuple[Recipe, Any, TrainerConfig, RunDirect
     run = RunDirectory(run_dir)
     stored = run.read_config()
     recipe = get_recipe(stored["recipe"])
-    config = recipe.config_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()})
+    config = recipe.config_cls(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()}
+    )
     return recipe, config, TrainerConfig(**stored["trainer"]), run
 
 
@@ -153,8 +183,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     import sklearn
 
     print(f"ebmlab {ebmlab.__version__}")
-    print(f"python {platform.python_version()}, torch {torch.__version__}, numpy {numpy.__version__}, "
-          f"scikit-learn {sklearn.__version__}")
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, "
+        f"numpy {numpy.__version__}, scikit-learn {sklearn.__version__}"
+    )
     print(f"torch threads: {torch.get_num_threads()}")
     print("data sets:")
     for name, where in available_datasets(args.data_root).items():
@@ -175,7 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(err).splitlines()[0], file=sys.stderr)
         return 2
     except USAGE_ERRORS as err:
-        print(f"ebmlab: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
+        print(
+            f"ebmlab: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+            file=sys.stderr,
+        )
         return 2
     except DivergenceError as err:
         print(f"ebmlab: {err}", file=sys.stderr)

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
 
 
 def save_figure(fig, path: str | os.PathLike) -> None:
@@ -76,7 +76,9 @@ def image_grid(
         r, c = divmod(i, ncol)
         canvas[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + c * (w + 1) : 1 + c * (w + 1) + w] = x[i]
     scale = max(1.0, 6.0 / max(nrow, ncol) * 8 / h)
-    fig, ax = plt.subplots(figsize=(0.18 * ncol * w / 8 * scale + 0.6, 0.18 * nrow * h / 8 * scale + 0.4))
+    fig, ax = plt.subplots(
+        figsize=(0.18 * ncol * w / 8 * scale + 0.6, 0.18 * nrow * h / 8 * scale + 0.4)
+    )
     ax.imshow(canvas, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks([])
     if row_labels:

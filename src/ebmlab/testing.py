@@ -36,6 +36,7 @@ def assert_mean_close(
         worst = int(((mean - target).abs() / se.clamp_min(1e-300)).argmax())
         raise AssertionError(
             f"{what} off by {float(z):.2f} standard errors (> {k}) at coordinate {worst}: "
-            f"estimate {float(mean.flatten()[worst]):.5g}, expected {float(target.flatten()[worst]):.5g}, "
+            f"estimate {float(mean.flatten()[worst]):.5g}, "
+            f"expected {float(target.flatten()[worst]):.5g}, "
             f"standard error {float(se.flatten()[worst]):.3g}"
         )

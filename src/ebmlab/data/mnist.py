@@ -54,7 +54,9 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     expected = int(np.prod(dims)) * dtype.itemsize
     body = data[4 + 4 * ndim :]
     if len(body) != expected:
-        raise ValueError(f"{path} is truncated or corrupt: {len(body)} bytes of data, expected {expected}")
+        raise ValueError(
+            f"{path} is truncated or corrupt: {len(body)} bytes of data, expected {expected}"
+        )
     return np.frombuffer(body, dtype=dtype).reshape(dims).astype(dtype.newbyteorder("="))
 
 
@@ -86,7 +88,9 @@ def _find(stem: str, dirs: list[Path]) -> Path | None:
 def _verified(path: Path) -> Path:
     want = MD5.get(path.name)
     if want is not None and md5sum(path) != want:
-        raise ValueError(f"{path} has the wrong md5 checksum (expected {want}); the file is corrupt")
+        raise ValueError(
+            f"{path} has the wrong md5 checksum (expected {want}); the file is corrupt"
+        )
     return path
 
 
@@ -105,7 +109,10 @@ def load_mnist_arrays(
     """Return ``(images (N, 28, 28) uint8, labels (N,) int64)`` of the official split."""
     paths = find_split(split, root)
     if paths is None:
-        where = ", ".join(str(d) for d in candidate_dirs(root)) or "nowhere (no root given, EBMLAB_DATA unset)"
+        where = (
+            ", ".join(str(d) for d in candidate_dirs(root))
+            or "nowhere (no root given, EBMLAB_DATA unset)"
+        )
         raise DataNotFoundError(
             f"MNIST {split} files {list(FILES[split])} (.gz or raw) not found; looked in: {where}. "
             "Pass root=DIR, set EBMLAB_DATA, or call ebmlab.data.mnist.download(DIR)."
@@ -152,9 +159,12 @@ def download(
                 continue
             fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{name}.", suffix=".part")
             try:
-                with os.fdopen(fd, "wb") as out, urllib.request.urlopen(
-                    base_url.rstrip("/") + "/" + name, timeout=timeout
-                ) as response:
+                with (
+                    os.fdopen(fd, "wb") as out,
+                    urllib.request.urlopen(
+                        base_url.rstrip("/") + "/" + name, timeout=timeout
+                    ) as response,
+                ):
                     for block in iter(lambda: response.read(1 << 20), b""):
                         out.write(block)
                     out.flush()

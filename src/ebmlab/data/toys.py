@@ -45,7 +45,9 @@ class _GaussianMixture2D(ToyDistribution):
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
         diff = (x[:, None, :] - self.means[None]).reshape(-1, 2)
-        z = torch.linalg.solve_triangular(self.chol, diff.T, upper=False).T.reshape(x.shape[0], -1, 2)
+        z = torch.linalg.solve_triangular(self.chol, diff.T, upper=False).T.reshape(
+            x.shape[0], -1, 2
+        )
         return torch.logsumexp(-0.5 * (z**2).sum(-1), 1) - self.log_norm
 
     def component(self, x: torch.Tensor) -> torch.Tensor:
@@ -151,7 +153,9 @@ class Rings(ToyDistribution):
         todo = torch.ones(n, dtype=torch.bool)
         while todo.any():  # exact truncation by rejection (almost never loops)
             m = int(todo.sum())
-            draw = self.radii[k[todo]] + self.std * torch.randn(m, generator=generator, dtype=torch.float64)
+            draw = self.radii[k[todo]] + self.std * torch.randn(
+                m, generator=generator, dtype=torch.float64
+            )
             r[todo] = draw
             todo = r <= 0
         theta = 2 * math.pi * torch.rand(n, generator=generator, dtype=torch.float64)
@@ -189,8 +193,8 @@ class Pinwheel(ToyDistribution):
         angles = torch.arange(n_arms) * (2 * math.pi / n_arms)
         self.means = offset * torch.stack([torch.cos(angles), torch.sin(angles)], 1)
         c, s = torch.cos(angles), torch.sin(angles)
-        rot = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # (K, 2, 2)
-        self.chol = rot @ torch.diag(torch.tensor([radial_std, tangential_std]))
+        self.rot = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)  # (K, 2, 2)
+        self.stds = torch.tensor([radial_std, tangential_std])
         self.log_norm = LOG_2PI + math.log(radial_std * tangential_std) + math.log(n_arms)
         top = offset + 5 * radial_std
         self.bounds = ((-top, top), (-top, top))
@@ -198,15 +202,15 @@ class Pinwheel(ToyDistribution):
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
         z = _rotate(x, -self.rate * x.norm(dim=1))
-        diff = (z[:, None, :] - self.means[None]).unsqueeze(-1)
-        w = torch.linalg.solve_triangular(self.chol.expand(x.shape[0], -1, -1, -1), diff, upper=False)
-        return torch.logsumexp(-0.5 * (w.squeeze(-1) ** 2).sum(-1), 1) - self.log_norm
+        diff = z[:, None, :] - self.means[None]  # (B, K, 2)
+        w = torch.einsum("kji,bkj->bki", self.rot, diff) / self.stds  # arm frame, standardised
+        return torch.logsumexp(-0.5 * (w**2).sum(-1), 1) - self.log_norm
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
         k = torch.randint(len(self.means), (n,), generator=generator)
         eps = torch.randn(n, 2, generator=generator)
-        z = self.means[k] + (self.chol[k] @ eps.unsqueeze(-1)).squeeze(-1)
+        z = self.means[k] + (self.rot[k] @ (eps * self.stds).unsqueeze(-1)).squeeze(-1)
         return _rotate(z, self.rate * z.norm(dim=1))
 
 

@@ -9,7 +9,14 @@ from ebmlab.energies.analytic import (
     Gaussian,
     GaussianMixture,
 )
-from ebmlab.energies.base import EnergyFn, EnergyLike, EnergyModel, as_energy_fn, energy_and_grad, score
+from ebmlab.energies.base import (
+    EnergyFn,
+    EnergyLike,
+    EnergyModel,
+    as_energy_fn,
+    energy_and_grad,
+    score,
+)
 from ebmlab.energies.mlp import MLPEnergy
 
 __all__ = [

@@ -46,7 +46,9 @@ class Gaussian(AnalyticEnergy):
         super().__init__()
         mean = _checks.tensor("mean", mean, ndim=1, floating=True, finite=True)
         d = mean.shape[0]
-        covariance = _checks.tensor("covariance", covariance, ndim=2, last_dims=(d, d), floating=True)
+        covariance = _checks.tensor(
+            "covariance", covariance, ndim=2, last_dims=(d, d), floating=True
+        )
         if not torch.allclose(covariance, covariance.T, atol=1e-6):
             raise ValueError("covariance must be symmetric")
         chol, info = torch.linalg.cholesky_ex(covariance)
@@ -139,7 +141,9 @@ class GaussianMixture(AnalyticEnergy):
 
     def _log_components(self, x: torch.Tensor) -> torch.Tensor:
         diff = (x[:, None, :] - self.means[None]).unsqueeze(-1)  # (B, K, D, 1)
-        z = torch.linalg.solve_triangular(self.chol.expand(x.shape[0], -1, -1, -1), diff, upper=False)
+        z = torch.linalg.solve_triangular(
+            self.chol.expand(x.shape[0], -1, -1, -1), diff, upper=False
+        )
         return torch.log(self.weights) - 0.5 * (z.squeeze(-1) ** 2).sum(-1)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
@@ -153,7 +157,9 @@ class GaussianMixture(AnalyticEnergy):
 
     def log_partition(self) -> torch.Tensor:
         logdet = torch.log(torch.diagonal(self.chol.double(), dim1=-2, dim2=-1)).sum(-1)
-        return torch.logsumexp(torch.log(self.weights.double()) + logdet, 0) + 0.5 * self.dim * LOG_2PI
+        return (
+            torch.logsumexp(torch.log(self.weights.double()) + logdet, 0) + 0.5 * self.dim * LOG_2PI
+        )
 
     def mixture_weights(self) -> torch.Tensor:
         """Weights of the normalised mixture, proportional to w_k |Sigma_k|^{1/2}."""
@@ -184,9 +190,11 @@ class Funnel(AnalyticEnergy):
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         self._check_x(x)
         v, rest = x[:, 0], x[:, 1:]
-        return v**2 / (2 * self.scale**2) + 0.5 * (rest**2).sum(1) * torch.exp(-v) + 0.5 * (
-            self.dim - 1
-        ) * v
+        return (
+            v**2 / (2 * self.scale**2)
+            + 0.5 * (rest**2).sum(1) * torch.exp(-v)
+            + 0.5 * (self.dim - 1) * v
+        )
 
     def log_partition(self) -> torch.Tensor:
         return torch.tensor(0.5 * self.dim * LOG_2PI + math.log(self.scale), dtype=torch.float64)
@@ -215,9 +223,9 @@ class Banana(AnalyticEnergy):
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         self._check_x(x)
         x0, x1 = x[:, 0], x[:, 1]
-        return x0**2 / (2 * self.scale**2) + 0.5 * (
-            x1 - self.curvature * (x0**2 - self.scale**2)
-        ) ** 2
+        return (
+            x0**2 / (2 * self.scale**2) + 0.5 * (x1 - self.curvature * (x0**2 - self.scale**2)) ** 2
+        )
 
     def log_partition(self) -> torch.Tensor:
         return torch.tensor(math.log(2 * math.pi * self.scale), dtype=torch.float64)

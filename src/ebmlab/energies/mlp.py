@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -10,7 +11,13 @@ from torch import nn
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyModel
 
-ACTIVATIONS = {"silu": nn.SiLU, "elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "softplus": nn.Softplus}
+ACTIVATIONS = {
+    "silu": nn.SiLU,
+    "elu": nn.ELU,
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "softplus": nn.Softplus,
+}
 
 
 class MLPEnergy(EnergyModel):
@@ -35,7 +42,7 @@ class MLPEnergy(EnergyModel):
         self.dim = dim
         sizes = [dim, *hidden, 1]
         layers: list[nn.Module] = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
             lin = nn.Linear(a, b)
             layers.append(nn.utils.parametrizations.spectral_norm(lin) if spectral_norm else lin)
             if i < len(sizes) - 2:

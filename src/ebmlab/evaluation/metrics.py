@@ -28,7 +28,9 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, bandwidth: float | None = None) -> fl
         raise ValueError("mmd2 needs at least two points in each sample")
     xf, yf = x.flatten(1).double(), y.flatten(1).double()
     if xf.shape[1] != yf.shape[1]:
-        raise ValueError(f"x and y must have the same event size, got {xf.shape[1]} and {yf.shape[1]}")
+        raise ValueError(
+            f"x and y must have the same event size, got {xf.shape[1]} and {yf.shape[1]}"
+        )
     h = bandwidth if bandwidth is not None else median_bandwidth(xf, yf)
     _checks.positive("bandwidth", h)
 

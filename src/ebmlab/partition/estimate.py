@@ -25,7 +25,9 @@ class LogZEstimate:
 
     def interval(self, k: float = 3.0) -> tuple[float, float]:
         """log_z +/- k stderr, intersected with the bounds."""
-        return max(self.lower, self.log_z - k * self.stderr), min(self.upper, self.log_z + k * self.stderr)
+        return max(self.lower, self.log_z - k * self.stderr), min(
+            self.upper, self.log_z + k * self.stderr
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

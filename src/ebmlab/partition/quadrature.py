@@ -54,5 +54,8 @@ def quadrature_log_partition(
     fine = _log_integral(fn, bounds, n_points, chunk)
     coarse = _log_integral(fn, bounds, n_points // 2, chunk)
     err = abs(fine - coarse) / 3
-    cost = {"energy_evals": n_points ** len(bounds) * 5 // 4, "seconds": time.perf_counter() - start}
+    cost = {
+        "energy_evals": n_points ** len(bounds) * 5 // 4,
+        "seconds": time.perf_counter() - start,
+    }
     return LogZEstimate(log_z=fine, stderr=err, method="quadrature", cost=cost)

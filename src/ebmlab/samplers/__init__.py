@@ -1,6 +1,6 @@
 """Samplers: how to draw x ~ exp(-E(x)) / Z."""
 
-from ebmlab.samplers.base import SampleRun, Sampler, SamplerState, frozen_parameters
+from ebmlab.samplers.base import Sampler, SamplerState, SampleRun, frozen_parameters
 from ebmlab.samplers.langevin import Langevin
 from ebmlab.samplers.replay_buffer import ReplayBuffer, uniform_init
 

@@ -127,6 +127,6 @@ class Sampler(Generic[S]):
         thin: int | None = None,
         generator: torch.Generator | int | None = None,
     ) -> torch.Tensor:
-        """Final states ``(B, ...)``, or the kept trajectory ``(T, B, ...)`` when ``thin`` is given."""
+        """Final states ``(B, ...)``, or the kept trajectory ``(T, B, ...)`` given ``thin``."""
         result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator)
         return result.samples if thin is not None else result.samples[0]

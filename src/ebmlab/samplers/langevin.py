@@ -54,7 +54,9 @@ class Langevin(Sampler[SamplerState]):
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
         self.noise_scale = (
-            None if noise_scale is None else _checks.positive("noise_scale", noise_scale, allow_zero=True)
+            None
+            if noise_scale is None
+            else _checks.positive("noise_scale", noise_scale, allow_zero=True)
         )
         self.grad_clip = None if grad_clip is None else _checks.positive("grad_clip", grad_clip)
         if clamp is not None and not (len(clamp) == 2 and clamp[0] < clamp[1]):

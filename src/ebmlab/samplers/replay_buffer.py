@@ -42,9 +42,13 @@ class ReplayBuffer:
         self.reinit_prob = _checks.probability("reinit_prob", reinit_prob)
         self.buffer = init_fn(capacity, generator)
         if self.buffer.shape[0] != capacity:
-            raise ValueError(f"init_fn(n) must return n states, got shape {tuple(self.buffer.shape)}")
+            raise ValueError(
+                f"init_fn(n) must return n states, got shape {tuple(self.buffer.shape)}"
+            )
 
-    def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, n: int, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(starts, slots)``: n chain starts and the buffer slots they came from."""
         _checks.positive_int("n", n)
         slots = torch.randint(self.capacity, (n,), generator=generator)
@@ -65,6 +69,7 @@ class ReplayBuffer:
         buf = state["buffer"]
         if buf.shape != self.buffer.shape:
             raise ValueError(
-                f"replay buffer state has shape {tuple(buf.shape)}, expected {tuple(self.buffer.shape)}"
+                f"replay buffer state has shape {tuple(buf.shape)}, "
+                f"expected {tuple(self.buffer.shape)}"
             )
         self.buffer = buf.clone()

@@ -1,11 +1,11 @@
 """The run directory: everything a training run leaves behind.
 
-    RUN_DIR/config.json        recipe name and every setting
-    RUN_DIR/metrics.jsonl      one JSON record per logged step or validation
-    RUN_DIR/summary.json       status, counters, final and best metrics
-    RUN_DIR/curves.png         training curves
-    RUN_DIR/checkpoints/last.pt, best.pt
-    RUN_DIR/samples/*.png      sample grids written by recipes
+RUN_DIR/config.json        recipe name and every setting
+RUN_DIR/metrics.jsonl      one JSON record per logged step or validation
+RUN_DIR/summary.json       status, counters, final and best metrics
+RUN_DIR/curves.png         training curves
+RUN_DIR/checkpoints/last.pt, best.pt
+RUN_DIR/samples/*.png      sample grids written by recipes
 """
 
 from __future__ import annotations

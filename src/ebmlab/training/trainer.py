@@ -73,7 +73,9 @@ class TrainerConfig:
         _checks.positive_int("seed", self.seed, allow_zero=True)
         _checks.positive_int("checkpoint_every", self.checkpoint_every, allow_zero=True)
         _checks.positive_int("log_every", self.log_every)
-        _checks.positive_int("early_stopping_patience", self.early_stopping_patience, allow_zero=True)
+        _checks.positive_int(
+            "early_stopping_patience", self.early_stopping_patience, allow_zero=True
+        )
         _checks.one_of("monitor_mode", self.monitor_mode, ["min", "max"])
         _checks.positive_int("max_steps", self.max_steps, allow_zero=True)
 
@@ -96,13 +98,17 @@ class Task:
 
     model: nn.Module
 
-    def training_step(self, batch: tuple[torch.Tensor, ...], generator: torch.Generator) -> StepResult:
+    def training_step(
+        self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
+    ) -> StepResult:
         raise NotImplementedError  # pragma: no cover - abstract
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {}
 
-    def on_epoch_end(self, run: RunDirectory | None, epoch: int, generator: torch.Generator) -> None:
+    def on_epoch_end(
+        self, run: RunDirectory | None, epoch: int, generator: torch.Generator
+    ) -> None:
         return None
 
     def state_dict(self) -> dict[str, Any]:
@@ -114,9 +120,7 @@ class Task:
 
 def _finite_or_raise(name: str, value: float, step: int, where: str) -> None:
     if not math.isfinite(value):
-        raise DivergenceError(
-            f"training diverged at step {step}: {name} is {value}; {where}"
-        )
+        raise DivergenceError(f"training diverged at step {step}: {name} is {value}; {where}")
 
 
 class Trainer:
@@ -133,7 +137,9 @@ class Trainer:
         self.task = task
         self.config = config or TrainerConfig()
         if not isinstance(train_data, tuple) or not train_data:
-            raise TypeError("train_data must be a non-empty tuple of tensors with equal first dimension")
+            raise TypeError(
+                "train_data must be a non-empty tuple of tensors with equal first dimension"
+            )
         n = train_data[0].shape[0]
         if n == 0 or any(t.shape[0] != n for t in train_data):
             raise ValueError("train_data tensors must be non-empty and share their first dimension")
@@ -184,7 +190,11 @@ class Trainer:
         self.task.load_state_dict(state["task"])
         t = state["trainer"]
         self.epoch, self.batch, self.step = t["epoch"], t["batch"], t["step"]
-        self.best, self.bad_epochs, self.metric_records = t["best"], t["bad_epochs"], t["metric_records"]
+        self.best, self.bad_epochs, self.metric_records = (
+            t["best"],
+            t["bad_epochs"],
+            t["metric_records"],
+        )
         self.generator.set_state(state["rng"]["generator"])
         torch.set_rng_state(state["rng"]["torch"])
 
@@ -242,7 +252,11 @@ class Trainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         _finite_or_raise("the gradient norm", grad_norm, self.step, where)
         self.optimizer.step()
-        return {"loss": loss, "grad_norm": grad_norm, **{k: float(v) for k, v in result.metrics.items()}}
+        return {
+            "loss": loss,
+            "grad_norm": grad_norm,
+            **{k: float(v) for k, v in result.metrics.items()},
+        }
 
     def _where(self) -> str:
         if self.run is None:
@@ -265,11 +279,17 @@ class Trainer:
         stop = False
         if val:
             for name, value in val.items():
-                _finite_or_raise(f"validation metric '{name}'", float(value), self.step, self._where())
+                _finite_or_raise(
+                    f"validation metric '{name}'", float(value), self.step, self._where()
+                )
             self._log({"split": "val", "epoch": self.epoch, "step": self.step, **val})
             monitored = val.get(self.config.monitor)
             if monitored is not None:
-                better = monitored < self.best if self.config.monitor_mode == "min" else monitored > self.best
+                better = (
+                    monitored < self.best
+                    if self.config.monitor_mode == "min"
+                    else monitored > self.best
+                )
                 if better:
                     self.best, self.bad_epochs = monitored, 0
                     self.save("best")
@@ -299,7 +319,13 @@ class Trainer:
         status = "completed"
         start = time.perf_counter()
         window: list[dict[str, float]] = []
-        bar = tqdm(total=self.total_steps, initial=self.step, disable=not c.progress, desc="train", leave=False)
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            disable=not c.progress,
+            desc="train",
+            leave=False,
+        )
         try:
             while self.epoch < c.epochs and (not c.max_steps or self.step < c.max_steps):
                 batches = self._batches(self.epoch)
@@ -319,12 +345,13 @@ class Trainer:
                     if at_limit:
                         break
                 if self.batch < len(batches):
-                    status = "max_steps"
                     break
                 self._flush(window)
                 if self._validate_and_checkpoint():
                     status = "early_stopped"
                     break
+            if status == "completed" and self.epoch < c.epochs:
+                status = "max_steps"
         except DivergenceError as err:
             self._finish("diverged", start, error=str(err))
             raise

@@ -76,10 +76,14 @@ class DensityTask(Task):
         self.sampler = Langevin(config.step_size)
         self.val = load_dataset(config.data, "val").x
 
-    def training_step(self, batch: tuple[torch.Tensor, ...], generator: torch.Generator) -> StepResult:
+    def training_step(
+        self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
+    ) -> StepResult:
         (x,) = batch
         starts, slots = self.buffer.sample(x.shape[0], generator)
-        negatives = self.sampler.sample(self.model, starts, self.config.sampler_steps, generator=generator)
+        negatives = self.sampler.sample(
+            self.model, starts, self.config.sampler_steps, generator=generator
+        )
         self.buffer.push(negatives, slots)
         loss, metrics = contrastive_divergence_loss(self.model, x, negatives, l2=self.config.l2)
         return StepResult(loss, metrics)
@@ -96,10 +100,16 @@ class DensityTask(Task):
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {"val_nll": self.nll(self.val, self.log_z().log_z)}
 
-    def on_epoch_end(self, run: RunDirectory | None, epoch: int, generator: torch.Generator) -> None:
+    def on_epoch_end(
+        self, run: RunDirectory | None, epoch: int, generator: torch.Generator
+    ) -> None:
         if run is not None:
             pts = self.buffer.buffer[:2000].numpy()
-            scatter_panels([(f"replay buffer, epoch {epoch}", pts)], run.samples / "buffer.png", bounds=self.toy.bounds)
+            scatter_panels(
+                [(f"replay buffer, epoch {epoch}", pts)],
+                run.samples / "buffer.png",
+                bounds=self.toy.bounds,
+            )
 
     def state_dict(self) -> dict[str, Any]:
         return {"buffer": self.buffer.state_dict()}
@@ -113,7 +123,9 @@ def build(config: DensityConfig, trainer: TrainerConfig) -> Setup:
     return Setup(task, (load_dataset(config.data, "train").x,))
 
 
-def evaluate(setup: Setup, run: RunDirectory, n_samples: int = 2000, sample_steps: int = 500) -> dict[str, Any]:
+def evaluate(
+    setup: Setup, run: RunDirectory, n_samples: int = 2000, sample_steps: int = 500
+) -> dict[str, Any]:
     """Exact test NLL (quadrature), the true NLL floor, KL on the grid, MMD^2 of samples."""
     task: DensityTask = setup.task  # type: ignore[assignment]
     checkpoint = run.best if run.best.is_file() else run.last
@@ -135,13 +147,18 @@ def evaluate(setup: Setup, run: RunDirectory, n_samples: int = 2000, sample_step
     samples = task.sampler.sample(task.model, starts, sample_steps, generator=gen)
     side = int(len(grid) ** 0.5)
     density_panels(
-        [("true density", log_p_true.exp().reshape(side, side).numpy()),
-         ("model density", log_p_model.exp().reshape(side, side).numpy())],
+        [
+            ("true density", log_p_true.exp().reshape(side, side).numpy()),
+            ("model density", log_p_model.exp().reshape(side, side).numpy()),
+        ],
         run.path / "density.png",
         bounds=task.toy.bounds,
     )
     scatter_panels(
-        [("test data", test[:n_samples].numpy()), (f"model samples ({sample_steps} Langevin steps)", samples.numpy())],
+        [
+            ("test data", test[:n_samples].numpy()),
+            (f"model samples ({sample_steps} Langevin steps)", samples.numpy()),
+        ],
         run.path / "samples.png",
         bounds=task.toy.bounds,
     )

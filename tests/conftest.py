@@ -1,0 +1,19 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+MNIST_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "mnist"
+
+
+@pytest.fixture
+def mnist_dir() -> Path:
+    if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"MNIST test split not found at {MNIST_DIR}")
+    return MNIST_DIR
+
+
+@pytest.fixture(autouse=True)
+def _seed_and_threads():
+    torch.manual_seed(0)
+    yield

@@ -1,0 +1,41 @@
+import pytest
+import torch
+
+from ebmlab.energies import DiagonalGaussian, MLPEnergy, as_energy_fn, energy_and_grad, score
+
+
+def test_score_of_gaussian_is_analytic():
+    g = DiagonalGaussian(torch.tensor([1.0, -1.0]), torch.tensor([0.5, 2.0]))
+    x = torch.randn(7, 2)
+    torch.testing.assert_close(g.score(x), -(x - g.mean) / g.std**2)
+
+
+def test_log_ratio_needs_no_partition_function():
+    g = DiagonalGaussian(torch.zeros(2), torch.ones(2))
+    x1, x2 = torch.randn(4, 2), torch.randn(4, 2)
+    torch.testing.assert_close(g.log_ratio(x1, x2), g.log_prob(x1) - g.log_prob(x2))
+
+
+def test_plain_callables_are_energies():
+    def quad(x):
+        return 0.5 * (x**2).sum(1)
+
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(score(quad, x), -x)
+    e, g = energy_and_grad(as_energy_fn(quad), x)
+    assert not e.requires_grad and not g.requires_grad
+
+
+def test_energy_shape_is_checked():
+    with pytest.raises(ValueError, match=r"one value per sample, shape \(3,\)"):
+        as_energy_fn(lambda x: x.sum())(torch.randn(3, 2))
+    with pytest.raises(TypeError, match="energy must be an EnergyModel or a callable"):
+        as_energy_fn(3.0)
+
+
+def test_mlp_energy_shapes_and_options():
+    m = MLPEnergy(4, hidden=(8, 8), spectral_norm=True)
+    assert m(torch.randn(5, 4)).shape == (5,)
+    assert m(torch.randn(5, 2, 2)).shape == (5,)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        MLPEnergy(4, activation="gelu6")

@@ -1,0 +1,104 @@
+import json
+
+import pytest
+import torch
+
+from ebmlab.cli import main
+from ebmlab.training import load_checkpoint
+
+TINY = [
+    "--hidden",
+    "16",
+    "--depth",
+    "2",
+    "--sampler-steps",
+    "3",
+    "--buffer-size",
+    "500",
+    "--quadrature-points",
+    "32",
+    "--batch-size",
+    "500",
+    "--no-progress",
+    "--seed",
+    "3",
+]
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_info_lists_data_sets(capsys, mnist_dir, monkeypatch):
+    monkeypatch.setenv("EBMLAB_DATA", str(mnist_dir))
+    code, out, _ = run_cli(capsys, "info")
+    assert code == 0
+    assert "digits" in out and "mnist10k" in out and "torch threads" in out and "density" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "density", "--out", "x", "--epochs", "0"], "epochs must be an integer >= 1"),
+        (["train", "density", "--out", "x", "--data", "moons"], "data must be one of"),
+        (["train", "density", "--out", "x", "--lr", "fast"], "invalid float value"),
+        (["train", "nonsense", "--out", "x"], "invalid choice"),
+        (["train", "density"], "required: --out"),
+        (["evaluate", "/nonexistent/run"], "not a run directory"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_give_one_line_and_status_2(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert message in err and err.count("\n") == 1 and out == ""
+
+
+def test_train_evaluate_and_resume(capsys, tmp_path):
+    run = tmp_path / "run"
+    code, out, _ = run_cli(capsys, "train", "density", "--out", str(run), "--epochs", "2", *TINY)
+    assert code == 0 and json.loads(out)["status"] == "completed"
+    full = load_checkpoint(run / "checkpoints" / "last.pt")["model"]
+
+    code, out, _ = run_cli(capsys, "evaluate", str(run))
+    result = json.loads(out)
+    assert code == 0 and result["test_nll"] > result["true_nll"] - 0.1
+    assert result["log_z"]["method"] == "quadrature"
+    for png in ("curves.png", "density.png", "samples.png", "samples/buffer.png"):
+        assert (run / png).is_file(), png
+
+    part = tmp_path / "part"
+    run_cli(
+        capsys, "train", "density", "--out", str(part), "--epochs", "2", "--max-steps", "13", *TINY
+    )
+    code, _, _ = run_cli(
+        capsys, "train", "density", "--out", str(part), "--resume", "--max-steps", "0"
+    )
+    resumed = load_checkpoint(part / "checkpoints" / "last.pt")["model"]
+    assert code == 0 and all(torch.equal(full[k], resumed[k]) for k in full)
+
+
+def test_toml_config_with_flag_override(capsys, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('data = "rings"\nepochs = 1\nlr = 0.5\n')
+    code, _, _ = run_cli(
+        capsys,
+        "train",
+        "density",
+        "--out",
+        str(tmp_path / "r"),
+        "--config",
+        str(cfg),
+        "--lr",
+        "0.002",
+        *TINY,
+    )
+    stored = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert code == 0 and stored["config"]["data"] == "rings" and stored["trainer"]["lr"] == 0.002
+    cfg.write_text("colour = 3\n")
+    code, _, err = run_cli(
+        capsys, "train", "density", "--out", str(tmp_path / "s"), "--config", str(cfg)
+    )
+    assert code == 2 and "unknown setting(s)" in err

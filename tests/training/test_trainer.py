@@ -1,0 +1,145 @@
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from ebmlab.training import (
+    CheckpointError,
+    DivergenceError,
+    RunDirectory,
+    StepResult,
+    Task,
+    Trainer,
+    TrainerConfig,
+    load_checkpoint,
+)
+
+
+class NoisyRegression(Task):
+    """Uses dropout (global RNG) and the trainer's generator, to exercise every RNG stream."""
+
+    def __init__(self, blow_up_at: int | None = None):
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(3, 16), nn.Dropout(0.2), nn.Linear(16, 1))
+        self.calls = 0
+        self.blow_up_at = blow_up_at
+        self.val_x = torch.randn(64, 3, generator=torch.Generator().manual_seed(9))
+
+    def training_step(self, batch, generator):
+        x, y = batch
+        self.calls += 1
+        noise = 0.01 * torch.randn(x.shape, generator=generator)
+        loss = ((self.model(x + noise).squeeze(1) - y) ** 2).mean()
+        if self.blow_up_at is not None and self.calls >= self.blow_up_at:
+            loss = loss * math.nan
+        return StepResult(loss, {"mse": float(loss.detach())})
+
+    def validate(self, generator):
+        with torch.no_grad():
+            return {
+                "val_loss": float(
+                    (self.model(self.val_x).squeeze(1) - self.val_x.sum(1)).pow(2).mean()
+                )
+            }
+
+    def state_dict(self):
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state):
+        self.calls = state["calls"]
+
+
+def data():
+    x = torch.randn(100, 3, generator=torch.Generator().manual_seed(1))
+    return (x, x.sum(1))
+
+
+def config(**kw):
+    base = dict(epochs=4, batch_size=16, lr=1e-2, log_every=3, progress=False, checkpoint_every=5)
+    return TrainerConfig(**{**base, **kw})
+
+
+def params(task):
+    return torch.cat([p.detach().flatten() for p in task.model.parameters()])
+
+
+def test_resume_reproduces_uninterrupted_run_bit_for_bit(tmp_path):
+    full = NoisyRegression()
+    Trainer(full, data(), config(), tmp_path / "full").fit()
+
+    part = NoisyRegression()
+    summary = Trainer(part, data(), config(max_steps=10), tmp_path / "part").fit()
+    assert summary["status"] == "max_steps" and summary["step"] == 10
+    # a record written after the last checkpoint (as by a killed process) is dropped on resume
+    RunDirectory(tmp_path / "part").append_metrics({"split": "train", "step": 999, "loss": 1.0})
+    resumed = NoisyRegression()
+    Trainer(resumed, data(), config(), tmp_path / "part").fit(resume=True)
+
+    assert torch.equal(params(full), params(resumed))
+    assert (
+        RunDirectory(tmp_path / "full").read_metrics()
+        == RunDirectory(tmp_path / "part").read_metrics()
+    )
+
+
+def test_run_directory_contents(tmp_path):
+    summary = Trainer(NoisyRegression(), data(), config(epochs=2), tmp_path).fit()
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+        "curves.png",
+        "checkpoints/last.pt",
+        "checkpoints/best.pt",
+    ):
+        assert (tmp_path / name).is_file(), name
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
+    assert summary["epoch"] == 2 and summary["step"] == 14
+    splits = {r["split"] for r in RunDirectory(tmp_path).read_metrics()}
+    assert splits == {"train", "val"}
+
+
+def test_divergence_stops_with_message_and_keeps_last_good_checkpoint(tmp_path):
+    task = NoisyRegression(blow_up_at=13)
+    with pytest.raises(
+        DivergenceError, match=r"diverged at step 12: the loss is nan; the last good checkpoint"
+    ):
+        Trainer(task, data(), config(), tmp_path).fit()
+    state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert state["trainer"]["step"] == 10
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "diverged"
+
+
+def test_early_stopping(tmp_path):
+    class Stagnant(NoisyRegression):
+        def validate(self, generator):
+            return {"val_loss": 1.0}
+
+    summary = Trainer(
+        Stagnant(), data(), config(epochs=20, early_stopping_patience=2), tmp_path
+    ).fit()
+    assert summary["status"] == "early_stopped" and summary["epoch"] == 3
+
+
+def test_lr_schedules():
+    t = Trainer(NoisyRegression(), data(), config(lr_schedule="cosine", warmup_steps=4))
+    assert t.lr_at(0) == pytest.approx(1e-2 / 4)
+    assert t.lr_at(4) == pytest.approx(1e-2)
+    assert t.lr_at(t.total_steps) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        Trainer(NoisyRegression(), data(), config(), tmp_path).fit(resume=True)
+
+
+def test_bad_config_and_data():
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        TrainerConfig(optimizer="adagrad")
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        TrainerConfig(batch_size=0)
+    with pytest.raises(ValueError, match="share their first dimension"):
+        Trainer(NoisyRegression(), (torch.zeros(3, 3), torch.zeros(4)))
