@@ -118,11 +118,6 @@ class Task:
         return None
 
 
-def _finite_or_raise(name: str, value: float, step: int, where: str) -> None:
-    if not math.isfinite(value):
-        raise DivergenceError(f"training diverged at step {step}: {name} is {value}; {where}")
-
-
 class Trainer:
     """Runs a :class:`Task` over in-memory tensors ``train_data`` for ``config.epochs``."""
 
@@ -154,6 +149,7 @@ class Trainer:
             self.run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
         self.run_config = {"trainer": asdict(self.config), **(run_config or {})}
         params = [p for p in task.model.parameters() if p.requires_grad]
+        self._params = params
         self.optimizer = OPTIMIZERS[self.config.optimizer](
             params, lr=self.config.lr, weight_decay=self.config.weight_decay
         )
@@ -199,8 +195,11 @@ class Trainer:
         torch.set_rng_state(state["rng"]["torch"])
 
     def save(self, which: str = "last") -> None:
-        if self.run is not None:
-            save_checkpoint(self.state_dict(), self.run.checkpoints / f"{which}.pt")
+        if self.run is None:
+            return
+        for name, p in self.task.model.named_parameters():
+            self._check(f"parameter '{name}'", 0.0 if torch.isfinite(p).all() else math.nan)
+        save_checkpoint(self.state_dict(), self.run.checkpoints / f"{which}.pt")
 
     def resume(self) -> None:
         """Continue from ``checkpoints/last.pt`` of the run directory."""
@@ -234,29 +233,35 @@ class Trainer:
         if self.run is not None:
             self.run.append_metrics(record)
 
+    def _check(self, what: str, value: float) -> None:
+        if not math.isfinite(value):
+            raise DivergenceError(
+                f"training diverged at step {self.step}: {what} is {value}; {self._where()}"
+            )
+
     def _train_step(self, idx: torch.Tensor) -> dict[str, float]:
         batch = tuple(t[idx] for t in self.train_data)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
-        self.task.model.train()
         result = self.task.training_step(batch, self.generator)
-        where = self._where()
-        loss = float(result.loss.detach())
-        _finite_or_raise("the loss", loss, self.step, where)
-        for name, value in result.metrics.items():
-            _finite_or_raise(f"metric '{name}'", float(value), self.step, where)
+        out = {"loss": float(result.loss.detach())}
+        out.update((k, float(v)) for k, v in result.metrics.items())
+        for name, value in out.items():
+            self._check("the loss" if name == "loss" else f"metric '{name}'", value)
         self.optimizer.zero_grad(set_to_none=True)
         result.loss.backward()
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        clip = self.config.grad_clip or math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        _finite_or_raise("the gradient norm", grad_norm, self.step, where)
+        # The gradient norm costs a pass over all gradients: it is taken when clipping and once
+        # per logging window for the curves. A non-finite gradient that slips through makes the
+        # parameters, hence the next loss, non-finite, and checkpoints refuse such parameters.
+        if self.config.grad_clip or (self.step + 1) % self.config.log_every == 0:
+            grads = [p.grad for p in self._params if p.grad is not None]
+            grad_norm = float(torch.nn.utils.get_total_norm(grads))
+            self._check("the gradient norm", grad_norm)
+            if self.config.grad_clip and grad_norm > self.config.grad_clip:
+                torch._foreach_mul_(grads, self.config.grad_clip / grad_norm)
+            out["grad_norm"] = grad_norm
         self.optimizer.step()
-        return {
-            "loss": loss,
-            "grad_norm": grad_norm,
-            **{k: float(v) for k, v in result.metrics.items()},
-        }
+        return out
 
     def _where(self) -> str:
         if self.run is None:
@@ -267,8 +272,10 @@ class Trainer:
 
     def _flush(self, window: list[dict[str, float]]) -> None:
         if window:
-            keys = window[0].keys()
-            avg = {k: sum(w[k] for w in window) / len(window) for k in keys}
+            avg = {}
+            for key in dict.fromkeys(k for w in window for k in w):
+                values = [w[key] for w in window if key in w]
+                avg[key] = sum(values) / len(values)
             self._log({"split": "train", "epoch": self.epoch, "step": self.step, **avg})
             window.clear()
 
@@ -279,9 +286,7 @@ class Trainer:
         stop = False
         if val:
             for name, value in val.items():
-                _finite_or_raise(
-                    f"validation metric '{name}'", float(value), self.step, self._where()
-                )
+                self._check(f"validation metric '{name}'", float(value))
             self._log({"split": "val", "epoch": self.epoch, "step": self.step, **val})
             monitored = val.get(self.config.monitor)
             if monitored is not None:
@@ -329,13 +334,15 @@ class Trainer:
         try:
             while self.epoch < c.epochs and (not c.max_steps or self.step < c.max_steps):
                 batches = self._batches(self.epoch)
+                self.task.model.train()
                 while self.batch < len(batches):
                     metrics = self._train_step(batches[self.batch])
                     self.batch += 1
                     self.step += 1
                     window.append(metrics)
                     bar.update(1)
-                    bar.set_postfix({k: f"{v:.3g}" for k, v in list(metrics.items())[:4]})
+                    if c.progress and self.step % 10 == 0:
+                        bar.set_postfix({k: f"{v:.3g}" for k, v in list(metrics.items())[:4]})
                     if len(window) >= c.log_every:
                         self._flush(window)
                     at_limit = bool(c.max_steps) and self.step >= c.max_steps

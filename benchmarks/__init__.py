@@ -1,0 +1,1 @@
+"""Speed and quality benchmarks against what users would use instead."""

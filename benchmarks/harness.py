@@ -1,0 +1,76 @@
+"""Timing harness: warm-up, interleaved repeats, medians, one table.
+
+Each benchmark module defines ``cases()`` returning :class:`Case` objects. A case
+times ebmlab's way of doing something against an anchor (a hand-written PyTorch
+loop, scikit-learn, ...) doing the same work; the two are run alternately so
+that both see the same machine state, and the ratio of medians is reported as
+``anchor / ebmlab`` (above 1: ebmlab is faster).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class Case:
+    what: str
+    ebmlab: Callable[[], object]
+    anchor: Callable[[], object]
+    anchor_name: str
+    repeats: int = 5
+    warmup: int = 1
+
+
+@dataclass
+class Result:
+    what: str
+    anchor_name: str
+    ebmlab_s: float
+    anchor_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.anchor_s / self.ebmlab_s
+
+
+def _time(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(case: Case) -> Result:
+    """Median seconds of ebmlab and anchor over interleaved repeats after warm-up."""
+    for _ in range(case.warmup):
+        case.ebmlab()
+        case.anchor()
+    ours, theirs = [], []
+    for i in range(case.repeats):
+        pair = [(ours, case.ebmlab), (theirs, case.anchor)]
+        for store, fn in pair if i % 2 == 0 else pair[::-1]:
+            store.append(_time(fn))
+    return Result(case.what, case.anchor_name, statistics.median(ours), statistics.median(theirs))
+
+
+def markdown_table(results: list[Result]) -> str:
+    lines = [
+        "| what | ebmlab (s) | anchor | anchor (s) | ratio (anchor / ebmlab) |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.what} | {r.ebmlab_s:.4f} | {r.anchor_name} | {r.anchor_s:.4f} | {r.ratio:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def write_json(results: list[Result], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{**asdict(r), "ratio": r.ratio} for r in results]
+    path.write_text(json.dumps(rows, indent=2) + "\n")
