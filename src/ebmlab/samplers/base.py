@@ -29,16 +29,27 @@ S = TypeVar("S", bound="SamplerState")
 class SamplerState:
     """Chains' positions with their cached energy and gradient, and running counts.
 
-    ``accepted`` counts accepted proposals per chain; ``n_grad_evals`` counts
-    gradient evaluations per chain; ``t`` is the number of steps taken.
+    ``accepted`` counts accepted proposals per chain, ``divergent`` counts
+    divergent trajectories per chain (Hamiltonian samplers); ``n_grad_evals``
+    counts gradient evaluations per chain; ``t`` is the number of steps taken.
+    ``grad`` is ``None`` for samplers that never use it.
     """
 
     x: torch.Tensor
     energy: torch.Tensor
-    grad: torch.Tensor
+    grad: torch.Tensor | None
     accepted: torch.Tensor
+    divergent: torch.Tensor
     n_grad_evals: int = 0
     t: int = 0
+
+    @classmethod
+    def start(
+        cls, x: torch.Tensor, energy: torch.Tensor, grad: torch.Tensor | None, n_grad_evals: int
+    ) -> SamplerState:
+        """A fresh state at ``x`` with zero counts."""
+        zeros = torch.zeros(x.shape[0], dtype=torch.long)
+        return cls(x, energy, grad, zeros, zeros.clone(), n_grad_evals, 0)
 
     def replace(self: S, **changes: Any) -> S:
         return dataclasses.replace(self, **changes)
@@ -78,6 +89,14 @@ class Sampler(Generic[S]):
     def step(self, state: S, energy: EnergyFn, generator: torch.Generator | None = None) -> S:
         raise NotImplementedError  # pragma: no cover - abstract
 
+    def begin_warmup(self, state: S, n_steps: int) -> S:
+        """Called before ``n_steps`` burn-in steps; adaptive samplers plan their tuning here."""
+        return state
+
+    def end_warmup(self, state: S) -> S:
+        """Called once after the burn-in steps; adaptive samplers freeze their tuning here."""
+        return state
+
     def run(
         self,
         energy: EnergyLike,
@@ -101,17 +120,21 @@ class Sampler(Generic[S]):
         fn = as_energy_fn(energy)
         kept: list[torch.Tensor] = []
         with frozen_parameters(energy):
-            state = self.init(x0, fn)
+            state = self.begin_warmup(self.init(x0, fn), burn_in)
             for _ in range(burn_in):
                 state = self.step(state, fn, gen)
+            state = self.end_warmup(state)
+            warm = state
             for i in range(n_steps):
                 state = self.step(state, fn, gen)
                 if thin is not None and (i + 1) % thin == 0:
                     kept.append(state.x)
         samples = torch.stack(kept) if thin is not None and kept else state.x.unsqueeze(0)
-        steps = max(state.t, 1)
+        # acceptance and divergences of the kept phase; gradient evaluations of the whole run
+        kept_steps = max(state.t - warm.t, 1)
         info = {
-            "acceptance_rate": float(state.accepted.float().mean() / steps),
+            "acceptance_rate": float((state.accepted - warm.accepted).float().mean() / kept_steps),
+            "n_divergent": int((state.divergent - warm.divergent).sum()),
             "n_grad_evals": int(state.n_grad_evals * x0.shape[0]),
             "n_steps": state.t,
         }
@@ -130,3 +153,14 @@ class Sampler(Generic[S]):
         """Final states ``(B, ...)``, or the kept trajectory ``(T, B, ...)`` given ``thin``."""
         result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator)
         return result.samples if thin is not None else result.samples[0]
+
+
+def accept(log_ratio: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Metropolis test per chain: True with probability min(1, exp(log_ratio)); NaN rejects."""
+    u = torch.rand(log_ratio.shape, generator=generator, dtype=log_ratio.dtype)
+    return torch.log(u) < torch.nan_to_num(log_ratio, nan=-torch.inf)
+
+
+def where_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """Row-wise select: ``new[i]`` where ``mask[i]`` else ``old[i]``, for any event shape."""
+    return torch.where(mask.view(-1, *([1] * (new.ndim - 1))), new, old)

@@ -69,8 +69,7 @@ class Langevin(Sampler[SamplerState]):
         if self.clamp is not None:
             x = x.clamp(*self.clamp)
         e, g = energy_and_grad(energy, x)
-        zeros = torch.zeros(x.shape[0], dtype=torch.long)
-        return SamplerState(x=x, energy=e, grad=g, accepted=zeros, n_grad_evals=1, t=0)
+        return SamplerState.start(x, e, g, n_grad_evals=1)
 
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None

@@ -1,0 +1,306 @@
+"""Hamiltonian Monte Carlo (Duane et al. 1987; Neal 2011) and its adaptive variant.
+
+With momentum p ~ N(0, M) and diagonal inverse mass M^{-1}, the Hamiltonian
+H(x, p) = E(x) + p^T M^{-1} p / 2 is integrated by leapfrog and the end point is
+accepted with probability min(1, exp(H_start - H_end)). Gradients are cached in
+the state, so a trajectory of L leapfrog steps costs exactly L gradient
+evaluations. A trajectory whose energy error exceeds ``divergence_threshold`` is
+counted as divergent and rejected.
+
+:class:`AdaptiveHMC` tunes during burn-in, pooling statistics across the batch of
+chains (many-chain adaptation in the spirit of ChEES-HMC, Hoffman, Radul &
+Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
+
+- the step size by dual averaging (Hoffman & Gelman 2014, Alg. 5) towards a target
+  mean acceptance probability, averaged over chains;
+- the diagonal inverse mass from the cross-chain variance of the positions,
+  regularised as in Stan, in windows during the middle of burn-in;
+- the (maximum) trajectory length by Adam ascent on the ChEES criterion
+  E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4, with trajectory lengths jittered
+  uniformly in (0, T] both during and after burn-in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ebmlab import _checks
+from ebmlab.energies.base import EnergyFn, energy_and_grad
+from ebmlab.samplers.base import Sampler, SamplerState, accept, where_rows
+
+
+def _rows(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Broadcast a per-chain (B,) tensor over the event dimensions of ``like``."""
+    return v.view(-1, *([1] * (like.ndim - 1)))
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """End point of a leapfrog trajectory and its Metropolis log-ratio."""
+
+    x: torch.Tensor
+    p: torch.Tensor
+    energy: torch.Tensor
+    grad: torch.Tensor
+    log_ratio: torch.Tensor
+    divergent: torch.Tensor
+
+
+def leapfrog(
+    energy: EnergyFn,
+    x: torch.Tensor,
+    p: torch.Tensor,
+    grad: torch.Tensor,
+    step_size: torch.Tensor,
+    n_steps: int,
+    inv_mass: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n_steps`` leapfrog steps from (x, p) with cached ``grad``; returns (x, p, E, grad).
+
+    ``step_size`` is per chain (B,); exactly ``n_steps`` gradient evaluations.
+    """
+    eps = _rows(step_size, x)
+    p = p - 0.5 * eps * grad
+    e = None
+    for i in range(n_steps):
+        x = x + eps * inv_mass * p
+        e, grad = energy_and_grad(energy, x)
+        p = p - (eps if i < n_steps - 1 else 0.5 * eps) * grad
+    return x, p, e, grad
+
+
+def _kinetic(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (p * p * inv_mass).flatten(1).sum(1)
+
+
+class HMC(Sampler[SamplerState]):
+    """Hamiltonian Monte Carlo with a fixed number of leapfrog steps.
+
+    Args:
+        step_size: leapfrog step size.
+        n_leapfrog: leapfrog steps per trajectory.
+        inv_mass: diagonal inverse mass (event-shaped tensor or scalar); default 1.
+        jitter: each chain's step size is drawn uniformly in step_size * [1 - jitter,
+            1 + jitter] every step, which avoids periodic trajectories (0 disables).
+        divergence_threshold: energy error beyond which a trajectory is divergent.
+    """
+
+    def __init__(
+        self,
+        step_size: float,
+        n_leapfrog: int = 10,
+        *,
+        inv_mass: torch.Tensor | float = 1.0,
+        jitter: float = 0.2,
+        divergence_threshold: float = 1000.0,
+    ) -> None:
+        self.step_size = _checks.positive("step_size", step_size)
+        self.n_leapfrog = _checks.positive_int("n_leapfrog", n_leapfrog)
+        self.inv_mass = torch.as_tensor(inv_mass, dtype=torch.float32)
+        if not (torch.isfinite(self.inv_mass).all() and (self.inv_mass > 0).all()):
+            raise ValueError("inv_mass must be finite and > 0 everywhere")
+        _checks.probability("jitter", jitter)
+        if jitter >= 1:
+            raise ValueError(f"jitter must be < 1, got {jitter}")
+        self.jitter = jitter
+        self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
+
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
+        e, g = energy_and_grad(energy, x0)
+        return SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
+
+    def _jittered(self, base: float | torch.Tensor, n: int, generator) -> torch.Tensor:
+        u = torch.rand(n, generator=generator) * 2 - 1
+        return base * (1 + self.jitter * u)
+
+    def trajectory(
+        self,
+        state: SamplerState,
+        energy: EnergyFn,
+        step_size: torch.Tensor,
+        n_steps: int,
+        inv_mass: torch.Tensor,
+        generator: torch.Generator | None,
+    ) -> Trajectory:
+        """Draw a momentum and integrate; the proposal with its log acceptance ratio."""
+        x0 = state.x
+        p0 = torch.randn(x0.shape, generator=generator, dtype=x0.dtype) / inv_mass.sqrt()
+        x, p, e, g = leapfrog(energy, x0, p0, state.grad, step_size, n_steps, inv_mass)
+        h0 = state.energy + _kinetic(p0, inv_mass)
+        h1 = e + _kinetic(p, inv_mass)
+        log_ratio = h0 - h1
+        divergent = ~torch.isfinite(h1) | (h1 - h0 > self.divergence_threshold)
+        log_ratio = torch.where(divergent, torch.full_like(log_ratio, -math.inf), log_ratio)
+        return Trajectory(x, p, e, g, log_ratio, divergent)
+
+    def _move(
+        self, state: SamplerState, traj: Trajectory, n_steps: int, generator
+    ) -> SamplerState:
+        ok = accept(traj.log_ratio, generator)
+        return state.replace(
+            x=where_rows(ok, traj.x, state.x),
+            energy=torch.where(ok, traj.energy, state.energy),
+            grad=where_rows(ok, traj.grad, state.grad),
+            accepted=state.accepted + ok.long(),
+            divergent=state.divergent + traj.divergent.long(),
+            n_grad_evals=state.n_grad_evals + n_steps,
+            t=state.t + 1,
+        )
+
+    def step(
+        self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> SamplerState:
+        eps = self._jittered(self.step_size, state.x.shape[0], generator)
+        traj = self.trajectory(state, energy, eps, self.n_leapfrog, self.inv_mass, generator)
+        return self._move(state, traj, self.n_leapfrog, generator)
+
+
+@dataclass(frozen=True)
+class AdaptiveState(SamplerState):
+    """HMC state plus the tuning: step size, inverse mass, trajectory length, adapters."""
+
+    step_size: float = 0.1
+    inv_mass: torch.Tensor | None = None
+    trajectory_length: float = 1.0
+    warmup_steps: int = 0
+    # dual averaging (Hoffman & Gelman 2014): mu, running mean of (target - accept), log eps bar
+    da_mu: float = 0.0
+    da_h: float = 0.0
+    da_log_eps_bar: float = 0.0
+    da_count: int = 0
+    # Adam second moment for log trajectory length (ChEES)
+    chees_v: float = 0.0
+    chees_count: int = 0
+
+
+class AdaptiveHMC(HMC):
+    """HMC whose step size, diagonal mass and trajectory length are tuned during burn-in.
+
+    Use with ``burn_in`` (a few hundred steps): ``sampler.sample(energy, x0, n, burn_in=500)``.
+    Adaptation pools statistics across chains, so it works best with many chains
+    (the mass matrix is adapted only with at least 16 chains).
+
+    Args:
+        step_size: initial step size.
+        trajectory_length: initial (maximum) trajectory length T.
+        target_accept: mean acceptance probability the step size is tuned to.
+        max_leapfrog: cap on leapfrog steps per trajectory.
+        adapt_mass, adapt_length: switch off mass or trajectory-length adaptation.
+    """
+
+    def __init__(
+        self,
+        step_size: float = 0.1,
+        trajectory_length: float = 1.0,
+        *,
+        target_accept: float = 0.8,
+        max_leapfrog: int = 256,
+        adapt_mass: bool = True,
+        adapt_length: bool = True,
+        divergence_threshold: float = 1000.0,
+    ) -> None:
+        super().__init__(step_size, 1, jitter=0.0, divergence_threshold=divergence_threshold)
+        self.trajectory_length = _checks.positive("trajectory_length", trajectory_length)
+        self.target_accept = _checks.probability("target_accept", target_accept)
+        self.max_leapfrog = _checks.positive_int("max_leapfrog", max_leapfrog)
+        self.adapt_mass = adapt_mass
+        self.adapt_length = adapt_length
+
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
+        base = super().init(x0, energy)
+        return AdaptiveState(
+            **{f: getattr(base, f) for f in SamplerState.__dataclass_fields__},
+            step_size=self.step_size,
+            inv_mass=torch.ones(x0.shape[1:], dtype=x0.dtype),
+            trajectory_length=self.trajectory_length,
+        )
+
+    def begin_warmup(self, state: AdaptiveState, n_steps: int) -> AdaptiveState:
+        return self._restart_dual_averaging(state.replace(warmup_steps=n_steps))
+
+    @staticmethod
+    def _restart_dual_averaging(state: AdaptiveState) -> AdaptiveState:
+        return state.replace(
+            da_mu=math.log(10 * state.step_size),
+            da_h=0.0,
+            da_log_eps_bar=math.log(state.step_size),
+            da_count=0,
+        )
+
+    def end_warmup(self, state: AdaptiveState) -> AdaptiveState:
+        if state.warmup_steps == 0:
+            return state
+        return state.replace(step_size=math.exp(state.da_log_eps_bar), warmup_steps=0)
+
+    def _n_leapfrog(self, length: float, step_size: float) -> int:
+        return max(1, min(self.max_leapfrog, math.ceil(length / step_size)))
+
+    def step(
+        self, state: AdaptiveState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> AdaptiveState:
+        n_chains = state.x.shape[0]
+        u = 1.0 - float(torch.rand((), generator=generator))  # in (0, 1]
+        length = u * state.trajectory_length
+        n_steps = self._n_leapfrog(length, state.step_size)
+        eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype)
+        traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
+        new = self._move(state, traj, n_steps, generator)
+        if state.t < state.warmup_steps:
+            new = self._adapt(state, new, traj, u)
+        return new
+
+    def _adapt(
+        self, old: AdaptiveState, new: AdaptiveState, traj: Trajectory, u: float
+    ) -> AdaptiveState:
+        accept_prob = traj.log_ratio.clamp(max=0).exp()
+        # dual averaging on the pooled acceptance probability
+        m = new.da_count + 1
+        gamma, t0, kappa = 0.05, 10.0, 0.75
+        h = (1 - 1 / (m + t0)) * new.da_h + (self.target_accept - float(accept_prob.mean())) / (m + t0)
+        log_eps = new.da_mu - math.sqrt(m) / gamma * h
+        eta = m**-kappa
+        log_eps_bar = eta * log_eps + (1 - eta) * new.da_log_eps_bar
+        new = new.replace(
+            step_size=math.exp(log_eps), da_h=h, da_log_eps_bar=log_eps_bar, da_count=m
+        )
+        if self.adapt_length:
+            new = self._adapt_length(old, new, traj, accept_prob, u)
+        n = old.warmup_steps
+        in_window = 0.15 * n <= new.t <= 0.75 * n and new.t % max(1, n // 20) == 0
+        if self.adapt_mass and old.x.shape[0] >= 16 and in_window:
+            var = new.x.var(0)
+            k = new.x.shape[0]
+            inv_mass = (k / (k + 5)) * var + 1e-3 * (5 / (k + 5))
+            new = self._restart_dual_averaging(new.replace(inv_mass=inv_mass))
+        return new
+
+    def _adapt_length(
+        self,
+        old: AdaptiveState,
+        new: AdaptiveState,
+        traj: Trajectory,
+        accept_prob: torch.Tensor,
+        u: float,
+    ) -> AdaptiveState:
+        """One Adam step (beta1 = 0) up the ChEES criterion in log T."""
+        x0c = old.x - old.x.mean(0)
+        x1c = traj.x - traj.x.mean(0)
+        diff = (x1c.flatten(1) ** 2).sum(1) - (x0c.flatten(1) ** 2).sum(1)
+        velocity = (x1c * (old.inv_mass * traj.p)).flatten(1).sum(1)
+        per_chain = diff * velocity * u * new.trajectory_length  # d ChEES / d log T
+        ok = torch.isfinite(per_chain) & ~traj.divergent
+        weight = accept_prob * ok
+        if float(weight.sum()) <= 0:
+            return new
+        grad = float((torch.where(ok, per_chain, 0) * weight).sum() / weight.sum())
+        beta2, lr = 0.95, 0.025
+        v = beta2 * new.chees_v + (1 - beta2) * grad * grad
+        count = new.chees_count + 1
+        v_hat = v / (1 - beta2**count)
+        log_t = math.log(new.trajectory_length) + lr * grad / (math.sqrt(v_hat) + 1e-12)
+        max_t = self.max_leapfrog * new.step_size
+        length = min(max(math.exp(log_t), new.step_size), max_t)
+        return new.replace(trajectory_length=length, chees_v=v, chees_count=count)

@@ -1,0 +1,42 @@
+"""Random-walk Metropolis-Hastings with Gaussian proposals (Metropolis et al. 1953).
+
+x' = x + scale * eps is accepted with probability min(1, exp(E(x) - E(x'))); the
+proposal is symmetric so no correction term is needed. Uses energies only, no
+gradients: the sampler of choice for non-differentiable energies.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ebmlab import _checks
+from ebmlab.energies.base import EnergyFn
+from ebmlab.samplers.base import Sampler, SamplerState, accept, where_rows
+
+
+class MetropolisHastings(Sampler[SamplerState]):
+    """Gaussian random-walk Metropolis with proposal standard deviation ``scale``."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = _checks.positive("scale", scale)
+
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
+        x = x0.detach().clone()
+        with torch.no_grad():
+            e = energy(x)
+        return SamplerState.start(x, e, None, n_grad_evals=0)
+
+    def step(
+        self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> SamplerState:
+        noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
+        proposal = state.x + self.scale * noise
+        with torch.no_grad():
+            e_new = energy(proposal)
+        ok = accept(state.energy - e_new, generator)
+        return state.replace(
+            x=where_rows(ok, proposal, state.x),
+            energy=torch.where(ok, e_new, state.energy),
+            accepted=state.accepted + ok.long(),
+            t=state.t + 1,
+        )

@@ -1,0 +1,137 @@
+"""Correctness of the Metropolis-corrected samplers, layered from the integrator up."""
+
+import pytest
+import torch
+
+from ebmlab.energies import DiagonalGaussian, Gaussian, energy_and_grad
+from ebmlab.samplers import HMC, MALA, AdaptiveHMC, MetropolisHastings
+from ebmlab.samplers.diagnostics import effective_sample_size
+from ebmlab.samplers.hmc import leapfrog
+from ebmlab.testing import assert_mean_close
+
+MEAN = torch.tensor([1.0, -1.0])
+COV = torch.tensor([[1.0, 0.8], [0.8, 1.5]])
+
+
+def target():
+    return Gaussian(MEAN, COV)
+
+
+SAMPLERS = {
+    "mala": lambda: MALA(0.15),
+    "hmc": lambda: HMC(0.25, 8),
+    "adaptive_hmc": lambda: AdaptiveHMC(),
+    "metropolis": lambda: MetropolisHastings(1.0),
+}
+
+
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_recovers_mean_and_covariance(name):
+    """Means and second moments within 4 Monte Carlo standard errors (ESS-based)."""
+    sampler = SAMPLERS[name]()
+    x0 = torch.randn(64, 2, generator=torch.Generator().manual_seed(5)) * 3
+    traj = sampler.sample(target(), x0, 400, burn_in=300, thin=1, generator=11)
+    flat = traj.reshape(-1, 2)
+    assert_mean_close(flat, MEAN, ess=effective_sample_size(traj), what=f"{name} mean")
+    c = flat - MEAN
+    products = torch.stack([c[:, 0] ** 2, c[:, 1] ** 2, c[:, 0] * c[:, 1]], 1)
+    ess = effective_sample_size(products.reshape(traj.shape[0], traj.shape[1], 3))
+    expected = torch.stack([COV[0, 0], COV[1, 1], COV[0, 1]])
+    assert_mean_close(products, expected, ess=ess, what=f"{name} covariance")
+
+
+def test_moment_check_catches_a_biased_sampler():
+    """Unadjusted Langevin with a large step inflates the variance; the check must notice."""
+    from ebmlab.samplers import Langevin
+
+    traj = Langevin(0.3).sample(target(), torch.zeros(64, 2), 400, burn_in=100, thin=1, generator=1)
+    c = traj.reshape(-1, 2) - MEAN
+    ess = effective_sample_size((c[:, :1] ** 2).reshape(traj.shape[0], 64, 1))
+    with pytest.raises(AssertionError):
+        assert_mean_close(c[:, :1] ** 2, COV[0, 0].reshape(1), ess=ess)
+
+
+def test_leapfrog_conserves_energy_to_second_order():
+    g = target()
+    fn = g.energy
+    x = torch.randn(100, 2, generator=torch.Generator().manual_seed(0))
+    p = torch.randn(100, 2, generator=torch.Generator().manual_seed(1))
+    errors = []
+    for eps in (0.1, 0.05):
+        e0, g0 = energy_and_grad(fn, x)
+        steps = int(1.0 / eps)
+        x1, p1, e1, _ = leapfrog(fn, x, p, g0, torch.full((100,), eps), steps, torch.ones(2))
+        errors.append(float(((e1 + 0.5 * (p1**2).sum(1)) - (e0 + 0.5 * (p**2).sum(1))).abs().max()))
+    assert errors[0] < 0.2
+    assert 2.5 < errors[0] / errors[1] < 6  # halving the step divides the error by ~4
+
+
+def test_leapfrog_is_reversible():
+    fn = target().energy
+    x = torch.randn(10, 2)
+    p = torch.randn(10, 2)
+    eps = torch.full((10,), 0.1)
+    _, g0 = energy_and_grad(fn, x)
+    x1, p1, _, g1 = leapfrog(fn, x, p, g0, eps, 7, torch.ones(2))
+    x2, p2, _, _ = leapfrog(fn, x1, -p1, g1, eps, 7, torch.ones(2))
+    torch.testing.assert_close(x2, x, atol=1e-5, rtol=0)
+    torch.testing.assert_close(-p2, p, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["mala", "hmc", "adaptive_hmc"])
+def test_cached_gradient_equals_autograd(name):
+    sampler = SAMPLERS[name]()
+    run = sampler.run(target(), torch.randn(8, 2), 5, burn_in=5, generator=0)
+    e, g = energy_and_grad(target().energy, run.final.x)
+    torch.testing.assert_close(run.final.grad, g)
+    torch.testing.assert_close(run.final.energy, e)
+
+
+@pytest.mark.parametrize("make", [lambda h: MALA(h), lambda h: HMC(h, 5)])
+def test_acceptance_tends_to_one_for_small_steps_and_falls_for_huge_steps(make):
+    x0 = target().sample(256, torch.Generator().manual_seed(0))
+    small = make(1e-3).run(target(), x0, 20, generator=0).info["acceptance_rate"]
+    huge = make(5.0).run(target(), x0, 20, generator=0).info["acceptance_rate"]
+    assert small > 0.99 and huge < 0.2
+
+
+def test_hmc_counts_one_gradient_per_leapfrog_step_and_divergences():
+    run = HMC(0.1, 7).run(target(), torch.zeros(4, 2), 10, generator=0)
+    assert run.info["n_grad_evals"] == 4 * (1 + 70)
+    wild = HMC(50.0, 5, jitter=0.0).run(target(), torch.ones(16, 2), 5, generator=0)
+    assert wild.info["n_divergent"] > 0 and wild.info["acceptance_rate"] < 0.1
+
+
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_same_seed_gives_identical_chains(name):
+    a = SAMPLERS[name]().sample(target(), torch.zeros(6, 2), 20, burn_in=10, generator=3)
+    b = SAMPLERS[name]().sample(target(), torch.zeros(6, 2), 20, burn_in=10, generator=3)
+    assert torch.equal(a, b)
+
+
+def test_adaptive_hmc_learns_the_scales_of_an_ill_conditioned_gaussian():
+    stds = torch.logspace(-2, 0, 20)
+    g = DiagonalGaussian(torch.zeros(20), stds)
+    run = AdaptiveHMC().run(g, torch.randn(256, 20), 100, burn_in=300, generator=0)
+    ratio = run.final.inv_mass.sqrt() / stds
+    assert ratio.min() > 0.8 and ratio.max() < 1.25
+    assert 0.65 < run.info["acceptance_rate"] < 0.95
+    assert run.final.trajectory_length > run.final.step_size
+
+
+def test_samplers_work_on_image_shaped_events():
+    energy = lambda x: 0.5 * (x**2).flatten(1).sum(1)  # noqa: E731
+    for sampler in (MALA(0.1), HMC(0.1, 3), MetropolisHastings(0.3), AdaptiveHMC()):
+        out = sampler.sample(energy, torch.zeros(5, 1, 4, 4), 3, burn_in=2)
+        assert out.shape == (5, 1, 4, 4)
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="jitter must be < 1"):
+        HMC(0.1, jitter=1.0)
+    with pytest.raises(ValueError, match="inv_mass must be finite and > 0"):
+        HMC(0.1, inv_mass=torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        MetropolisHastings(-1.0)
+    with pytest.raises(TypeError, match="n_leapfrog must be an integer"):
+        HMC(0.1, n_leapfrog=2.5)
