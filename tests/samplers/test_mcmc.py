@@ -60,7 +60,7 @@ def test_leapfrog_conserves_energy_to_second_order():
     for eps in (0.1, 0.05):
         e0, g0 = energy_and_grad(fn, x)
         steps = int(1.0 / eps)
-        x1, p1, e1, _ = leapfrog(fn, x, p, g0, torch.full((100,), eps), steps, torch.ones(2))
+        _, p1, e1, _ = leapfrog(fn, x, p, g0, torch.full((100,), eps), steps, torch.ones(2))
         errors.append(float(((e1 + 0.5 * (p1**2).sum(1)) - (e0 + 0.5 * (p**2).sum(1))).abs().max()))
     assert errors[0] < 0.2
     assert 2.5 < errors[0] / errors[1] < 6  # halving the step divides the error by ~4

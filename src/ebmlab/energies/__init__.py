@@ -17,11 +17,14 @@ from ebmlab.energies.base import (
     energy_and_grad,
     score,
 )
+from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
 from ebmlab.energies.mlp import MLPEnergy
 
 __all__ = [
     "AnalyticEnergy",
     "Banana",
+    "BernoulliRBM",
+    "BoltzmannMachine",
     "DiagonalGaussian",
     "DoubleWell",
     "EnergyFn",

@@ -1,6 +1,13 @@
 """Partition functions: log Z estimates that carry their uncertainty."""
 
 from ebmlab.partition.estimate import LogZEstimate
+from ebmlab.partition.exact import binary_states, enumerate_log_partition
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition
 
-__all__ = ["LogZEstimate", "grid_points", "quadrature_log_partition"]
+__all__ = [
+    "LogZEstimate",
+    "binary_states",
+    "enumerate_log_partition",
+    "grid_points",
+    "quadrature_log_partition",
+]

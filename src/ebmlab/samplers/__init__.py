@@ -1,22 +1,29 @@
 """Samplers: how to draw x ~ exp(-E(x)) / Z."""
 
-from ebmlab.samplers.base import SampleRun, Sampler, SamplerState, frozen_parameters
+from ebmlab.samplers.base import Sampler, SamplerState, SampleRun, frozen_parameters
+from ebmlab.samplers.gibbs import BlockGibbs, Gibbs
 from ebmlab.samplers.hmc import HMC, AdaptiveHMC
 from ebmlab.samplers.langevin import Langevin
 from ebmlab.samplers.mala import MALA
 from ebmlab.samplers.metropolis import MetropolisHastings
 from ebmlab.samplers.replay_buffer import ReplayBuffer, uniform_init
+from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path
 
 __all__ = [
     "HMC",
     "MALA",
     "AdaptiveHMC",
+    "BlockGibbs",
+    "Gibbs",
     "Langevin",
     "MetropolisHastings",
+    "ParallelTempering",
     "ReplayBuffer",
     "SampleRun",
     "Sampler",
     "SamplerState",
+    "anneal",
     "frozen_parameters",
+    "geometric_path",
     "uniform_init",
 ]

@@ -10,6 +10,7 @@ parameter gradients are built), then restored.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,6 +84,12 @@ def frozen_parameters(energy: Any) -> Iterator[None]:
 class Sampler(Generic[S]):
     """Base class: subclasses implement ``init`` and ``step``."""
 
+    def _rescaled(self, attribute: str, beta: torch.Tensor, power: float) -> Sampler:
+        """A copy whose ``attribute`` becomes a per-chain tensor value / beta**power."""
+        kernel = copy.copy(self)
+        setattr(kernel, attribute, getattr(self, attribute) / beta.double().pow(power).float())
+        return kernel
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> S:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -92,6 +99,14 @@ class Sampler(Generic[S]):
     def begin_warmup(self, state: S, n_steps: int) -> S:
         """Called before ``n_steps`` burn-in steps; adaptive samplers plan their tuning here."""
         return state
+
+    def tempered(self, beta: torch.Tensor) -> Sampler:
+        """This kernel with its step sizes rescaled for the per-chain tempered energies beta E.
+
+        Parallel tempering uses it so hot replicas take steps matched to their wider
+        distributions. The default returns the kernel unchanged.
+        """
+        return self
 
     def end_warmup(self, state: S) -> S:
         """Called once after the burn-in steps; adaptive samplers freeze their tuning here."""
@@ -153,6 +168,13 @@ class Sampler(Generic[S]):
         """Final states ``(B, ...)``, or the kept trajectory ``(T, B, ...)`` given ``thin``."""
         result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator)
         return result.samples if thin is not None else result.samples[0]
+
+
+def per_chain(value: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor | float:
+    """Broadcast a per-chain (B,) tensor over the event dimensions of ``like``; floats pass."""
+    if isinstance(value, torch.Tensor) and value.ndim == 1:
+        return value.view(-1, *([1] * (like.ndim - 1))).to(like.dtype)
+    return value
 
 
 def accept(log_ratio: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

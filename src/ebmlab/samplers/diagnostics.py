@@ -63,7 +63,9 @@ def _ess(x: torch.Tensor) -> torch.Tensor:
 def _check(samples: torch.Tensor) -> torch.Tensor:
     _checks.tensor("samples", samples, min_ndim=2, floating=True)
     if samples.shape[0] < 4:
-        raise ValueError(f"samples needs at least 4 draws per chain (T >= 4), got T={samples.shape[0]}")
+        raise ValueError(
+            f"samples needs at least 4 draws per chain (T >= 4), got T={samples.shape[0]}"
+        )
     return samples.reshape(samples.shape[0], samples.shape[1], -1).double()
 
 

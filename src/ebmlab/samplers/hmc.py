@@ -29,12 +29,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, accept, where_rows
-
-
-def _rows(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Broadcast a per-chain (B,) tensor over the event dimensions of ``like``."""
-    return v.view(-1, *([1] * (like.ndim - 1)))
+from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,7 @@ def leapfrog(
 
     ``step_size`` is per chain (B,); exactly ``n_steps`` gradient evaluations.
     """
-    eps = _rows(step_size, x)
+    eps = per_chain(step_size, x)
     p = p - 0.5 * eps * grad
     e = None
     for i in range(n_steps):
@@ -112,6 +107,10 @@ class HMC(Sampler[SamplerState]):
         e, g = energy_and_grad(energy, x0)
         return SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
 
+    def tempered(self, beta: torch.Tensor) -> HMC:
+        """Step size / sqrt(beta), matched to the tempered distributions' width."""
+        return self._rescaled("step_size", beta, 0.5)
+
     def _jittered(self, base: float | torch.Tensor, n: int, generator) -> torch.Tensor:
         u = torch.rand(n, generator=generator) * 2 - 1
         return base * (1 + self.jitter * u)
@@ -136,9 +135,7 @@ class HMC(Sampler[SamplerState]):
         log_ratio = torch.where(divergent, torch.full_like(log_ratio, -math.inf), log_ratio)
         return Trajectory(x, p, e, g, log_ratio, divergent)
 
-    def _move(
-        self, state: SamplerState, traj: Trajectory, n_steps: int, generator
-    ) -> SamplerState:
+    def _move(self, state: SamplerState, traj: Trajectory, n_steps: int, generator) -> SamplerState:
         ok = accept(traj.log_ratio, generator)
         return state.replace(
             x=where_rows(ok, traj.x, state.x),
@@ -259,7 +256,9 @@ class AdaptiveHMC(HMC):
         # dual averaging on the pooled acceptance probability
         m = new.da_count + 1
         gamma, t0, kappa = 0.05, 10.0, 0.75
-        h = (1 - 1 / (m + t0)) * new.da_h + (self.target_accept - float(accept_prob.mean())) / (m + t0)
+        h = (1 - 1 / (m + t0)) * new.da_h + (self.target_accept - float(accept_prob.mean())) / (
+            m + t0
+        )
         log_eps = new.da_mu - math.sqrt(m) / gamma * h
         eta = m**-kappa
         log_eps_bar = eta * log_eps + (1 - eta) * new.da_log_eps_bar

@@ -16,14 +16,13 @@ clamping keep short-run chains of a young model in the data range.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState
+from ebmlab.samplers.base import Sampler, SamplerState, per_chain
 
 
 def _clip_rows(g: torch.Tensor, max_norm: float) -> torch.Tensor:
@@ -64,6 +63,10 @@ class Langevin(Sampler[SamplerState]):
         self.clamp = clamp
         self.schedule = None if schedule is None else _checks.callable_("schedule", schedule)
 
+    def tempered(self, beta: torch.Tensor) -> Langevin:
+        """Step size / beta: the ULA step matched to the tempered scale (SGLD noise kept)."""
+        return self._rescaled("step_size", beta, 1.0)
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = x0.detach().clone()
         if self.clamp is not None:
@@ -75,8 +78,8 @@ class Langevin(Sampler[SamplerState]):
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
         factor = 1.0 if self.schedule is None else float(self.schedule(state.t))
-        h = self.step_size * factor
-        sigma = math.sqrt(2 * h) if self.noise_scale is None else self.noise_scale
+        h = per_chain(self.step_size * factor, state.x)
+        sigma = (2 * h) ** 0.5 if self.noise_scale is None else self.noise_scale
         g = state.grad if self.grad_clip is None else _clip_rows(state.grad, self.grad_clip)
         noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
         x = state.x - h * g + sigma * noise

@@ -9,17 +9,17 @@ One gradient evaluation per step (at the proposal; reused when accepted).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, accept, where_rows
+from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
 
 
-def _log_q(x_to: torch.Tensor, x_from: torch.Tensor, grad_from: torch.Tensor, h: float) -> torch.Tensor:
-    diff = x_to - x_from + h * grad_from
+def _log_q(
+    x_to: torch.Tensor, x_from: torch.Tensor, grad_from: torch.Tensor, h: torch.Tensor | float
+) -> torch.Tensor:
+    diff = x_to - x_from + per_chain(h, x_to) * grad_from
     return -(diff.flatten(1) ** 2).sum(1) / (4 * h)
 
 
@@ -29,6 +29,10 @@ class MALA(Sampler[SamplerState]):
     def __init__(self, step_size: float) -> None:
         self.step_size = _checks.positive("step_size", step_size)
 
+    def tempered(self, beta: torch.Tensor) -> MALA:
+        """Step size / beta, matched to the tempered distributions' scale."""
+        return self._rescaled("step_size", beta, 1.0)
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         e, g = energy_and_grad(energy, x0)
         return SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
@@ -37,8 +41,9 @@ class MALA(Sampler[SamplerState]):
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
         h = self.step_size
+        hx = per_chain(h, state.x)
         noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
-        proposal = state.x - h * state.grad + math.sqrt(2 * h) * noise
+        proposal = state.x - hx * state.grad + (2 * hx) ** 0.5 * noise
         e_new, g_new = energy_and_grad(energy, proposal)
         log_ratio = (
             state.energy

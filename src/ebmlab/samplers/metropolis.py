@@ -11,7 +11,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState, accept, where_rows
+from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
 
 
 class MetropolisHastings(Sampler[SamplerState]):
@@ -19,6 +19,10 @@ class MetropolisHastings(Sampler[SamplerState]):
 
     def __init__(self, scale: float) -> None:
         self.scale = _checks.positive("scale", scale)
+
+    def tempered(self, beta: torch.Tensor) -> MetropolisHastings:
+        """Proposal scale / sqrt(beta), matched to the tempered distributions' width."""
+        return self._rescaled("scale", beta, 0.5)
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = x0.detach().clone()
@@ -30,7 +34,7 @@ class MetropolisHastings(Sampler[SamplerState]):
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
         noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
-        proposal = state.x + self.scale * noise
+        proposal = state.x + per_chain(self.scale, state.x) * noise
         with torch.no_grad():
             e_new = energy(proposal)
         ok = accept(state.energy - e_new, generator)

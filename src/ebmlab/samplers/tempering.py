@@ -1,0 +1,205 @@
+"""Tempering: replica exchange over a temperature ladder, and annealing along a path.
+
+Parallel tempering (Swendsen & Wang 1986; Geyer 1991) runs one copy of every chain
+at each inverse temperature beta_k of a ladder 1 = beta_0 > beta_1 > ... with any
+base kernel on the tempered energy beta_k E. Neighbouring replicas swap states
+with probability min(1, exp((beta_k - beta_{k+1}) (E(x_k) - E(x_{k+1})))); even
+and odd neighbour pairs alternate (deterministic even-odd swaps). Hot replicas
+cross energy barriers and hand their states down, so the cold chain visits every
+mode in proportion to its mass. The cached energies and gradients travel with the
+swapped states, so a swap costs no evaluation.
+
+:func:`geometric_path` and :func:`anneal` move samples along
+E_beta = (1 - beta) E_0 + beta E_1, the path annealed importance sampling uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ebmlab import _checks
+from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn
+from ebmlab.samplers.base import Sampler, SamplerState, frozen_parameters, per_chain
+
+
+@dataclass(frozen=True)
+class TemperingState(SamplerState):
+    """Cold chains (x, energy, grad) plus all replicas' base state and swap statistics."""
+
+    replicas: SamplerState | None = None
+    swaps_accepted: torch.Tensor | None = None  # per neighbour pair (K - 1,)
+    swaps_proposed: torch.Tensor | None = None
+
+
+class ParallelTempering(Sampler[TemperingState]):
+    """Replica exchange with base kernel ``base`` over inverse temperatures ``betas``.
+
+    ``betas`` must start at 1 and decrease; ``swap_every`` base steps separate
+    swap rounds. With ``scale_steps`` each replica's kernel has its step size
+    rescaled to its temperature (``Sampler.tempered``), so hot replicas explore.
+    ``accepted`` counts the cold chains' accepted swaps; ``swap_rates()`` reports
+    each neighbour pair's acceptance rate.
+    """
+
+    def __init__(
+        self, base: Sampler, betas: Sequence[float], swap_every: int = 1, scale_steps: bool = True
+    ) -> None:
+        if not isinstance(base, Sampler):
+            raise TypeError(f"base must be a Sampler, got {type(base).__name__}")
+        betas_t = torch.as_tensor(list(betas), dtype=torch.float64)
+        if betas_t.ndim != 1 or len(betas_t) < 2:
+            raise ValueError("betas must be a sequence of at least two inverse temperatures")
+        if betas_t[0] != 1 or not (betas_t[1:] < betas_t[:-1]).all() or betas_t[-1] <= 0:
+            raise ValueError(
+                f"betas must start at 1.0 and decrease strictly to a value > 0, got {list(betas)}"
+            )
+        self.base = base
+        self.betas = betas_t.float()
+        self.swap_every = _checks.positive_int("swap_every", swap_every)
+        self.scale_steps = scale_steps
+
+    @staticmethod
+    def geometric_ladder(n_temperatures: int, min_beta: float) -> list[float]:
+        """Inverse temperatures from 1 down to ``min_beta``, equally spaced in log."""
+        _checks.positive_int("n_temperatures", n_temperatures)
+        _checks.probability("min_beta", min_beta)
+        return torch.logspace(0, torch.log10(torch.tensor(min_beta)), n_temperatures).tolist()
+
+    def _tempered(self, energy: EnergyFn, n_chains: int) -> tuple[EnergyFn, torch.Tensor]:
+        beta_rows = self.betas.repeat_interleave(n_chains)
+        return (lambda x: beta_rows.to(x.dtype) * energy(x)), beta_rows
+
+    def _kernel(self, beta_rows: torch.Tensor) -> Sampler:
+        return self.base.tempered(beta_rows) if self.scale_steps else self.base
+
+    def _cold(self, replicas: SamplerState, n: int) -> dict:
+        return {
+            "x": replicas.x[:n],
+            "energy": replicas.energy[:n],
+            "grad": None if replicas.grad is None else replicas.grad[:n],
+        }
+
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> TemperingState:
+        k, n = len(self.betas), x0.shape[0]
+        tempered, beta_rows = self._tempered(energy, n)
+        replicas = self._kernel(beta_rows).init(x0.repeat(k, *([1] * (x0.ndim - 1))), tempered)
+        zeros = torch.zeros(n, dtype=torch.long)
+        return TemperingState(
+            **self._cold(replicas, n),
+            accepted=zeros,
+            divergent=zeros.clone(),
+            n_grad_evals=replicas.n_grad_evals,
+            replicas=replicas,
+            swaps_accepted=torch.zeros(k - 1, dtype=torch.long),
+            swaps_proposed=torch.zeros(k - 1, dtype=torch.long),
+        )
+
+    def step(
+        self, state: TemperingState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> TemperingState:
+        n, k = state.x.shape[0], len(self.betas)
+        tempered, beta_rows = self._tempered(energy, n)
+        replicas = self._kernel(beta_rows).step(state.replicas, tempered, generator)
+        accepted_cold = torch.zeros(n, dtype=torch.long)
+        swaps_acc, swaps_prop = state.swaps_accepted.clone(), state.swaps_proposed.clone()
+        if (state.t + 1) % self.swap_every == 0:
+            replicas, accepted_cold, swaps_acc, swaps_prop = self._swap(
+                replicas, beta_rows, n, k, state.t, generator, swaps_acc, swaps_prop
+            )
+        return state.replace(
+            **self._cold(replicas, n),
+            replicas=replicas,
+            accepted=state.accepted + accepted_cold,
+            divergent=state.divergent + replicas.divergent[:n] - state.replicas.divergent[:n],
+            n_grad_evals=replicas.n_grad_evals,
+            swaps_accepted=swaps_acc,
+            swaps_proposed=swaps_prop,
+            t=state.t + 1,
+        )
+
+    def _swap(self, replicas, beta_rows, n, k, t, generator, swaps_acc, swaps_prop):
+        """Even-odd neighbour swaps; untempered energies and gradients move with the states."""
+        shape = (k, n)
+        raw_e = (replicas.energy / beta_rows).view(shape)
+        x = replicas.x.view(k, n, *replicas.x.shape[1:])
+        raw_g = (
+            None
+            if replicas.grad is None
+            else (replicas.grad / per_chain(beta_rows, replicas.grad)).view_as(x)
+        )
+        order = torch.arange(k).repeat(n, 1).T.clone()  # which replica's state each slot holds
+        first = t % 2
+        lows = torch.arange(first, k - 1, 2)
+        if len(lows):
+            b_lo, b_hi = self.betas[lows], self.betas[lows + 1]
+            log_ratio = (b_lo - b_hi)[:, None] * (raw_e[lows] - raw_e[lows + 1])
+            u = torch.rand(log_ratio.shape, generator=generator)
+            ok = torch.log(u) < log_ratio  # (pairs, n)
+            swaps_prop[lows] += n
+            swaps_acc[lows] += ok.sum(1)
+            lo_idx, hi_idx = order[lows].clone(), order[lows + 1].clone()
+            order[lows] = torch.where(ok, hi_idx, lo_idx)
+            order[lows + 1] = torch.where(ok, lo_idx, hi_idx)
+        cols = torch.arange(n)
+        new_x = x[order, cols]
+        new_e = raw_e[order, cols]
+        accepted_cold = (order[0] != 0).long()
+        grad = None
+        if raw_g is not None:
+            grad = raw_g[order, cols].reshape(replicas.grad.shape) * per_chain(
+                beta_rows, replicas.grad
+            )
+        replicas = replicas.replace(
+            x=new_x.reshape(replicas.x.shape),
+            energy=new_e.reshape(-1) * beta_rows.to(new_e.dtype),
+            grad=grad,
+        )
+        return replicas, accepted_cold, swaps_acc, swaps_prop
+
+    @staticmethod
+    def swap_rates(state: TemperingState) -> torch.Tensor:
+        """Acceptance rate of swaps between each pair of neighbouring temperatures."""
+        return state.swaps_accepted.double() / state.swaps_proposed.clamp_min(1).double()
+
+
+def geometric_path(energy0: EnergyFn, energy1: EnergyFn, beta: float) -> EnergyFn:
+    """E_beta(x) = (1 - beta) E_0(x) + beta E_1(x): the geometric-mean path of densities."""
+    _checks.probability("beta", beta)
+    return lambda x: (1 - beta) * energy0(x) + beta * energy1(x)
+
+
+def anneal(
+    sampler: Sampler,
+    energy: EnergyLike,
+    x0: torch.Tensor,
+    betas: Sequence[float],
+    *,
+    steps_per_beta: int = 1,
+    base_energy: EnergyLike | None = None,
+    generator: torch.Generator | int | None = None,
+) -> torch.Tensor:
+    """Move ``x0`` through E_beta for each beta in ``betas`` (``steps_per_beta`` steps each).
+
+    Without ``base_energy`` the path is beta E (simulated annealing when betas rise
+    to 1); with it, (1 - beta) E_0 + beta E.
+    """
+    _checks.positive_int("steps_per_beta", steps_per_beta)
+    gen = _checks.generator("generator", generator)
+    fn = as_energy_fn(energy)
+    fn0 = (
+        as_energy_fn(base_energy)
+        if base_energy is not None
+        else (lambda x: torch.zeros(x.shape[0], dtype=x.dtype))
+    )
+    x = x0
+    with frozen_parameters(energy):
+        for beta in betas:
+            path = geometric_path(fn0, fn, float(beta))
+            state = sampler.init(x, path)
+            for _ in range(steps_per_beta):
+                state = sampler.step(state, path, gen)
+            x = state.x
+    return x
