@@ -4,7 +4,8 @@ Each benchmark module defines ``cases()`` returning :class:`Case` objects. A cas
 times ebmlab's way of doing something against an anchor (a hand-written PyTorch
 loop, scikit-learn, ...) doing the same work; the two are run alternately so
 that both see the same machine state, and the ratio of medians is reported as
-``anchor / ebmlab`` (above 1: ebmlab is faster).
+``anchor / ebmlab`` (above 1: ebmlab is faster). A :class:`MetricCase` compares a
+quality number instead (e.g. effective samples per gradient), ratio ebmlab / anchor.
 """
 
 from __future__ import annotations
@@ -28,15 +29,27 @@ class Case:
 
 
 @dataclass
+class MetricCase:
+    """A quality comparison: ``run()`` returns (ebmlab value, anchor value), higher is better."""
+
+    what: str
+    run: Callable[[], tuple[float, float]]
+    anchor_name: str
+    unit: str
+
+
+@dataclass
 class Result:
     what: str
     anchor_name: str
-    ebmlab_s: float
-    anchor_s: float
+    ebmlab: float
+    anchor: float
+    unit: str = "s"
 
     @property
     def ratio(self) -> float:
-        return self.anchor_s / self.ebmlab_s
+        """Speed-up (times) or improvement (metrics): above 1 means ebmlab does better."""
+        return self.anchor / self.ebmlab if self.unit == "s" else self.ebmlab / self.anchor
 
 
 def _time(fn: Callable[[], object]) -> float:
@@ -45,8 +58,12 @@ def _time(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def measure(case: Case) -> Result:
-    """Median seconds of ebmlab and anchor over interleaved repeats after warm-up."""
+def measure(case: Case | MetricCase) -> Result:
+    """Median seconds of ebmlab and anchor over interleaved repeats after warm-up,
+    or the two values of a metric case."""
+    if isinstance(case, MetricCase):
+        ours_value, theirs_value = case.run()
+        return Result(case.what, case.anchor_name, ours_value, theirs_value, case.unit)
     for _ in range(case.warmup):
         case.ebmlab()
         case.anchor()
@@ -60,12 +77,13 @@ def measure(case: Case) -> Result:
 
 def markdown_table(results: list[Result]) -> str:
     lines = [
-        "| what | ebmlab (s) | anchor | anchor (s) | ratio (anchor / ebmlab) |",
-        "|---|---:|---|---:|---:|",
+        "| what | unit | ebmlab | anchor | anchor value | ratio |",
+        "|---|---|---:|---|---:|---:|",
     ]
     for r in results:
         lines.append(
-            f"| {r.what} | {r.ebmlab_s:.4f} | {r.anchor_name} | {r.anchor_s:.4f} | {r.ratio:.2f} |"
+            f"| {r.what} | {r.unit} | {r.ebmlab:.4g} | {r.anchor_name} | {r.anchor:.4g} | "
+            f"{r.ratio:.2f} |"
         )
     return "\n".join(lines)
 

@@ -1,17 +1,21 @@
-"""Samplers against a hand-written PyTorch autograd loop doing the same updates."""
+"""Samplers against hand-written PyTorch loops doing the same updates, and sampling
+efficiency (effective samples per gradient and per second) against plain MALA."""
 
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 from torch import nn
 
-from benchmarks.harness import Case
-from ebmlab.energies import MLPEnergy
-from ebmlab.samplers import Langevin
+from benchmarks.harness import Case, MetricCase
+from ebmlab.energies import DiagonalGaussian, Gaussian, MLPEnergy
+from ebmlab.samplers import HMC, MALA, AdaptiveHMC, Langevin
+from ebmlab.samplers.diagnostics import effective_sample_size
 
-STEPS = 20
+LANGEVIN_STEPS = 20
+HMC_STEPS, LEAPFROG = 50, 10
 
 
 def hand_written_langevin(
@@ -26,17 +30,87 @@ def hand_written_langevin(
     return x.detach()
 
 
-def cases() -> list[Case]:
+def hand_written_hmc(
+    energy, x: torch.Tensor, steps: int, eps: float, n_leapfrog: int, gen
+) -> torch.Tensor:
+    """Textbook HMC with autograd gradients (one gradient per leapfrog step, cached)."""
+
+    def value_and_grad(z):
+        z = z.detach().requires_grad_(True)
+        e = energy(z)
+        (g,) = torch.autograd.grad(e.sum(), z)
+        return e.detach(), g
+
+    e, g = value_and_grad(x)
+    for _ in range(steps):
+        p = torch.randn(x.shape, generator=gen)
+        h0 = e + 0.5 * (p * p).sum(1)
+        x1, g1 = x, g
+        p1 = p - 0.5 * eps * g1
+        for i in range(n_leapfrog):
+            x1 = x1 + eps * p1
+            e1, g1 = value_and_grad(x1)
+            p1 = p1 - (eps if i < n_leapfrog - 1 else 0.5 * eps) * g1
+        h1 = e1 + 0.5 * (p1 * p1).sum(1)
+        ok = torch.rand(x.shape[0], generator=gen).log() < h0 - h1
+        x = torch.where(ok[:, None], x1, x)
+        e = torch.where(ok, e1, e)
+        g = torch.where(ok[:, None], g1, g)
+    return x
+
+
+def ess_efficiency(
+    sampler, target, n_chains: int, burn_in: int, n_steps: int
+) -> tuple[float, float]:
+    """(min bulk ESS per 1000 gradient evaluations, min bulk ESS per second), whole run counted."""
+    x0 = torch.randn(n_chains, target.dim, generator=torch.Generator().manual_seed(1))
+    start = time.perf_counter()
+    run = sampler.run(target, x0, n_steps, burn_in=burn_in, thin=1, generator=0)
+    seconds = time.perf_counter() - start
+    min_ess = float(effective_sample_size(run.samples).min())
+    return 1000 * min_ess / run.info["n_grad_evals"], min_ess / seconds
+
+
+def cases() -> list[Case | MetricCase]:
     torch.manual_seed(0)
-    energy = MLPEnergy(64, hidden=(256, 256))
-    x0 = torch.randn(1024, 64)
-    sampler = Langevin(0.01)
+    mlp = MLPEnergy(64, hidden=(256, 256))
+    x_mlp = torch.randn(1024, 64)
+    gauss = Gaussian(torch.zeros(10), torch.eye(10) * 0.5 + 0.5)
+    x_gauss = torch.randn(1024, 10)
+    langevin, hmc = Langevin(0.01), HMC(0.2, LEAPFROG, jitter=0.0)
     gen = torch.Generator().manual_seed(0)
+    ill = DiagonalGaussian(torch.zeros(100), torch.logspace(-2, 0, 100))
+
+    def ess_per_grad_and_second():
+        ours = ess_efficiency(AdaptiveHMC(), ill, 1000, 300, 300)
+        # plain MALA needs a step below the smallest scale (0.01^2) to accept at all
+        theirs = ess_efficiency(MALA(1.5e-4), ill, 1000, 300, 300)
+        return ours, theirs
+
+    ours, theirs = ess_per_grad_and_second()
     return [
         Case(
-            what=f"Langevin, MLP 64-256-256-1 SiLU, 1024 chains, {STEPS} steps",
-            ebmlab=lambda: sampler.sample(energy, x0, STEPS, generator=gen),
-            anchor=lambda: hand_written_langevin(energy, x0, STEPS, 0.01, gen),
+            what=f"Langevin, MLP 64-256-256-1 SiLU, 1024 chains, {LANGEVIN_STEPS} steps",
+            ebmlab=lambda: langevin.sample(mlp, x_mlp, LANGEVIN_STEPS, generator=gen),
+            anchor=lambda: hand_written_langevin(mlp, x_mlp, LANGEVIN_STEPS, 0.01, gen),
             anchor_name="hand-written autograd loop",
-        )
+        ),
+        Case(
+            what=f"HMC, 10-d Gaussian, 1024 chains, {HMC_STEPS} x {LEAPFROG} leapfrog",
+            ebmlab=lambda: hmc.sample(gauss, x_gauss, HMC_STEPS, generator=gen),
+            anchor=lambda: hand_written_hmc(gauss, x_gauss, HMC_STEPS, 0.2, LEAPFROG, gen),
+            anchor_name="hand-written autograd HMC",
+        ),
+        MetricCase(
+            what="100-d Gaussian, sd 0.01..1, 1000 chains: min ESS / 1000 gradients (AdaptiveHMC)",
+            run=lambda: (ours[0], theirs[0]),
+            anchor_name="MALA (step 1.5e-4)",
+            unit="ESS/1k grads",
+        ),
+        MetricCase(
+            what="100-d Gaussian, sd 0.01..1, 1000 chains: min ESS / second (AdaptiveHMC)",
+            run=lambda: (ours[1], theirs[1]),
+            anchor_name="MALA (step 1.5e-4)",
+            unit="ESS/s",
+        ),
     ]

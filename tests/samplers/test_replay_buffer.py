@@ -27,3 +27,16 @@ def test_state_round_trip_and_shape_check():
         ReplayBuffer(5, uniform_init((3,))).load_state_dict(buf.state_dict())
     with pytest.raises(ValueError, match="reinit_prob must lie in"):
         ReplayBuffer(5, uniform_init((3,)), reinit_prob=1.5)
+
+
+def test_per_class_segments():
+    buf = ReplayBuffer(
+        30, lambda n, g=None: torch.arange(n, dtype=torch.float32)[:, None], 0.0, n_classes=3
+    )
+    y = torch.tensor([0, 1, 2, 2])
+    starts, slots = buf.sample(4, torch.Generator().manual_seed(0), y=y)
+    assert ((slots // 10) == y).all() and torch.equal(starts[:, 0], slots.float())
+    with pytest.raises(ValueError, match="y must be given exactly"):
+        buf.sample(4)
+    with pytest.raises(ValueError, match="multiple of n_classes"):
+        ReplayBuffer(31, uniform_init((1,)), n_classes=3)

@@ -16,8 +16,8 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
 - the diagonal inverse mass from the cross-chain variance of the positions,
   regularised as in Stan, in windows during the middle of burn-in;
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
-  E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4, with trajectory lengths jittered
-  uniformly in (0, T] both during and after burn-in.
+  E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T (per gradient), with
+  trajectory lengths jittered uniformly in (0, T] both during and after burn-in.
 """
 
 from __future__ import annotations
@@ -284,17 +284,23 @@ class AdaptiveHMC(HMC):
         accept_prob: torch.Tensor,
         u: float,
     ) -> AdaptiveState:
-        """One Adam step (beta1 = 0) up the ChEES criterion in log T."""
+        """One Adam step (beta1 = 0) up log(ChEES / T) in log T.
+
+        Dividing the criterion by T (proportional to the gradient cost) makes the
+        target the change in squared distance per gradient evaluation; without it the
+        criterion is flat beyond its first maximum and T drifts to wasteful lengths.
+        """
         x0c = old.x - old.x.mean(0)
         x1c = traj.x - traj.x.mean(0)
         diff = (x1c.flatten(1) ** 2).sum(1) - (x0c.flatten(1) ** 2).sum(1)
         velocity = (x1c * (old.inv_mass * traj.p)).flatten(1).sum(1)
-        per_chain = diff * velocity * u * new.trajectory_length  # d ChEES / d log T
+        per_chain = diff * velocity * u * new.trajectory_length  # d (diff^2 / 4) / d log T
         ok = torch.isfinite(per_chain) & ~traj.divergent
         weight = accept_prob * ok
-        if float(weight.sum()) <= 0:
+        chees = float((torch.where(ok, diff * diff / 4, 0) * weight).sum())
+        if float(weight.sum()) <= 0 or chees <= 0:
             return new
-        grad = float((torch.where(ok, per_chain, 0) * weight).sum() / weight.sum())
+        grad = float((torch.where(ok, per_chain, 0) * weight).sum()) / chees - 1.0
         beta2, lr = 0.95, 0.025
         v = beta2 * new.chees_v + (1 - beta2) * grad * grad
         count = new.chees_count + 1

@@ -3,7 +3,9 @@
 Each training step draws chain starts from the buffer; with probability
 ``reinit_prob`` a start is replaced by a fresh draw from ``init_fn`` (JEM uses
 0.05), which keeps the buffer from collapsing onto a few modes. After the
-sampler has moved them, the chains are written back to their slots.
+sampler has moved them, the chains are written back to their slots. With
+``n_classes`` the buffer is split into equal per-class segments, so that
+class-conditional chains (x ~ p(x | y)) persist separately.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ class ReplayBuffer:
         init_fn: InitFn,
         reinit_prob: float = 0.05,
         generator: torch.Generator | None = None,
+        n_classes: int | None = None,
     ) -> None:
         self.capacity = _checks.positive_int("capacity", capacity)
         self.init_fn = _checks.callable_("init_fn", init_fn)
         self.reinit_prob = _checks.probability("reinit_prob", reinit_prob)
+        self.n_classes = None if n_classes is None else _checks.positive_int("n_classes", n_classes)
+        if n_classes is not None and capacity % n_classes:
+            raise ValueError(f"capacity ({capacity}) must be a multiple of n_classes ({n_classes})")
         self.buffer = init_fn(capacity, generator)
         if self.buffer.shape[0] != capacity:
             raise ValueError(
@@ -47,11 +53,22 @@ class ReplayBuffer:
             )
 
     def sample(
-        self, n: int, generator: torch.Generator | None = None
+        self, n: int, generator: torch.Generator | None = None, y: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return ``(starts, slots)``: n chain starts and the buffer slots they came from."""
+        """Return ``(starts, slots)``: n chain starts and the buffer slots they came from.
+
+        With per-class segments, ``y`` (n,) names the class of each requested chain.
+        """
         _checks.positive_int("n", n)
-        slots = torch.randint(self.capacity, (n,), generator=generator)
+        if (y is None) != (self.n_classes is None):
+            raise ValueError("y must be given exactly when the buffer has n_classes")
+        if y is None:
+            slots = torch.randint(self.capacity, (n,), generator=generator)
+        else:
+            if y.shape != (n,) or int(y.min()) < 0 or int(y.max()) >= self.n_classes:
+                raise ValueError(f"y must be ({n},) class indices in [0, {self.n_classes})")
+            per_class = self.capacity // self.n_classes
+            slots = y.long() * per_class + torch.randint(per_class, (n,), generator=generator)
         starts = self.buffer[slots].clone()
         fresh = torch.rand(n, generator=generator) < self.reinit_prob
         if fresh.any():

@@ -36,11 +36,11 @@ class DensityConfig:
     data: str = "8gaussians"
     hidden: int = 128
     depth: int = 3
-    sampler_steps: int = 20
-    step_size: float = 0.005
+    sampler_steps: int = 40
+    step_size: float = 0.002
     buffer_size: int = 10_000
     reinit_prob: float = 0.05
-    l2: float = 0.1
+    l2: float = 0.001
     quadrature_points: int = 128
 
     def __post_init__(self) -> None:
@@ -182,6 +182,6 @@ register(
         config_cls=DensityConfig,
         build=build,
         evaluate=evaluate,
-        trainer_defaults={"epochs": 20, "batch_size": 256, "lr": 1e-3, "monitor": "val_nll"},
+        trainer_defaults={"epochs": 60, "batch_size": 256, "lr": 2e-3, "monitor": "val_nll"},
     )
 )
