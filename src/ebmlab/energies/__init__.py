@@ -28,6 +28,7 @@ __all__ = [
     "DiagonalGaussian",
     "DoubleWell",
     "EnergyFn",
+    "EnergyFunction",
     "EnergyLike",
     "EnergyModel",
     "Funnel",

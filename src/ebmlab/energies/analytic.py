@@ -64,6 +64,14 @@ class Gaussian(AnalyticEnergy):
         z = torch.linalg.solve_triangular(self.chol, (x - self.mean).T, upper=False)
         return 0.5 * (z * z).sum(0)
 
+    def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Closed form: grad E = Sigma^{-1} (x - mu) = L^{-T} z with z = L^{-1} (x - mu)."""
+        self._check_x(x)
+        with torch.no_grad():
+            z = torch.linalg.solve_triangular(self.chol, (x - self.mean).T, upper=False)
+            g = torch.linalg.solve_triangular(self.chol.T, z, upper=True).T
+            return 0.5 * (z * z).sum(0), g
+
     def log_partition(self) -> torch.Tensor:
         logdet = 2 * torch.log(torch.diagonal(self.chol.double())).sum()
         return 0.5 * self.dim * LOG_2PI + 0.5 * logdet
@@ -90,6 +98,13 @@ class DiagonalGaussian(AnalyticEnergy):
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         self._check_x(x)
         return 0.5 * (((x - self.mean) / self.std) ** 2).sum(1)
+
+    def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Closed form: grad E = (x - mu) / sigma^2."""
+        self._check_x(x)
+        with torch.no_grad():
+            z = (x - self.mean) / self.std
+            return 0.5 * (z * z).sum(1), z / self.std
 
     def log_partition(self) -> torch.Tensor:
         return 0.5 * self.dim * LOG_2PI + torch.log(self.std.double()).sum()

@@ -44,20 +44,26 @@ class EnergyModel(nn.Module):
         """log p(x1)/p(x2) = E(x2) - E(x1): Z cancels (seed 001, 'ratios without Z')."""
         return self.energy(x2) - self.energy(x1)
 
+    def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(E(x), grad_x E(x)), both detached. Subclasses with a closed-form or hand-fused
+        gradient override this; samplers call it for every gradient they need."""
+        return _autograd_energy_and_grad(self.energy, x)
 
-def as_energy_fn(energy: EnergyLike) -> EnergyFn:
-    """Return a callable ``x -> (B,)`` for an :class:`EnergyModel` or plain callable.
 
-    The returned function checks that the energy has one value per batch row.
+class EnergyFunction:
+    """A callable ``x -> (B,)`` that checks its output shape, with a gradient method.
+
+    Made by :func:`as_energy_fn`; ``value_and_grad`` uses the model's own
+    ``energy_and_grad`` when the energy is an :class:`EnergyModel` (closed-form or
+    fused gradients), autograd otherwise.
     """
-    if not callable(energy):
-        raise TypeError(
-            f"energy must be an EnergyModel or a callable x -> (B,), got {type(energy).__name__}"
-        )
-    fn = energy.energy if isinstance(energy, EnergyModel) else energy
 
-    def checked(x: torch.Tensor) -> torch.Tensor:
-        e = fn(x)
+    def __init__(self, fn: EnergyFn, model: EnergyModel | None = None) -> None:
+        self.fn = fn
+        self.model = model
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.fn(x)
         if not isinstance(e, torch.Tensor) or e.shape != x.shape[:1]:
             shape = tuple(e.shape) if isinstance(e, torch.Tensor) else type(e).__name__
             raise ValueError(
@@ -65,17 +71,28 @@ def as_energy_fn(energy: EnergyLike) -> EnergyFn:
             )
         return e
 
-    return checked
+    def value_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.model is not None:
+            return self.model.energy_and_grad(x)
+        return _autograd_energy_and_grad(self, x)
 
 
-def energy_and_grad(
-    energy: EnergyFn, x: torch.Tensor, *, create_graph: bool = False
+def as_energy_fn(energy: EnergyLike) -> EnergyFunction:
+    """Return a checked callable ``x -> (B,)`` for an :class:`EnergyModel` or plain callable."""
+    if isinstance(energy, EnergyFunction):
+        return energy
+    if isinstance(energy, EnergyModel):
+        return EnergyFunction(energy.energy, energy)
+    if not callable(energy):
+        raise TypeError(
+            f"energy must be an EnergyModel or a callable x -> (B,), got {type(energy).__name__}"
+        )
+    return EnergyFunction(energy)
+
+
+def _autograd_energy_and_grad(
+    energy: EnergyFn, x: torch.Tensor, create_graph: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``(E(x), grad_x E(x))`` with one backward pass.
-
-    The returned energy is detached unless ``create_graph`` is set (needed when a
-    loss differentiates through the gradient, e.g. score matching).
-    """
     with torch.enable_grad():
         xg = x.detach().requires_grad_(True)
         e = energy(xg)
@@ -83,6 +100,21 @@ def energy_and_grad(
     if create_graph:
         return e, g
     return e.detach(), g.detach()
+
+
+def energy_and_grad(
+    energy: EnergyFn, x: torch.Tensor, *, create_graph: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(E(x), grad_x E(x))``.
+
+    Uses the energy's own ``value_and_grad`` when it has one (see :class:`EnergyFunction`),
+    else one autograd backward pass. With ``create_graph`` the result stays differentiable
+    (needed when a loss differentiates through the gradient, e.g. score matching), and
+    autograd is always used.
+    """
+    if not create_graph and isinstance(energy, EnergyFunction):
+        return energy.value_and_grad(x)
+    return _autograd_energy_and_grad(energy, x, create_graph)
 
 
 def score(energy: EnergyLike, x: torch.Tensor) -> torch.Tensor:
