@@ -1,4 +1,4 @@
-"""The ``ebmlab`` command: ``info``, ``train <recipe>`` and ``evaluate RUN_DIR``.
+"""The ``ebmlab`` command: ``info``, ``train``, ``evaluate`` and ``sample``.
 
 Each recipe's options are generated from its config dataclass and the shared
 :class:`~ebmlab.training.TrainerConfig`, so a new recipe needs no change here.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import platform
 import sys
@@ -22,9 +23,18 @@ from typing import Any, NoReturn
 import torch
 
 import ebmlab
+from ebmlab import _checks
 from ebmlab.data import DataNotFoundError, available_datasets
-from ebmlab.training import CheckpointError, DivergenceError, RunDirectory, Trainer, TrainerConfig
-from ebmlab.training.recipes import Recipe, get_recipe, recipes
+from ebmlab.training import (
+    CheckpointError,
+    DivergenceError,
+    RunDirectory,
+    Trainer,
+    TrainerConfig,
+    load_checkpoint,
+)
+from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
+from ebmlab.training.run_dir import write_json
 
 USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, DataNotFoundError, CheckpointError)
 
@@ -83,6 +93,15 @@ def _build_parser() -> _Parser:
         )
     ev = sub.add_parser("evaluate", help="evaluate a run directory; prints JSON")
     ev.add_argument("run_dir")
+    ev.add_argument("--checkpoint", choices=["last", "best"], default="last")
+    ev.add_argument("--ood-data", default=None, help="uint8 .npy images (N, H, W) as an OOD set")
+    sa = sub.add_parser("sample", help="draw samples from a trained run and save a picture")
+    sa.add_argument("run_dir")
+    sa.add_argument("--n", type=int, default=64, help="number of samples")
+    sa.add_argument("--steps", type=int, default=200, help="sampler steps")
+    sa.add_argument("--out", default=None, help="PNG path (default RUN_DIR/samples/sample.png)")
+    sa.add_argument("--checkpoint", choices=["last", "best"], default="last")
+    sa.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -156,25 +175,41 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_run(run_dir: str | Path) -> tuple[Recipe, Any, TrainerConfig, RunDirectory]:
-    """Recipe and configs of an existing run directory."""
+def load_run(run_dir: str | Path, checkpoint: str = "last") -> tuple[Recipe, Setup, RunDirectory]:
+    """Rebuild a run's recipe and restore its model and task state from a checkpoint."""
     run = RunDirectory(run_dir)
     stored = run.read_config()
     recipe = get_recipe(stored["recipe"])
-    config = recipe.config_cls(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()}
-    )
-    return recipe, config, TrainerConfig(**stored["trainer"]), run
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()}
+    setup = recipe.build(recipe.config_cls(**settings), TrainerConfig(**stored["trainer"]))
+    state = load_checkpoint(run.checkpoints / f"{checkpoint}.pt")
+    setup.task.model.load_state_dict(state["model"])
+    setup.task.load_state_dict(state["task"])
+    setup.task.model.eval()
+    return recipe, setup, run
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    recipe, config, trainer_config, run = load_run(args.run_dir)
-    setup = recipe.build(config, trainer_config)
-    result = recipe.evaluate(setup, run)
-    from ebmlab.training.run_dir import write_json
-
+    recipe, setup, run = load_run(args.run_dir, args.checkpoint)
+    options = {"ood_data": args.ood_data} if args.ood_data else {}
+    if options and "ood_data" not in inspect.signature(recipe.evaluate).parameters:
+        raise ValueError(f"recipe {recipe.name!r} does not take --ood-data")
+    result = {"checkpoint": args.checkpoint, **recipe.evaluate(setup, run, **options)}
     write_json(run.path / "evaluation.json", result)
     print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    _checks.positive_int("--n", args.n)
+    _checks.positive_int("--steps", args.steps)
+    recipe, setup, run = load_run(args.run_dir, args.checkpoint)
+    if recipe.sample is None:
+        raise ValueError(f"recipe {recipe.name!r} cannot draw samples")
+    out = Path(args.out) if args.out else run.samples / "sample.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    recipe.sample(setup, run, args.n, args.steps, out, seed=args.seed)
+    print(out)
     return 0
 
 
@@ -195,7 +230,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"info": cmd_info, "train": cmd_train, "evaluate": cmd_evaluate}
+COMMANDS = {"info": cmd_info, "train": cmd_train, "evaluate": cmd_evaluate, "sample": cmd_sample}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,19 +18,24 @@ from ebmlab.energies.base import (
     score,
 )
 from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
-from ebmlab.energies.mlp import MLPEnergy
+from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy, ConvNet
+from ebmlab.energies.mlp import FeedForward, MLPEnergy
 
 __all__ = [
     "AnalyticEnergy",
     "Banana",
     "BernoulliRBM",
     "BoltzmannMachine",
+    "ClassConditionalEnergy",
+    "ClassifierEnergy",
+    "ConvNet",
     "DiagonalGaussian",
     "DoubleWell",
     "EnergyFn",
     "EnergyFunction",
     "EnergyLike",
     "EnergyModel",
+    "FeedForward",
     "Funnel",
     "Gaussian",
     "GaussianMixture",

@@ -1,9 +1,9 @@
-"""A multilayer-perceptron energy for vectors: E(x) = MLP(x), a free-form neural energy."""
+"""Feed-forward networks as energies, with hand-fused input gradients for samplers."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -29,30 +29,30 @@ _BACKWARD = {
     "softplus": lambda g, z, a: torch.ops.aten.softplus_backward(g, z, 1.0, 20.0),
 }
 
+# maps the network output (B, K) to (energy (B,), d energy / d output (B, K))
+Head = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
-class MLPEnergy(EnergyModel):
-    """E(x) = MLP(x) with smooth activations (SiLU by default, so Langevin gradients are smooth).
 
-    ``spectral_norm`` wraps each linear layer in spectral normalisation, which bounds the
-    Lipschitz constant of E and tames sampler gradients.
+class FeedForward(nn.Module):
+    """Linear layers of widths ``sizes`` with ``activation`` between them.
+
+    ``value_and_input_grad(x, head)`` runs the forward pass and back-propagates
+    d energy / d output to the input by hand with fused activation backwards: no
+    autograd graph is built (a sampler needs no parameter gradients), which is
+    15-25% faster than autograd for wide layers and much faster for small batches.
+    ``spectral_norm`` wraps each layer in spectral normalisation (bounded Lipschitz
+    constant); such layers use autograd for input gradients.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        hidden: Sequence[int] = (128, 128),
-        activation: str = "silu",
-        spectral_norm: bool = False,
-    ) -> None:
+    def __init__(self, sizes: Sequence[int], activation: str = "silu", spectral_norm: bool = False):
         super().__init__()
-        _checks.positive_int("dim", dim)
         _checks.one_of("activation", activation, list(ACTIVATIONS))
-        for width in hidden:
-            _checks.positive_int("hidden width", width)
-        self.dim = dim
+        if len(sizes) < 2:
+            raise ValueError(f"sizes must list at least an input and an output width, got {sizes}")
+        for width in sizes:
+            _checks.positive_int("layer width", width)
         self.activation = activation
         self.spectral_norm = spectral_norm
-        sizes = [dim, *hidden, 1]
         layers: list[nn.Module] = []
         for i, (a, b) in enumerate(itertools.pairwise(sizes)):
             lin = nn.Linear(a, b)
@@ -61,18 +61,19 @@ class MLPEnergy(EnergyModel):
                 layers.append(ACTIVATIONS[activation]())
         self.net = nn.Sequential(*layers)
 
-    def energy(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x.flatten(1)).squeeze(-1)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.flatten(1))
 
-    def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward pass, then the input gradient by hand with fused activation backwards.
-
-        It skips building an autograd graph (a sampler needs no parameter gradients)
-        and is about 15-25% faster than autograd on CPU. Spectrally normalised layers
-        fall back to autograd (their weights are recomputed on access).
-        """
+    def value_and_input_grad(
+        self, x: torch.Tensor, head: Head
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(energy, d energy / d x) for energy = head(network(x)), both detached."""
         if self.spectral_norm:
-            return super().energy_and_grad(x)
+            with torch.enable_grad():
+                xg = x.detach().requires_grad_(True)
+                e, _ = head(self(xg))
+                (g,) = torch.autograd.grad(e.sum(), xg)
+            return e.detach(), g
         linears = self.net[::2]
         backward = _BACKWARD[self.activation]
         with torch.no_grad():
@@ -82,8 +83,34 @@ class MLPEnergy(EnergyModel):
                 z = nn.functional.linear(h, lin.weight, lin.bias)
                 h = act(z)
                 saved.append((z, h))
-            e = nn.functional.linear(h, linears[-1].weight, linears[-1].bias).squeeze(-1)
-            g = linears[-1].weight.expand(h.shape[0], -1)
+            out = nn.functional.linear(h, linears[-1].weight, linears[-1].bias)
+            e, g = head(out)
+            g = g @ linears[-1].weight
             for lin, (z, a) in zip(reversed(linears[:-1]), reversed(saved), strict=True):
                 g = backward(g, z, a) @ lin.weight
         return e, g.view_as(x)
+
+
+def _scalar_head(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return out[:, 0], torch.ones_like(out)
+
+
+class MLPEnergy(EnergyModel):
+    """E(x) = MLP(x) with smooth activations (SiLU by default, so Langevin gradients are smooth)."""
+
+    def __init__(
+        self,
+        dim: int,
+        hidden: Sequence[int] = (128, 128),
+        activation: str = "silu",
+        spectral_norm: bool = False,
+    ) -> None:
+        super().__init__()
+        self.dim = _checks.positive_int("dim", dim)
+        self.net = FeedForward([dim, *hidden, 1], activation, spectral_norm)
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+    def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net.value_and_input_grad(x, _scalar_head)

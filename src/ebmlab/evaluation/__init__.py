@@ -1,5 +1,25 @@
-"""Evaluation: likelihoods, sample quality, diagnostics and plots."""
+"""Evaluation: classifier, OOD and sample-quality metrics, and diagnostics."""
 
+from ebmlab.evaluation.classification import (
+    accuracy,
+    calibration_bins,
+    expected_calibration_error,
+    nll,
+    reliability_diagram,
+)
 from ebmlab.evaluation.metrics import median_bandwidth, mmd2
+from ebmlab.evaluation.ood import auroc, load_ood_file, shifted_images, uniform_noise
 
-__all__ = ["median_bandwidth", "mmd2"]
+__all__ = [
+    "accuracy",
+    "auroc",
+    "calibration_bins",
+    "expected_calibration_error",
+    "load_ood_file",
+    "median_bandwidth",
+    "mmd2",
+    "nll",
+    "reliability_diagram",
+    "shifted_images",
+    "uniform_noise",
+]

@@ -11,6 +11,7 @@ between long-run model samples and test data.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,7 +24,6 @@ from ebmlab.losses import contrastive_divergence_loss
 from ebmlab.partition import grid_points, quadrature_log_partition
 from ebmlab.plotting import density_panels, scatter_panels
 from ebmlab.samplers import Langevin, ReplayBuffer
-from ebmlab.training.checkpoint import load_checkpoint
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
@@ -128,9 +128,6 @@ def evaluate(
 ) -> dict[str, Any]:
     """Exact test NLL (quadrature), the true NLL floor, KL on the grid, MMD^2 of samples."""
     task: DensityTask = setup.task  # type: ignore[assignment]
-    checkpoint = run.best if run.best.is_file() else run.last
-    task.model.load_state_dict(load_checkpoint(checkpoint)["model"])
-    task.model.eval()
     test = load_dataset(task.config.data, "test").x
     est = task.log_z(512)
     with torch.no_grad():
@@ -164,7 +161,6 @@ def evaluate(
     )
     return {
         "data": task.config.data,
-        "checkpoint": checkpoint.name,
         "test_nll": task.nll(test, est.log_z),
         "true_nll": true_nll,
         "nll_gap": task.nll(test, est.log_z) - true_nll,
@@ -175,6 +171,17 @@ def evaluate(
     }
 
 
+def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
+    """A scatter plot of ``n`` model samples after ``steps`` Langevin steps from the chains."""
+    task: DensityTask = setup.task  # type: ignore[assignment]
+    gen = torch.Generator().manual_seed(seed)
+    starts, _ = task.buffer.sample(n, gen)
+    x = task.sampler.sample(task.model, starts, steps, generator=gen)
+    title = f"{n} samples, {steps} Langevin steps"
+    scatter_panels([(title, x.numpy())], out, bounds=task.toy.bounds)
+    return out
+
+
 register(
     Recipe(
         name="density",
@@ -182,6 +189,7 @@ register(
         config_cls=DensityConfig,
         build=build,
         evaluate=evaluate,
+        sample=sample,
         trainer_defaults={"epochs": 60, "batch_size": 256, "lr": 2e-3, "monitor": "val_nll"},
     )
 )
