@@ -24,7 +24,15 @@ class EnergyModel(nn.Module):
     Subclasses implement :meth:`energy` for a batch ``(B, *event_shape)`` and
     return ``(B,)``. ``forward`` is the energy, so a model is itself an energy
     callable.
+
+    ``grad_dtype`` (default ``None``: the input's dtype) computes the gradients that
+    samplers request in reduced precision, e.g. ``torch.bfloat16``, several times
+    faster on CPUs with bf16 matrix units. The energies returned with them are then
+    approximate too: use it with unadjusted Langevin/SGLD, not with samplers whose
+    Metropolis test compares energies.
     """
+
+    grad_dtype: torch.dtype | None = None
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -47,7 +55,11 @@ class EnergyModel(nn.Module):
     def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(E(x), grad_x E(x)), both detached. Subclasses with a closed-form or hand-fused
         gradient override this; samplers call it for every gradient they need."""
-        return _autograd_energy_and_grad(self.energy, x)
+        if self.grad_dtype is None:
+            return _autograd_energy_and_grad(self.energy, x)
+        with torch.autocast(x.device.type, dtype=self.grad_dtype):
+            e, g = _autograd_energy_and_grad(self.energy, x)
+        return e.to(x.dtype), g.to(x.dtype)
 
 
 class EnergyFunction:

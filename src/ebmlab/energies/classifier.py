@@ -70,7 +70,7 @@ class ClassifierEnergy(EnergyModel):
             def head(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 return -torch.logsumexp(out, 1), -torch.softmax(out, 1)
 
-            return self.net.value_and_input_grad(x, head)
+            return self.net.value_and_input_grad(x, head, self.grad_dtype)
         return super().energy_and_grad(x)
 
 
@@ -80,6 +80,7 @@ class ClassConditionalEnergy(EnergyModel):
     def __init__(self, model: ClassifierEnergy, y: torch.Tensor) -> None:
         super().__init__()
         self.model = model
+        self.grad_dtype = model.grad_dtype
         self.register_buffer("y", y.long())
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,7 +95,7 @@ class ClassConditionalEnergy(EnergyModel):
                     out.dtype
                 )
 
-            return self.model.net.value_and_input_grad(x, head)
+            return self.model.net.value_and_input_grad(x, head, self.model.grad_dtype)
         return super().energy_and_grad(x)
 
 

@@ -65,30 +65,35 @@ class FeedForward(nn.Module):
         return self.net(x.flatten(1))
 
     def value_and_input_grad(
-        self, x: torch.Tensor, head: Head
+        self, x: torch.Tensor, head: Head, dtype: torch.dtype | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(energy, d energy / d x) for energy = head(network(x)), both detached."""
+        """(energy, d energy / d x) for energy = head(network(x)), both detached.
+
+        ``dtype`` (e.g. ``torch.bfloat16``) runs the layers in reduced precision; the
+        head and the results stay in x's dtype.
+        """
         if self.spectral_norm:
             with torch.enable_grad():
                 xg = x.detach().requires_grad_(True)
                 e, _ = head(self(xg))
                 (g,) = torch.autograd.grad(e.sum(), xg)
             return e.detach(), g
-        linears = self.net[::2]
+        dt = dtype or x.dtype
+        params = [(lin.weight.to(dt), lin.bias.to(dt)) for lin in self.net[::2]]
         backward = _BACKWARD[self.activation]
         with torch.no_grad():
-            h = x.flatten(1)
+            h = x.flatten(1).to(dt)
             saved = []
-            for lin, act in zip(linears[:-1], self.net[1::2], strict=True):
-                z = nn.functional.linear(h, lin.weight, lin.bias)
+            for (w, b), act in zip(params[:-1], self.net[1::2], strict=True):
+                z = nn.functional.linear(h, w, b)
                 h = act(z)
                 saved.append((z, h))
-            out = nn.functional.linear(h, linears[-1].weight, linears[-1].bias)
+            out = nn.functional.linear(h, *params[-1]).to(x.dtype)
             e, g = head(out)
-            g = g @ linears[-1].weight
-            for lin, (z, a) in zip(reversed(linears[:-1]), reversed(saved), strict=True):
-                g = backward(g, z, a) @ lin.weight
-        return e, g.view_as(x)
+            g = g.to(dt) @ params[-1][0]
+            for (w, _), (z, a) in zip(reversed(params[:-1]), reversed(saved), strict=True):
+                g = backward(g, z, a) @ w
+        return e, g.view_as(x).to(x.dtype)
 
 
 def _scalar_head(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,4 +118,4 @@ class MLPEnergy(EnergyModel):
         return self.net(x).squeeze(-1)
 
     def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.net.value_and_input_grad(x, _scalar_head)
+        return self.net.value_and_input_grad(x, _scalar_head, self.grad_dtype)

@@ -1,0 +1,70 @@
+import pytest
+import torch
+
+from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
+from ebmlab.energies.base import _autograd_energy_and_grad
+
+
+def model():
+    torch.manual_seed(0)
+    return ClassifierEnergy(FeedForward([6, 16, 16, 4], "silu"), 4)
+
+
+def test_energies_match_the_seed_equations():
+    m = model()
+    x = torch.randn(5, 6)
+    logits = m.logits(x)
+    y = torch.tensor([0, 1, 2, 3, 0])
+    torch.testing.assert_close(m.energy(x, y), -logits[torch.arange(5), y])  # eq. 6.5
+    torch.testing.assert_close(m.energy(x), -torch.logsumexp(logits, 1))  # eq. 6.12
+    # p(y | x) = exp(-E(x, y)) / exp(-E(x)) is the softmax (eq. 6.16)
+    torch.testing.assert_close(
+        m.predict_proba(x)[torch.arange(5), y], torch.exp(m.energy(x) - m.energy(x, y))
+    )
+    assert torch.equal(m.predict(x), logits.argmax(1))
+
+
+def test_fused_gradients_equal_autograd_for_marginal_and_conditional():
+    m = model()
+    x = torch.randn(7, 6)
+    e, g = m.energy_and_grad(x)
+    e_ref, g_ref = _autograd_energy_and_grad(m.energy, x)
+    torch.testing.assert_close(e, e_ref)
+    torch.testing.assert_close(g, g_ref, atol=1e-6, rtol=1e-5)
+    y = torch.randint(4, (7,))
+    cond = m.conditional(y)
+    e, g = cond.energy_and_grad(x)
+    e_ref, g_ref = _autograd_energy_and_grad(cond.energy, x)
+    torch.testing.assert_close(g, g_ref, atol=1e-6, rtol=1e-5)
+
+
+def test_conv_net_classifier():
+    net = ConvNet((1, 8, 8), 10, width=4)
+    m = ClassifierEnergy(net, 10)
+    x = torch.randn(3, 64)
+    assert m.logits(x).shape == (3, 10)
+    e, g = m.energy_and_grad(x)
+    assert e.shape == (3,) and g.shape == (3, 64)
+
+
+def test_validation():
+    with pytest.raises(ValueError, match=r"net must return logits of shape \(B, 5\)"):
+        ClassifierEnergy(FeedForward([6, 4]), 5).logits(torch.randn(2, 6))
+    with pytest.raises(TypeError, match=r"net must be a torch\.nn\.Module"):
+        ClassifierEnergy(lambda x: x, 3)
+    with pytest.raises(ValueError, match="divisible by 4"):
+        ConvNet((1, 6, 6), 10)
+
+
+def test_reduced_precision_gradients_are_close():
+    m = model()
+    x = torch.randn(32, 6)
+    e32, g32 = m.energy_and_grad(x)
+    m.grad_dtype = torch.bfloat16
+    e16, g16 = m.energy_and_grad(x)
+    assert e16.dtype == torch.float32 and g16.dtype == torch.float32
+    assert (g16 - g32).norm() / g32.norm() < 0.05
+    conv = ClassifierEnergy(ConvNet((1, 8, 8), 10, width=4), 10)
+    conv.grad_dtype = torch.bfloat16
+    _, g = conv.energy_and_grad(torch.randn(3, 64))
+    assert g.dtype == torch.float32

@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+import torch
+
+from ebmlab.evaluation import (
+    auroc,
+    expected_calibration_error,
+    load_ood_file,
+    nll,
+    reliability_diagram,
+    shifted_images,
+)
+
+
+def test_ece_is_small_for_a_calibrated_predictor_and_large_otherwise():
+    gen = torch.Generator().manual_seed(0)
+    conf = 0.5 + 0.5 * torch.rand(20_000, generator=gen)
+    correct = torch.rand(20_000, generator=gen) < conf  # right with probability = confidence
+    probs = torch.stack([conf, 1 - conf], 1)
+    y = torch.where(correct, 0, 1)
+    assert expected_calibration_error(probs, y) < 0.01
+    overconfident = torch.stack([torch.full_like(conf, 0.99), torch.full_like(conf, 0.01)], 1)
+    assert expected_calibration_error(overconfident, y) > 0.2
+
+
+def test_nll_and_reliability_png(tmp_path):
+    probs = torch.tensor([[0.5, 0.5], [0.9, 0.1]])
+    assert nll(probs, torch.tensor([0, 0])) == pytest.approx(-(np.log(0.5) + np.log(0.9)) / 2)
+    reliability_diagram(probs, torch.tensor([0, 0]), tmp_path / "r.png")
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_auroc():
+    assert auroc(torch.tensor([2.0, 3.0]), torch.tensor([0.0, 1.0])) == 1.0
+    assert auroc(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0])) == 0.0
+    with pytest.raises(ValueError, match="NaN"):
+        auroc(torch.tensor([float("nan")]), torch.tensor([0.0]))
+
+
+def test_shifted_images_and_user_file(tmp_path):
+    raw = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    sets = shifted_images(raw)
+    assert np.array_equal(sets["flip_lr"][0], raw[0, :, ::-1])
+    assert np.array_equal(sets["flip_ud"][1], raw[1, ::-1])
+    assert sorted(sets["permuted"][0].ravel()) == sorted(raw[0].ravel())
+    np.save(tmp_path / "ok.npy", raw)
+    assert load_ood_file(tmp_path / "ok.npy", (3, 3)).shape == (2, 3, 3)
+    np.save(tmp_path / "bad.npy", raw.astype(np.float32))
+    with pytest.raises(ValueError, match="uint8 images of shape"):
+        load_ood_file(tmp_path / "bad.npy", (3, 3))
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match=r"not a plain \.npy"):
+        load_ood_file(tmp_path / "obj.npy", (3, 3))

@@ -1,0 +1,97 @@
+import json
+
+import numpy as np
+import pytest
+
+from ebmlab.cli import main
+
+TINY = [
+    "--hidden",
+    "32",
+    "--sampler-steps",
+    "5",
+    "--buffer-size",
+    "200",
+    "--epochs",
+    "2",
+    "--no-progress",
+    "--seed",
+    "1",
+]
+
+
+@pytest.fixture(scope="module")
+def jem_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("jem") / "run"
+    assert main(["train", "jem", "--out", str(run), *TINY]) == 0
+    return run
+
+
+def test_training_writes_the_run_directory(jem_run):
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "curves.png",
+        "samples/buffer.png",
+        "checkpoints/last.pt",
+    ):
+        assert (jem_run / name).is_file(), name
+    records = [json.loads(line) for line in (jem_run / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    assert {"ce", "gen", "energy_data", "energy_sample", "sample_out_of_range"} <= set(train[0])
+
+
+def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
+    capsys.readouterr()
+    ood = tmp_path / "ood.npy"
+    np.save(ood, np.random.default_rng(0).integers(0, 17, size=(30, 8, 8), dtype=np.uint8))
+    assert main(["evaluate", str(jem_run), "--ood-data", str(ood)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert 0 <= result["test_error"] <= 1 and 0 <= result["ece"] <= 1
+    assert set(result["ood_auroc"]) == {
+        "uniform_noise",
+        "permuted",
+        "flip_lr",
+        "flip_ud",
+        "user_file",
+    }
+    assert set(result["ood_auroc"]["flip_lr"]) == {"log_px", "max_prob", "neg_grad_norm"}
+    assert set(result["samples"]) == {
+        "train_test_floor_mmd2",
+        "after_training_steps",
+        "after_200_more_steps",
+        "after_1000_more_steps",
+    }
+    for png in ("reliability.png", "samples_unconditional.png", "samples_conditional.png"):
+        assert (jem_run / png).is_file(), png
+
+
+def test_sample_command(jem_run, tmp_path, capsys):
+    out = tmp_path / "grid.png"
+    assert main(["sample", str(jem_run), "--n", "16", "--steps", "5", "--out", str(out)]) == 0
+    assert out.stat().st_size > 1000
+
+
+def test_bad_ood_file_is_a_usage_error(jem_run, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", str(jem_run), "--ood-data", str(tmp_path / "missing.npy")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_uniform_init_variant_trains(tmp_path):
+    assert (
+        main(
+            [
+                "train",
+                "jem",
+                "--out",
+                str(tmp_path / "u"),
+                *TINY,
+                "--init",
+                "uniform",
+                "--epochs",
+                "1",
+            ]
+        )
+        == 0
+    )
