@@ -86,7 +86,7 @@ def book_epoch(x: torch.Tensor, y: torch.Tensor) -> None:
         opt.step()
 
 
-def ebmlab_epoch() -> None:
+def ebmlab_epoch(sampler_dtype: str = "float32") -> None:
     config = JEMConfig(
         hidden=(512, 512, 512),
         activation="elu",
@@ -95,6 +95,8 @@ def ebmlab_epoch() -> None:
         step_size=ALPHA,
         noise=SIGMA,
         data_noise=0.0,
+        clamp=False,
+        sampler_dtype=sampler_dtype,
     )
     task = JEMTask(config, seed=0)
     trainer = TrainerConfig(epochs=1, batch_size=BATCH, lr=LR, optimizer="adamax", progress=False)
