@@ -143,3 +143,14 @@ def test_bad_config_and_data():
         TrainerConfig(batch_size=0)
     with pytest.raises(ValueError, match="share their first dimension"):
         Trainer(NoisyRegression(), (torch.zeros(3, 3), torch.zeros(4)))
+
+
+def test_task_signalled_divergence_names_the_step(tmp_path):
+    class Runaway(NoisyRegression):
+        def training_step(self, batch, generator):
+            if self.calls >= 7:
+                raise DivergenceError("energies reached 1e5")
+            return super().training_step(batch, generator)
+
+    with pytest.raises(DivergenceError, match=r"diverged at step 7: energies reached 1e5; the last good"):
+        Trainer(Runaway(), data(), config(), tmp_path).fit()

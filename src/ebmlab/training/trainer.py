@@ -37,7 +37,11 @@ SCHEDULES = ("constant", "cosine", "linear")
 
 
 class DivergenceError(RuntimeError):
-    """Training produced a non-finite loss, metric or gradient."""
+    """Training produced a non-finite loss, metric or gradient, or a task saw it diverge.
+
+    Tasks raise it from ``training_step`` for recipe-specific signs (e.g. energies
+    running away); the trainer adds the step and the last good checkpoint.
+    """
 
 
 @dataclass
@@ -243,7 +247,12 @@ class Trainer:
         batch = tuple(t[idx] for t in self.train_data)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
-        result = self.task.training_step(batch, self.generator)
+        try:
+            result = self.task.training_step(batch, self.generator)
+        except DivergenceError as err:
+            raise DivergenceError(
+                f"training diverged at step {self.step}: {err}; {self._where()}"
+            ) from err
         out = {"loss": float(result.loss.detach())}
         out.update((k, float(v)) for k, v in result.metrics.items())
         for name, value in out.items():

@@ -45,7 +45,7 @@ from ebmlab.plotting import image_grid
 from ebmlab.samplers import Langevin, ReplayBuffer, uniform_init
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
-from ebmlab.training.trainer import StepResult, Task, TrainerConfig
+from ebmlab.training.trainer import DivergenceError, StepResult, Task, TrainerConfig
 
 
 @dataclass
@@ -71,6 +71,7 @@ class JEMConfig:
     shift_augment: int = 0
     energy_l2: float = 0.0
     gen_weight: float = 1.0
+    max_energy: float = 1e4
 
     def __post_init__(self) -> None:
         _checks.one_of("data", self.data, ["digits", "mnist10k", "mnist"])
@@ -90,6 +91,7 @@ class JEMConfig:
         _checks.positive_int("shift_augment", self.shift_augment, allow_zero=True)
         _checks.positive("energy_l2", self.energy_l2, allow_zero=True)
         _checks.positive("gen_weight", self.gen_weight, allow_zero=True)
+        _checks.positive("max_energy", self.max_energy)
 
 
 def random_shift(
@@ -175,6 +177,12 @@ class JEMTask(Task):
         x_neg = self.negatives(x.shape[0], generator)
         e_data = -torch.logsumexp(logits, 1)
         e_neg = self.model.energy(x_neg)
+        magnitude = float(torch.maximum(e_data.detach().abs().max(), e_neg.detach().abs().max()))
+        if magnitude > c.max_energy:
+            raise DivergenceError(
+                f"energies reached {magnitude:.3g} (> max_energy {c.max_energy:g}): data and "
+                "sample energies are running apart; try energy_l2 > 0 or a lower learning rate"
+            )
         gen = e_data.mean() - e_neg.mean()
         loss = ce + c.gen_weight * gen
         if c.energy_l2:
