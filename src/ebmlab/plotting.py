@@ -75,9 +75,11 @@ def image_grid(
     for i in range(n):
         r, c = divmod(i, ncol)
         canvas[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + c * (w + 1) : 1 + c * (w + 1) + w] = x[i]
-    scale = max(1.0, 6.0 / max(nrow, ncol) * 8 / h)
+    # about 40 screen pixels per image side at 100 dpi, whatever the image resolution
+    inches_per_pixel = 0.4 / max(h, w)
+    height, width = canvas.shape
     fig, ax = plt.subplots(
-        figsize=(0.18 * ncol * w / 8 * scale + 0.6, 0.18 * nrow * h / 8 * scale + 0.4)
+        figsize=(width * inches_per_pixel + 0.6, height * inches_per_pixel + 0.5)
     )
     ax.imshow(canvas, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks([])

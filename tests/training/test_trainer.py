@@ -152,5 +152,7 @@ def test_task_signalled_divergence_names_the_step(tmp_path):
                 raise DivergenceError("energies reached 1e5")
             return super().training_step(batch, generator)
 
-    with pytest.raises(DivergenceError, match=r"diverged at step 7: energies reached 1e5; the last good"):
+    with pytest.raises(
+        DivergenceError, match=r"diverged at step 7: energies reached 1e5; the last good"
+    ):
         Trainer(Runaway(), data(), config(), tmp_path).fit()

@@ -51,7 +51,12 @@ def reliability_diagram(
     fig, ax = plt.subplots(figsize=(4, 4))
     keep = count > 0
     ax.bar(
-        centres[keep], acc[keep], width=1 / n_bins, edgecolor="black", alpha=0.7, label="accuracy"
+        centres[keep].numpy(),
+        acc[keep].numpy(),
+        width=1 / n_bins,
+        edgecolor="black",
+        alpha=0.7,
+        label="accuracy",
     )
     ax.plot([0, 1], [0, 1], "k--", label="perfect calibration")
     ece = expected_calibration_error(probs, y, n_bins)
