@@ -63,6 +63,7 @@ def test_reduced_precision_gradients_are_close():
     m.grad_dtype = torch.bfloat16
     e16, g16 = m.energy_and_grad(x)
     assert e16.dtype == torch.float32 and g16.dtype == torch.float32
+    assert (e16 - e32).abs().max() < 0.05
     assert (g16 - g32).norm() / g32.norm() < 0.05
     conv = ClassifierEnergy(ConvNet((1, 8, 8), 10, width=4), 10)
     conv.grad_dtype = torch.bfloat16
