@@ -69,3 +69,18 @@ def test_reduced_precision_gradients_are_close():
     conv.grad_dtype = torch.bfloat16
     _, g = conv.energy_and_grad(torch.randn(3, 64))
     assert g.dtype == torch.float32
+
+
+def test_reduced_precision_weights_follow_optimizer_steps():
+    m = model()
+    m.grad_dtype = torch.bfloat16
+    x = torch.randn(4, 6)
+    _, before = m.energy_and_grad(x)
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    m.energy(x).sum().backward()
+    opt.step()
+    _, after = m.energy_and_grad(x)
+    m.grad_dtype = None
+    _, exact = m.energy_and_grad(x)
+    assert not torch.allclose(before, after)
+    assert (after - exact).norm() / exact.norm() < 0.05

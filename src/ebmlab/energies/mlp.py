@@ -53,6 +53,7 @@ class FeedForward(nn.Module):
             _checks.positive_int("layer width", width)
         self.activation = activation
         self.spectral_norm = spectral_norm
+        self._cast_cache: dict[torch.dtype, tuple] = {}
         layers: list[nn.Module] = []
         for i, (a, b) in enumerate(itertools.pairwise(sizes)):
             lin = nn.Linear(a, b)
@@ -63,6 +64,21 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x.flatten(1))
+
+    def _params_in(self, dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(weight, bias) of every layer in ``dtype``; reduced-precision copies are cached
+        until an optimizer step changes the parameters (their version counters)."""
+        linears = self.net[::2]
+        if dtype == linears[0].weight.dtype:
+            return [(lin.weight, lin.bias) for lin in linears]
+        versions = tuple(p._version for p in self.parameters())
+        cached = self._cast_cache.get(dtype)
+        if cached is None or cached[0] != versions:
+            params = [
+                (lin.weight.detach().to(dtype), lin.bias.detach().to(dtype)) for lin in linears
+            ]
+            cached = self._cast_cache[dtype] = (versions, params)
+        return cached[1]
 
     def value_and_input_grad(
         self, x: torch.Tensor, head: Head, dtype: torch.dtype | None = None
@@ -79,20 +95,21 @@ class FeedForward(nn.Module):
                 (g,) = torch.autograd.grad(e.sum(), xg)
             return e.detach(), g
         dt = dtype or x.dtype
-        params = [(lin.weight.to(dt), lin.bias.to(dt)) for lin in self.net[::2]]
+        params = self._params_in(dt)
         backward = _BACKWARD[self.activation]
         with torch.no_grad():
-            h = x.flatten(1).to(dt)
+            # matrix products in dt, activations and their derivatives in x's dtype
+            h = x.flatten(1)
             saved = []
             for (w, b), act in zip(params[:-1], self.net[1::2], strict=True):
-                z = nn.functional.linear(h, w, b)
+                z = nn.functional.linear(h.to(dt), w, b).to(x.dtype)
                 h = act(z)
                 saved.append((z, h))
-            out = nn.functional.linear(h, *params[-1]).to(x.dtype)
+            out = nn.functional.linear(h.to(dt), *params[-1]).to(x.dtype)
             e, g = head(out)
-            g = g.to(dt) @ params[-1][0]
+            g = (g.to(dt) @ params[-1][0]).to(x.dtype)
             for (w, _), (z, a) in zip(reversed(params[:-1]), reversed(saved), strict=True):
-                g = backward(g, z, a) @ w
+                g = (backward(g, z, a).to(dt) @ w).to(x.dtype)
         return e, g.view_as(x).to(x.dtype)
 
 
