@@ -156,3 +156,25 @@ def test_task_signalled_divergence_names_the_step(tmp_path):
         DivergenceError, match=r"diverged at step 7: energies reached 1e5; the last good"
     ):
         Trainer(Runaway(), data(), config(), tmp_path).fit()
+
+
+def test_callbacks_see_every_record_and_epoch():
+    from ebmlab.training import Callback
+
+    class Recorder(Callback):
+        def __init__(self):
+            self.records, self.epochs, self.ended = [], 0, None
+
+        def on_log(self, trainer, record):
+            self.records.append(record)
+
+        def on_epoch_end(self, trainer):
+            self.epochs += 1
+
+        def on_train_end(self, trainer, summary):
+            self.ended = summary["status"]
+
+    rec = Recorder()
+    trainer = Trainer(NoisyRegression(), data(), config(epochs=2), callbacks=[rec])
+    trainer.fit()
+    assert rec.records == trainer.history and rec.epochs == 2 and rec.ended == "completed"

@@ -22,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ebmlab import _checks
+from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
 from ebmlab.training.run_dir import RunDirectory
 
@@ -64,6 +65,7 @@ class TrainerConfig:
     monitor_mode: str = "min"
     max_steps: int = 0
     progress: bool = True
+    tensorboard: bool = False
 
     def __post_init__(self) -> None:
         _checks.positive_int("epochs", self.epochs)
@@ -132,8 +134,10 @@ class Trainer:
         config: TrainerConfig | None = None,
         run_dir: str | RunDirectory | None = None,
         run_config: dict[str, Any] | None = None,
+        callbacks: list[Callback] | None = None,
     ) -> None:
         self.task = task
+        self.callbacks = list(callbacks or [])
         self.config = config or TrainerConfig()
         if not isinstance(train_data, tuple) or not train_data:
             raise TypeError(
@@ -236,6 +240,8 @@ class Trainer:
         self.metric_records += 1
         if self.run is not None:
             self.run.append_metrics(record)
+        for callback in self.callbacks:
+            callback.on_log(self, record)
 
     def _check(self, what: str, value: float) -> None:
         if not math.isfinite(value):
@@ -312,6 +318,8 @@ class Trainer:
                 patience = self.config.early_stopping_patience
                 stop = bool(patience) and self.bad_epochs >= patience
         self.task.on_epoch_end(self.run, self.epoch, self.generator)
+        for callback in self.callbacks:
+            callback.on_epoch_end(self)
         self.epoch += 1
         self.batch = 0
         self.save("last")
@@ -322,6 +330,10 @@ class Trainer:
         c = self.config
         if self.run is not None:
             self.run.create()
+            if c.tensorboard and not any(
+                isinstance(cb, TensorBoardLogger) for cb in self.callbacks
+            ):
+                self.callbacks.append(TensorBoardLogger(self.run.path / "tensorboard"))
             if resume:
                 self.resume()
             else:
@@ -390,4 +402,6 @@ class Trainer:
         if self.run is not None:
             self.run.write_summary(summary)
             self.run.plot_curves()
+        for callback in self.callbacks:
+            callback.on_train_end(self, summary)
         return summary
