@@ -74,6 +74,9 @@ def ess_efficiency(
 def cases() -> list[Case | MetricCase]:
     torch.manual_seed(0)
     mlp = MLPEnergy(64, hidden=(256, 256))
+    mlp_bf16 = MLPEnergy(64, hidden=(256, 256))
+    mlp_bf16.load_state_dict(mlp.state_dict())
+    mlp_bf16.grad_dtype = torch.bfloat16
     x_mlp = torch.randn(1024, 64)
     gauss = Gaussian(torch.zeros(10), torch.eye(10) * 0.5 + 0.5)
     x_gauss = torch.randn(1024, 10)
@@ -94,6 +97,12 @@ def cases() -> list[Case | MetricCase]:
             ebmlab=lambda: langevin.sample(mlp, x_mlp, LANGEVIN_STEPS, generator=gen),
             anchor=lambda: hand_written_langevin(mlp, x_mlp, LANGEVIN_STEPS, 0.01, gen),
             anchor_name="hand-written autograd loop",
+        ),
+        Case(
+            what="Langevin as above, gradients in bfloat16 (grad_dtype)",
+            ebmlab=lambda: langevin.sample(mlp_bf16, x_mlp, LANGEVIN_STEPS, generator=gen),
+            anchor=lambda: hand_written_langevin(mlp, x_mlp, LANGEVIN_STEPS, 0.01, gen),
+            anchor_name="hand-written autograd loop (float32)",
         ),
         Case(
             what=f"HMC, 10-d Gaussian, 1024 chains, {HMC_STEPS} x {LEAPFROG} leapfrog",
