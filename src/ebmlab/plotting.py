@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
@@ -92,35 +93,42 @@ def image_grid(
     save_figure(fig, path)
 
 
-def density_panels(
-    panels: Sequence[tuple[str, np.ndarray]],
-    path: str | os.PathLike,
-    *,
-    bounds: tuple[tuple[float, float], tuple[float, float]],
-) -> None:
-    """Side-by-side heat maps of 2-D densities evaluated on a grid (each (G, G))."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
-    (x0, x1), (y0, y1) = bounds
-    for ax, (title, grid) in zip(axes.flat, panels, strict=True):
-        ax.imshow(grid.T, origin="lower", extent=(x0, x1, y0, y1), cmap="viridis")
-        ax.set_title(title)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    save_figure(fig, path)
+Bounds2D = tuple[tuple[float, float], tuple[float, float]]
 
 
-def scatter_panels(
+def _panels(
     panels: Sequence[tuple[str, np.ndarray]],
     path: str | os.PathLike,
-    *,
-    bounds: tuple[tuple[float, float], tuple[float, float]],
+    bounds: Bounds2D,
+    draw: Callable[[Any, np.ndarray], None],
 ) -> None:
-    """Side-by-side scatter plots of 2-D point sets (each (N, 2))."""
+    """One square axes per (title, data) panel over ``bounds``, drawn by ``draw(ax, data)``."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
-    for ax, (title, pts) in zip(axes.flat, panels, strict=True):
-        ax.scatter(pts[:, 0], pts[:, 1], s=1, alpha=0.5)
+    for ax, (title, data) in zip(axes.flat, panels, strict=True):
+        draw(ax, data)
         ax.set_xlim(*bounds[0])
         ax.set_ylim(*bounds[1])
         ax.set_aspect("equal")
         ax.set_title(title)
     save_figure(fig, path)
+
+
+def density_panels(
+    panels: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike, *, bounds: Bounds2D
+) -> None:
+    """Side-by-side heat maps of 2-D densities evaluated on a grid (each (G, G))."""
+    (x0, x1), (y0, y1) = bounds
+
+    def draw(ax, grid: np.ndarray) -> None:
+        ax.imshow(grid.T, origin="lower", extent=(x0, x1, y0, y1), cmap="viridis")
+        ax.set_xticks([])
+        ax.set_yticks([])
+
+    _panels(panels, path, bounds, draw)
+
+
+def scatter_panels(
+    panels: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike, *, bounds: Bounds2D
+) -> None:
+    """Side-by-side scatter plots of 2-D point sets (each (N, 2))."""
+    _panels(panels, path, bounds, lambda ax, pts: ax.scatter(pts[:, 0], pts[:, 1], s=1, alpha=0.5))
