@@ -1,5 +1,36 @@
-"""Losses: what learning minimises."""
+"""Losses: what learning minimises.
+
+LeCun et al. (2006)'s family (energy, perceptron, hinge, log, LVQ2, MCE,
+square-square, square-exponential, NLL, MEE) and contrastive divergence for
+densities.
+"""
 
 from ebmlab.losses.contrastive import contrastive_divergence_loss
+from ebmlab.losses.lecun import (
+    contrastive_update_loss,
+    energy_loss,
+    hinge_loss,
+    log_loss,
+    lvq2_loss,
+    mce_loss,
+    mee_loss,
+    nll_loss,
+    perceptron_loss,
+    square_exponential_loss,
+    square_square_loss,
+)
 
-__all__ = ["contrastive_divergence_loss"]
+__all__ = [
+    "contrastive_divergence_loss",
+    "contrastive_update_loss",
+    "energy_loss",
+    "hinge_loss",
+    "log_loss",
+    "lvq2_loss",
+    "mce_loss",
+    "mee_loss",
+    "nll_loss",
+    "perceptron_loss",
+    "square_exponential_loss",
+    "square_square_loss",
+]
