@@ -21,7 +21,7 @@ test: setup
 	$(PY) -m pytest
 
 demo: setup
-	$(VENV)/bin/ebmlab train density --data 8gaussians --seed 0 --out $(DEMO_DIR)
+	$(VENV)/bin/ebmlab train jem --seed 0 --out $(DEMO_DIR)
 	$(VENV)/bin/ebmlab evaluate $(DEMO_DIR)
 
 bench: setup

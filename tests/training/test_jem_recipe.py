@@ -6,6 +6,8 @@ import pytest
 from ebmlab.cli import main
 
 TINY = [
+    "--arch",
+    "mlp",
     "--hidden",
     "32",
     "--sampler-steps",
@@ -92,6 +94,16 @@ def test_uniform_init_variant_trains(tmp_path):
                 "--epochs",
                 "1",
             ]
+        )
+        == 0
+    )
+
+
+def test_conv_architecture_trains(tmp_path):
+    args = ["--conv-width", "4", "--arch", "conv", "--sampler-steps", "2", "--buffer-size", "100"]
+    assert (
+        main(
+            ["train", "jem", "--out", str(tmp_path / "c"), "--epochs", "1", "--no-progress", *args]
         )
         == 0
     )

@@ -54,7 +54,7 @@ class JEMConfig:
 
     data: str = "digits"
     data_root: str = ""
-    arch: str = "mlp"
+    arch: str = "conv"
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "silu"
     conv_width: int = 32
@@ -62,7 +62,7 @@ class JEMConfig:
     step_size: float = 1.0
     noise: float = 0.01
     init: str = "buffer"
-    buffer_size: int = 10_000
+    buffer_size: int = 1000
     reinit_prob: float = 0.05
     sampler_grad_clip: float = 0.0
     clamp: bool = True
@@ -330,7 +330,7 @@ register(
         evaluate=evaluate,
         sample=sample,
         trainer_defaults={
-            "epochs": 30,
+            "epochs": 100,
             "batch_size": 64,
             "lr": 1e-3,
             "optimizer": "adam",
