@@ -88,6 +88,7 @@ def book_epoch(x: torch.Tensor, y: torch.Tensor) -> None:
 
 def ebmlab_epoch(sampler_dtype: str = "float32") -> None:
     config = JEMConfig(
+        arch="mlp",
         hidden=(512, 512, 512),
         activation="elu",
         init="uniform",
