@@ -39,14 +39,41 @@ def plain_loop(x: torch.Tensor, y: torch.Tensor) -> None:
             opt.step()
 
 
+def sklearn_mlp(x: torch.Tensor, y: torch.Tensor) -> None:
+    """scikit-learn's MLPClassifier with the same layer sizes, optimiser, batch and epochs."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+
+    clf = MLPClassifier(
+        hidden_layer_sizes=(256,),
+        batch_size=BATCH,
+        max_iter=EPOCHS,
+        learning_rate_init=1e-3,
+        random_state=0,
+        tol=0.0,
+        n_iter_no_change=EPOCHS + 1,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(x.numpy(), y.numpy())
+
+
 def cases() -> list[Case]:
     data = load_dataset("digits", "train")
     config = TrainerConfig(epochs=EPOCHS, batch_size=BATCH, progress=False, log_every=50)
     return [
         Case(
+            what=f"Trainer, digits MLP 64-256-10 classifier, {EPOCHS} epochs",
+            ebmlab=lambda: Trainer(Classify(), (data.x, data.y), config).fit(),
+            anchor=lambda: sklearn_mlp(data.x, data.y),
+            anchor_name="scikit-learn MLPClassifier",
+        ),
+        Case(
             what=f"Trainer, digits MLP classifier, {EPOCHS} epochs (no run directory)",
             ebmlab=lambda: Trainer(Classify(), (data.x, data.y), config).fit(),
             anchor=lambda: plain_loop(data.x, data.y),
             anchor_name="plain PyTorch loop",
-        )
+        ),
     ]

@@ -7,7 +7,7 @@ from ebmlab.evaluation.classification import (
     nll,
     reliability_diagram,
 )
-from ebmlab.evaluation.metrics import median_bandwidth, mmd2
+from ebmlab.evaluation.metrics import median_bandwidth, mmd2, mmd_permutation_test
 from ebmlab.evaluation.ood import auroc, load_ood_file, shifted_images, uniform_noise
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "load_ood_file",
     "median_bandwidth",
     "mmd2",
+    "mmd_permutation_test",
     "nll",
     "reliability_diagram",
     "shifted_images",

@@ -42,3 +42,26 @@ def mmd2(x: torch.Tensor, y: torch.Tensor, bandwidth: float | None = None) -> fl
     term_x = (kxx.sum() - kxx.diagonal().sum()) / (n * (n - 1))
     term_y = (kyy.sum() - kyy.diagonal().sum()) / (m * (m - 1))
     return float(term_x + term_y - 2 * kxy.mean())
+
+
+def mmd_permutation_test(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_permutations: int = 200,
+    generator: torch.Generator | None = None,
+) -> tuple[float, float]:
+    """Two-sample test of x ~ y by permutation of the pooled sample (Gretton et al. 2012).
+
+    Returns ``(mmd2, p_value)``; the bandwidth is fixed from the pooled sample so every
+    permutation uses the same kernel.
+    """
+    _checks.positive_int("n_permutations", n_permutations)
+    h = median_bandwidth(x, y)
+    observed = mmd2(x, y, bandwidth=h)
+    pooled = torch.cat([x, y])
+    n = x.shape[0]
+    exceed = 0
+    for _ in range(n_permutations):
+        perm = torch.randperm(pooled.shape[0], generator=generator)
+        exceed += mmd2(pooled[perm[:n]], pooled[perm[n:]], bandwidth=h) >= observed
+    return observed, (exceed + 1) / (n_permutations + 1)
