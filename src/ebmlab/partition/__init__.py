@@ -1,7 +1,7 @@
 """Partition functions: log Z estimates that carry their uncertainty."""
 
 from ebmlab.partition.estimate import LogZEstimate
-from ebmlab.partition.exact import binary_states, enumerate_log_partition
+from ebmlab.partition.exact import binary_states, enumerate_log_partition, rbm_log_partition
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition
 
 __all__ = [
@@ -10,4 +10,5 @@ __all__ = [
     "enumerate_log_partition",
     "grid_points",
     "quadrature_log_partition",
+    "rbm_log_partition",
 ]

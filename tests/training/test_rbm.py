@@ -1,0 +1,111 @@
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from ebmlab.energies import BernoulliRBM
+from ebmlab.partition import binary_states, enumerate_log_partition, rbm_log_partition
+from ebmlab.sklearn import BernoulliRBM as SkRBM
+from ebmlab.training.rbm import ContrastiveDivergence
+
+
+def random_rbm(d=6, m=4, seed=0, scale=1.0):
+    torch.manual_seed(seed)
+    rbm = BernoulliRBM(d, m, init_std=scale)
+    with torch.no_grad():
+        rbm.b.normal_(0, scale)
+        rbm.c.normal_(0, scale)
+    return rbm.double()
+
+
+def exact_gradient(rbm, v):
+    """-(d mean log p(v)) / d theta by enumeration of every visible state (eq. 6.41)."""
+    states = binary_states(rbm.n_visible).double()
+    with torch.no_grad():
+        p = torch.softmax(-rbm.free_energy(states), 0)
+        ph_model, ph_data = rbm.hidden_probs(states), rbm.hidden_probs(v)
+    grad_w = (states * p[:, None]).T @ ph_model - v.T @ ph_data / len(v)
+    grad_b = p @ states - v.mean(0)
+    grad_c = p @ ph_model - ph_data.mean(0)
+    return grad_w, grad_b, grad_c
+
+
+@pytest.mark.parametrize("rbm_shape", [(6, 4), (5, 8)])
+def test_exact_log_partition_sums_out_the_larger_layer(rbm_shape):
+    rbm = random_rbm(*rbm_shape)
+    assert rbm_log_partition(rbm).log_z == pytest.approx(
+        enumerate_log_partition(rbm, rbm.n_visible, dtype=torch.float64).log_z, abs=1e-9
+    )
+
+
+def test_persistent_cd_gradient_approaches_the_exact_gradient():
+    rbm = random_rbm()
+    gen = torch.Generator().manual_seed(0)
+    v = (torch.rand(50, 6, generator=gen) < 0.5).double()
+    cd = ContrastiveDivergence(rbm, k=50, persistent=True, n_chains=20_000)
+    cd.accumulate(v, gen)  # burn in the persistent chains
+    cd.accumulate(v, gen)
+    for got, want in zip((rbm.W.grad, rbm.b.grad, rbm.c.grad), exact_gradient(rbm, v), strict=True):
+        assert (got - want).abs().max() < 0.02
+
+
+def test_cd1_gradient_is_biased_but_pcd_is_not():
+    """CD-1 from the data stays near the data; its gradient differs from the exact one."""
+    rbm = random_rbm(scale=1.5)
+    gen = torch.Generator().manual_seed(1)
+    v = (torch.rand(20_000, 6, generator=gen) < 0.2).double()
+    ContrastiveDivergence(rbm, k=1).accumulate(v, gen)
+    assert (rbm.W.grad - exact_gradient(rbm, v)[0]).abs().max() > 0.05
+
+
+def test_training_on_samples_of_a_known_rbm_recovers_its_likelihood():
+    teacher = random_rbm(d=8, m=4, seed=3, scale=1.5)
+    states = binary_states(8).double()
+    with torch.no_grad():
+        p = torch.softmax(-teacher.free_energy(states), 0)
+    gen = torch.Generator().manual_seed(0)
+    train = states[torch.multinomial(p, 5000, replacement=True, generator=gen)].numpy()
+    test = states[torch.multinomial(p, 5000, replacement=True, generator=gen)].numpy()
+    teacher_ll = float(
+        (-teacher.free_energy(torch.as_tensor(test)) - rbm_log_partition(teacher).log_z).mean()
+    )
+    model = SkRBM(
+        n_components=4,
+        learning_rate=0.05,
+        batch_size=20,
+        n_iter=40,
+        momentum=0.5,
+        random_state=0,
+        dtype="float64",
+    ).fit(train)
+    assert model.score_samples(test).mean() > teacher_ll - 0.08
+
+
+def test_sklearn_estimator_passes_check_estimator():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(SkRBM(n_components=8, n_iter=3, random_state=0), on_fail=None)
+    failed = [r["check_name"] for r in results if r["status"] == "failed"]
+    assert not failed, failed
+
+
+def test_drop_in_attributes_and_methods():
+    from sklearn.datasets import load_digits
+
+    x = (load_digits().data[:200] >= 8).astype(np.float64)
+    model = SkRBM(n_components=10, n_iter=2, random_state=0).fit(x)
+    assert model.components_.shape == (10, 64) and model.intercept_hidden_.shape == (10,)
+    assert model.intercept_visible_.shape == (64,) and model.h_samples_.shape[1] == 10
+    expected = 1 / (1 + np.exp(-(x @ model.components_.T + model.intercept_hidden_)))
+    np.testing.assert_allclose(model.transform(x), expected, rtol=1e-4, atol=1e-5)
+    assert set(np.unique(model.gibbs(x[:5]))) <= {0.0, 1.0}
+    ll, pl = model.score_samples(x[:5]), model.pseudo_likelihood(x[:5])
+    assert ll.shape == pl.shape == (5,) and (ll < 0).all()
+    assert model.partial_fit(x[:10]) is model
+    with pytest.raises(ValueError, match="Negative values"):
+        model.transform(-x)
+    with pytest.raises(ValueError, match="n_components must be an integer"):
+        SkRBM(n_components=0).fit(x)
