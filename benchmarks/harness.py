@@ -30,12 +30,13 @@ class Case:
 
 @dataclass
 class MetricCase:
-    """A quality comparison: ``run()`` returns (ebmlab value, anchor value), higher is better."""
+    """A quality comparison: ``run()`` returns (ebmlab value, anchor value)."""
 
     what: str
     run: Callable[[], tuple[float, float]]
     anchor_name: str
     unit: str
+    higher_is_better: bool = True
 
 
 @dataclass
@@ -45,11 +46,12 @@ class Result:
     ebmlab: float
     anchor: float
     unit: str = "s"
+    higher_is_better: bool = False
 
     @property
     def ratio(self) -> float:
         """Speed-up (times) or improvement (metrics): above 1 means ebmlab does better."""
-        return self.anchor / self.ebmlab if self.unit == "s" else self.ebmlab / self.anchor
+        return self.ebmlab / self.anchor if self.higher_is_better else self.anchor / self.ebmlab
 
 
 def _time(fn: Callable[[], object]) -> float:
@@ -63,7 +65,9 @@ def measure(case: Case | MetricCase) -> Result:
     or the two values of a metric case."""
     if isinstance(case, MetricCase):
         ours_value, theirs_value = case.run()
-        return Result(case.what, case.anchor_name, ours_value, theirs_value, case.unit)
+        return Result(
+            case.what, case.anchor_name, ours_value, theirs_value, case.unit, case.higher_is_better
+        )
     for _ in range(case.warmup):
         case.ebmlab()
         case.anchor()

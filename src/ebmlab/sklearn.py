@@ -23,6 +23,7 @@ from ebmlab.partition.exact import MAX_ENUMERATION_BITS, rbm_log_partition
 from ebmlab.training.rbm import ContrastiveDivergence
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_NUMPY = {"float32": np.float32, "float64": np.float64}
 
 
 class BernoulliRBM(TransformerMixin, BaseEstimator):
@@ -31,7 +32,9 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
     Args mirror scikit-learn's: ``n_components`` hidden units, ``learning_rate``,
     ``batch_size``, ``n_iter`` epochs, ``verbose``, ``random_state``; and further
     ``k`` (Gibbs steps), ``persistent`` (PCD, scikit-learn's algorithm; False for CD-k),
-    ``momentum``, ``weight_decay`` and ``dtype`` (``"float32"`` or ``"float64"``).
+    ``momentum``, ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero
+    over the ``n_iter`` epochs, which settles the parameters) and ``dtype``
+    (``"float32"`` or ``"float64"``).
     Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
     negative values are refused.
     """
@@ -49,6 +52,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         persistent: bool = True,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
+        lr_decay: bool = False,
         dtype: str = "float32",
     ) -> None:
         self.n_components = n_components
@@ -61,6 +65,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         self.persistent = persistent
         self.momentum = momentum
         self.weight_decay = weight_decay
+        self.lr_decay = lr_decay
         self.dtype = dtype
 
     # ------------------------------------------------------------------ helpers
@@ -82,16 +87,18 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
         check_non_negative(X, "BernoulliRBM (expects values in [0, 1])")
-        return torch.as_tensor(np.ascontiguousarray(X), dtype=_DTYPES[self.dtype])
+        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
 
-    def _init_model(self, n_features: int) -> None:
+    def _init_model(self, data: torch.Tensor) -> None:
+        """Small random weights; visible biases at the log-odds of the data means (Hinton's
+        practical guide, section 8), so the model starts from the independent-pixel fit."""
         rng = check_random_state(self.random_state)
         self._generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)))
-        self.rbm_ = boltzmann.BernoulliRBM(n_features, self.n_components, init_std=0.0).to(
-            _DTYPES[self.dtype]
-        )
+        dtype = _DTYPES[self.dtype]
+        self.rbm_ = boltzmann.BernoulliRBM(data.shape[1], self.n_components, init_std=0.0).to(dtype)
         with torch.no_grad():
             self.rbm_.W.normal_(0.0, 0.01, generator=self._generator)
+            self.rbm_.b.copy_(torch.logit(data.mean(0).clamp(1e-3, 1 - 1e-3)))
         self._cd = ContrastiveDivergence(self.rbm_, self.k, persistent=self.persistent)
         self._optimizer = torch.optim.SGD(
             self.rbm_.parameters(),
@@ -118,9 +125,12 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         """Train for ``n_iter`` epochs of mini-batches over X (n_samples, n_features)."""
         self._validate_params_()
         data = self._check_X(X, reset=True)
-        self._init_model(data.shape[1])
+        self._init_model(data)
         n = data.shape[0]
         for epoch in range(self.n_iter):
+            if self.lr_decay:
+                for group in self._optimizer.param_groups:
+                    group["lr"] = self.learning_rate * (1 - epoch / self.n_iter)
             perm = torch.randperm(n, generator=self._generator)
             for idx in perm.split(self.batch_size):
                 self._step(data[idx])
@@ -136,7 +146,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
             self._validate_params_()
         data = self._check_X(X, reset=first)
         if first:
-            self._init_model(data.shape[1])
+            self._init_model(data)
         self._step(data)
         self._sync_attributes()
         return self

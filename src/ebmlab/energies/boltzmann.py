@@ -117,8 +117,8 @@ class BernoulliRBM(EnergyModel):
     def gibbs(
         self, v: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """k steps of block Gibbs sampling v -> h -> v."""
-        _checks.positive_int("k", k)
+        """k steps of block Gibbs sampling v -> h -> v (k = 0 returns v)."""
+        _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             for _ in range(k):
                 v = self.sample_visible(self.sample_hidden(v, generator), generator)

@@ -65,30 +65,39 @@ class ContrastiveDivergence:
         self.sparsity_cost = _checks.positive("sparsity_cost", sparsity_cost, allow_zero=True)
         self.chains: torch.Tensor | None = None
 
-    def negatives(self, v: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """Negative visible samples after k block-Gibbs steps (from data or persistent chains)."""
-        if self.persistent:
-            if self.chains is None:
-                n = self.n_chains or v.shape[0]
-                self.chains = v[torch.randint(v.shape[0], (n,), generator=generator)].clone()
-            start = self.chains
-        else:
-            start = v
-        neg = self.rbm.gibbs(start, self.k, generator)
-        if self.persistent:
-            self.chains = neg
-        return neg
+    def negatives(
+        self, v: torch.Tensor, ph_data: torch.Tensor, generator: torch.Generator | None
+    ) -> torch.Tensor:
+        """Negative visible samples after k block-Gibbs steps, from the data (CD-k; its first
+        hidden step reuses p(h | v) of the positive phase) or from persistent chains (PCD)."""
+        rbm = self.rbm
+        if not self.persistent:
+            h = torch.rand(ph_data.shape, generator=generator, dtype=ph_data.dtype) < ph_data
+            neg = rbm.sample_visible(h.to(ph_data.dtype), generator)
+            return rbm.gibbs(neg, self.k - 1, generator)
+        if self.chains is None:
+            n = self.n_chains or v.shape[0]
+            self.chains = v[torch.randint(v.shape[0], (n,), generator=generator)].clone()
+        self.chains = rbm.gibbs(self.chains, self.k, generator)
+        return self.chains
 
-    def accumulate(self, v: torch.Tensor, generator: torch.Generator | None = None) -> CDStats:
-        """Write -(d log-likelihood) into the parameters' ``.grad`` for the batch ``v``."""
+    def accumulate(
+        self, v: torch.Tensor, generator: torch.Generator | None = None, *, stats: bool = False
+    ) -> CDStats | None:
+        """Write -(d log-likelihood) into the parameters' ``.grad`` for the batch ``v``.
+
+        With ``stats`` also return the reconstruction error and free-energy gap (three
+        more matrix products, so off in the hot loop).
+        """
         rbm = self.rbm
         v = v.flatten(1).to(rbm.W.dtype)
         with torch.no_grad():
             ph_data = torch.sigmoid(rbm.hidden_logits(v))
-            v_neg = self.negatives(v, generator)
+            v_neg = self.negatives(v, ph_data, generator)
             ph_neg = torch.sigmoid(rbm.hidden_logits(v_neg))
             n_pos, n_neg = v.shape[0], v_neg.shape[0]
-            grad_w = v_neg.T @ ph_neg / n_neg - v.T @ ph_data / n_pos
+            # both phases in one product: [v_neg; v]^T [ph_neg / n_neg; -ph_data / n_pos]
+            grad_w = torch.cat([v_neg, v]).T @ torch.cat([ph_neg / n_neg, ph_data / -n_pos])
             grad_b = v_neg.mean(0) - v.mean(0)
             grad_c = ph_neg.mean(0) - ph_data.mean(0)
             if self.sparsity_target is not None and self.sparsity_cost:
@@ -97,6 +106,8 @@ class ContrastiveDivergence:
                 grad_w = grad_w + v.mean(0)[:, None] * excess[None, :]
             for param, grad in ((rbm.W, grad_w), (rbm.b, grad_b), (rbm.c, grad_c)):
                 param.grad = grad
+            if not stats:
+                return None
             recon = rbm.visible_probs(ph_data)
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
