@@ -5,9 +5,10 @@
 attributes (``components_`` (M x D), ``intercept_hidden_``, ``intercept_visible_``,
 ``h_samples_``), ``fit``/``partial_fit`` returning ``self``, ``transform`` (hidden
 probabilities) and ``gibbs``. It trains in float32 with persistent CD by default,
-and ``score_samples`` returns the exact log-likelihood log p(v) (the partition
-function by enumeration over the smaller layer) rather than a pseudo-likelihood,
-which stays available as :meth:`BernoulliRBM.pseudo_likelihood`.
+and ``score_samples`` returns the log-likelihood log p(v) rather than a
+pseudo-likelihood (which stays available as :meth:`BernoulliRBM.pseudo_likelihood`):
+the partition function is exact (enumeration over the smaller layer) for small
+models and estimated by annealed importance sampling otherwise.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
 from ebmlab.energies import boltzmann
-from ebmlab.partition.exact import MAX_ENUMERATION_BITS, rbm_log_partition
+from ebmlab.partition import LogZEstimate, rbm_ais, rbm_log_partition
 from ebmlab.training.rbm import ContrastiveDivergence
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+ENUMERATE_UP_TO = 20
 _NUMPY = {"float32": np.float32, "float64": np.float64}
 
 
@@ -98,7 +100,8 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         self.rbm_ = boltzmann.BernoulliRBM(data.shape[1], self.n_components, init_std=0.0).to(dtype)
         with torch.no_grad():
             self.rbm_.W.normal_(0.0, 0.01, generator=self._generator)
-            self.rbm_.b.copy_(torch.logit(data.mean(0).clamp(1e-3, 1 - 1e-3)))
+            self._base_biases = torch.logit(data.double().mean(0).clamp(1e-3, 1 - 1e-3))
+            self.rbm_.b.copy_(self._base_biases)
         self._cd = ContrastiveDivergence(self.rbm_, self.k, persistent=self.persistent)
         self._optimizer = torch.optim.SGD(
             self.rbm_.parameters(),
@@ -164,29 +167,26 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         data = self._check_X(v, reset=False)
         return self.rbm_.gibbs(data, 1, self._generator).numpy().astype(np.float64)
 
-    def log_partition(self) -> float:
-        """Exact log Z by enumeration over the smaller layer (2^min(D, M) terms)."""
+    def log_partition(self) -> LogZEstimate:
+        """log Z: exact by enumeration over the smaller layer when min(D, M) <= 20, else
+        annealed importance sampling from the training data's base rates (1000
+        temperatures, 100 chains; the estimate carries its standard error)."""
         check_is_fitted(self)
-        return rbm_log_partition(self.rbm_).log_z
+        if min(self.rbm_.n_visible, self.n_components) <= ENUMERATE_UP_TO:
+            return rbm_log_partition(self.rbm_)
+        return rbm_ais(self.rbm_, base_biases=self._base_biases, generator=self._generator)
 
     def score_samples(self, X) -> np.ndarray:
-        """Exact log-likelihood log p(v) = -F(v) - log Z of each row.
-
-        Needs min(n_features, n_components) <= 26 (enumeration); larger models raise.
-        """
+        """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
+        :meth:`log_partition` (exact for small models, AIS otherwise)."""
         check_is_fitted(self)
         data = self._check_X(X, reset=False)
-        if min(data.shape[1], self.n_components) > MAX_ENUMERATION_BITS:
-            raise ValueError(
-                "exact log-likelihood needs min(n_features, n_components) <= "
-                f"{MAX_ENUMERATION_BITS}; use pseudo_likelihood for larger models"
-            )
         rbm = self.rbm_
         with torch.no_grad():  # float64, so a row's score does not depend on its batch
             v = data.double()
             logits = v @ rbm.W.double() + rbm.c.double()
             free = -(v @ rbm.b.double()) - torch.nn.functional.softplus(logits).sum(1)
-        return (-free - self.log_partition()).numpy()
+        return (-free - self.log_partition().log_z).numpy()
 
     def pseudo_likelihood(self, X) -> np.ndarray:
         """sum_i log p(v_i | v_-i) of binarised rows (Besag 1975), exact over all sites."""

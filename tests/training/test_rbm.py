@@ -109,3 +109,15 @@ def test_drop_in_attributes_and_methods():
         model.transform(-x)
     with pytest.raises(ValueError, match="n_components must be an integer"):
         SkRBM(n_components=0).fit(x)
+
+
+def test_score_samples_uses_ais_beyond_enumeration():
+    from sklearn.datasets import load_digits
+
+    x = (load_digits().data[:300] >= 8).astype(np.float64)
+    model = SkRBM(n_components=21, n_iter=5, random_state=0).fit(x)
+    estimate = model.log_partition()
+    assert estimate.method == "ais" and estimate.stderr < 0.1
+    exact = rbm_log_partition(model.rbm_).log_z  # 2^21 terms: slow but exact here
+    assert abs(estimate.log_z - exact) < 0.1 + 3 * estimate.stderr
+    assert model.score_samples(x[:3]).shape == (3,)

@@ -1,0 +1,71 @@
+import statistics
+
+import pytest
+import torch
+from scipy import stats
+
+from ebmlab.energies import BernoulliRBM, DiagonalGaussian, GaussianMixture
+from ebmlab.partition import ais, rbm_ais, rbm_exact_samples, rbm_log_partition, rbm_raise
+from ebmlab.samplers import HMC
+
+
+def random_rbm(scale, seed, d=12, m=8):
+    torch.manual_seed(seed)
+    rbm = BernoulliRBM(d, m, init_std=scale)
+    with torch.no_grad():
+        rbm.b.normal_(0, scale)
+        rbm.c.normal_(0, scale)
+    return rbm
+
+
+@pytest.mark.parametrize(("scale", "seed"), [(0.3, 0), (1.0, 1), (2.0, 2), (2.0, 3)])
+def test_rbm_ais_is_within_0_03_nats_and_inside_its_interval(scale, seed):
+    rbm = random_rbm(scale, seed)
+    exact = rbm_log_partition(rbm).log_z
+    est = rbm_ais(rbm, n_chains=100, n_temperatures=1000, generator=seed)
+    assert abs(est.log_z - exact) < 0.03
+    low, high = est.interval(3.0)
+    assert low <= exact <= high
+    assert est.method == "ais" and est.cost["ess"] > 10
+
+
+def test_ais_and_raise_sandwich_the_truth_in_expectation():
+    rbm = random_rbm(2.0, 0)
+    exact = rbm_log_partition(rbm).log_z
+    forward = [rbm_ais(rbm, n_chains=20, n_temperatures=30, generator=s).log_z for s in range(60)]
+    reverse = [
+        rbm_raise(rbm, n_chains=20, n_temperatures=30, generator=100 + s).log_z for s in range(60)
+    ]
+    se_f = statistics.stdev(forward) / 60**0.5
+    se_r = statistics.stdev(reverse) / 60**0.5
+    assert statistics.mean(forward) <= exact + 2 * se_f
+    assert statistics.mean(reverse) >= exact - 2 * se_r
+
+
+def test_exact_samples_follow_the_rbm():
+    from ebmlab.partition import binary_states
+
+    for rbm in (random_rbm(1.0, 0, d=5, m=9), random_rbm(1.0, 1, d=9, m=4)):
+        x = rbm_exact_samples(rbm, 40_000, torch.Generator().manual_seed(0))
+        states = binary_states(rbm.n_visible).double()
+        with torch.no_grad():
+            p = torch.softmax(-rbm.double().free_energy(states), 0)
+        codes = (x.long() * (1 << torch.arange(rbm.n_visible))).sum(1)
+        counts = torch.bincount(codes, minlength=len(p)).double()
+        expected = p * len(x)
+        keep = expected > 5
+        chi2 = float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+        assert stats.chi2.sf(chi2, int(keep.sum()) - 1) > 1e-4
+
+
+def test_generic_ais_with_an_mcmc_kernel_matches_an_analytic_mixture():
+    mix = GaussianMixture.isotropic(torch.tensor([[-2.0, 0.0], [2.0, 1.0]]), std=0.5)
+    base = DiagonalGaussian(torch.zeros(2), torch.full((2,), 3.0))
+    est = ais(mix, base, HMC(0.2, 5), n_chains=200, n_temperatures=200, generator=0)
+    truth = float(mix.log_partition())
+    assert abs(est.log_z - truth) < 3 * est.stderr + 0.02
+
+
+def test_schedule_validation():
+    with pytest.raises(ValueError, match="schedule must rise strictly from 0 to 1"):
+        rbm_ais(random_rbm(1.0, 0), schedule=[0.0, 0.5, 0.4, 1.0])
