@@ -160,10 +160,10 @@ def rbm_ais(
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
-        W, b, c = rbm.W.double(), rbm.b.double(), rbm.c.double()
+        W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
         b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
         log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
-
+        b_a = b_a.to(W.dtype)
         v = _bernoulli(torch.sigmoid(b_a).expand(n_chains, -1), gen)
         log_w = _anneal_rbm(v, betas, W, b, c, b_a, gen)
     cost = {
@@ -180,20 +180,29 @@ def _bernoulli(p: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
 
 def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
     """Run chains ``v`` along ``betas`` (either direction) through the intermediate RBMs,
-    accumulating log p*_k(v) - log p*_{k-1}(v) before each transition."""
+    accumulating log p*_k(v) - log p*_{k-1}(v) before each transition.
 
-    def log_p_star(v: torch.Tensor, beta: float) -> torch.Tensor:
-        """log p*_beta(v) with the hidden units summed out."""
-        return (1 - beta) * (v @ b_a) + beta * (v @ b) + F.softplus(beta * (v @ W + c)).sum(1)
-
+    With the hidden units summed out, log p*_beta(v) = (1 - beta) b_a.v + beta b.v +
+    sum_j softplus(beta a_j), a = c + v W; the product v W is computed once per
+    temperature and shared by the weight update and the hidden-unit sampling, in the
+    parameters' dtype, while the weights accumulate in float64.
+    """
     log_w = torch.zeros(v.shape[0], dtype=torch.float64)
+    v = v.to(W.dtype)
+    a = v @ W + c
+    bias_gap = v @ (b - b_a)
     for k in range(1, len(betas)):
         beta_prev, beta = float(betas[k - 1]), float(betas[k])
-        log_w += log_p_star(v, beta) - log_p_star(v, beta_prev)
+        step = (beta - beta_prev) * bias_gap + (
+            F.softplus(beta * a) - F.softplus(beta_prev * a)
+        ).sum(1)
+        log_w += step.double()
         if k == len(betas) - 1:
             break
-        h = _bernoulli(torch.sigmoid(beta * (v @ W + c)), gen)
+        h = _bernoulli(torch.sigmoid(beta * a), gen)
         v = _bernoulli(torch.sigmoid((1 - beta) * b_a + beta * (b + h @ W.T)), gen)
+        a = v @ W + c
+        bias_gap = v @ (b - b_a)
     return log_w
 
 
@@ -245,9 +254,10 @@ def rbm_raise(
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
-        W, b, c = rbm.W.double(), rbm.b.double(), rbm.c.double()
+        W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
         b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
         log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
+        b_a = b_a.to(W.dtype)
         if samples is None:
             v = rbm_exact_samples(rbm, n_chains, gen)
         else:
