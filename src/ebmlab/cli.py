@@ -1,4 +1,4 @@
-"""The ``ebmlab`` command: ``info``, ``train``, ``evaluate`` and ``sample``.
+"""The ``ebmlab`` command: ``info``, ``train``, ``evaluate``, ``sample`` and ``logz``.
 
 Each recipe's options are generated from its config dataclass and the shared
 :class:`~ebmlab.training.TrainerConfig`, so a new recipe needs no change here.
@@ -102,6 +102,11 @@ def _build_parser() -> _Parser:
     sa.add_argument("--out", default=None, help="PNG path (default RUN_DIR/samples/sample.png)")
     sa.add_argument("--checkpoint", choices=["last", "best"], default="last")
     sa.add_argument("--seed", type=int, default=0)
+    lz = sub.add_parser("logz", help="estimate log Z of a trained run; prints JSON")
+    lz.add_argument("run_dir")
+    lz.add_argument("--method", default="auto", choices=["auto", "exact", "ais", "raise"])
+    lz.add_argument("--checkpoint", choices=["last", "best"], default="last")
+    lz.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -230,7 +235,22 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"info": cmd_info, "train": cmd_train, "evaluate": cmd_evaluate, "sample": cmd_sample}
+def cmd_logz(args: argparse.Namespace) -> int:
+    recipe, setup, _ = load_run(args.run_dir, args.checkpoint)
+    if recipe.log_partition is None:
+        raise ValueError(f"recipe {recipe.name!r} has no partition function estimator")
+    estimate = recipe.log_partition(setup, args.method, seed=args.seed)
+    print(json.dumps(estimate.to_dict(), indent=2, default=str))
+    return 0
+
+
+COMMANDS = {
+    "info": cmd_info,
+    "train": cmd_train,
+    "evaluate": cmd_evaluate,
+    "sample": cmd_sample,
+    "logz": cmd_logz,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,11 +27,17 @@ from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
 from ebmlab.training.run_dir import RunDirectory
 
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "adam": torch.optim.Adam,
-    "adamw": torch.optim.AdamW,
-    "adamax": torch.optim.Adamax,
-    "sgd": lambda params, lr, weight_decay: torch.optim.SGD(
-        params, lr=lr, momentum=0.9, weight_decay=weight_decay
+    "adam": lambda params, lr, weight_decay, momentum: torch.optim.Adam(
+        params, lr=lr, weight_decay=weight_decay
+    ),
+    "adamw": lambda params, lr, weight_decay, momentum: torch.optim.AdamW(
+        params, lr=lr, weight_decay=weight_decay
+    ),
+    "adamax": lambda params, lr, weight_decay, momentum: torch.optim.Adamax(
+        params, lr=lr, weight_decay=weight_decay
+    ),
+    "sgd": lambda params, lr, weight_decay, momentum: torch.optim.SGD(
+        params, lr=lr, momentum=momentum, weight_decay=weight_decay
     ),
 }
 SCHEDULES = ("constant", "cosine", "linear")
@@ -54,12 +60,14 @@ class TrainerConfig:
     lr: float = 1e-3
     optimizer: str = "adam"
     weight_decay: float = 0.0
+    momentum: float = 0.9  # SGD only
     lr_schedule: str = "constant"
     warmup_steps: int = 0
     grad_clip: float = 0.0
     seed: int = 0
     checkpoint_every: int = 0
     log_every: int = 10
+    val_every: int = 1
     early_stopping_patience: int = 0
     monitor: str = "val_loss"
     monitor_mode: str = "min"
@@ -73,12 +81,14 @@ class TrainerConfig:
         _checks.positive("lr", self.lr)
         _checks.one_of("optimizer", self.optimizer, list(OPTIMIZERS))
         _checks.positive("weight_decay", self.weight_decay, allow_zero=True)
+        _checks.probability("momentum", self.momentum)
         _checks.one_of("lr_schedule", self.lr_schedule, SCHEDULES)
         _checks.positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
         _checks.positive("grad_clip", self.grad_clip, allow_zero=True)
         _checks.positive_int("seed", self.seed, allow_zero=True)
         _checks.positive_int("checkpoint_every", self.checkpoint_every, allow_zero=True)
         _checks.positive_int("log_every", self.log_every)
+        _checks.positive_int("val_every", self.val_every)
         _checks.positive_int(
             "early_stopping_patience", self.early_stopping_patience, allow_zero=True
         )
@@ -88,10 +98,15 @@ class TrainerConfig:
 
 @dataclass
 class StepResult:
-    """What a task's training step returns: the loss to minimise and scalar metrics."""
+    """What a task's training step returns: the loss to minimise and scalar metrics.
+
+    ``grads_ready`` means the task already wrote the parameters' ``.grad`` (closed-form
+    gradients, e.g. contrastive divergence for RBMs); ``loss`` is then only logged.
+    """
 
     loss: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)
+    grads_ready: bool = False
 
 
 class Task:
@@ -159,7 +174,10 @@ class Trainer:
         params = [p for p in task.model.parameters() if p.requires_grad]
         self._params = params
         self.optimizer = OPTIMIZERS[self.config.optimizer](
-            params, lr=self.config.lr, weight_decay=self.config.weight_decay
+            params,
+            lr=self.config.lr,
+            weight_decay=self.config.weight_decay,
+            momentum=self.config.momentum,
         )
         self.generator = torch.Generator().manual_seed(self.config.seed)
         self.epoch = 0
@@ -263,8 +281,9 @@ class Trainer:
         out.update((k, float(v)) for k, v in result.metrics.items())
         for name, value in out.items():
             self._check("the loss" if name == "loss" else f"metric '{name}'", value)
-        self.optimizer.zero_grad(set_to_none=True)
-        result.loss.backward()
+        if not result.grads_ready:
+            self.optimizer.zero_grad(set_to_none=True)
+            result.loss.backward()
         # The gradient norm costs a pass over all gradients: it is taken when clipping and once
         # per logging window for the curves. A non-finite gradient that slips through makes the
         # parameters, hence the next loss, non-finite, and checkpoints refuse such parameters.
@@ -297,7 +316,8 @@ class Trainer:
     def _validate_and_checkpoint(self) -> bool:
         """End-of-epoch work; returns True when early stopping says stop."""
         self.task.model.eval()
-        val = self.task.validate(self.generator)
+        due = (self.epoch + 1) % self.config.val_every == 0 or self.epoch + 1 == self.config.epochs
+        val = self.task.validate(self.generator) if due else {}
         stop = False
         if val:
             for name, value in val.items():

@@ -34,7 +34,8 @@ class Recipe:
     ``build(config, trainer_config)`` returns a :class:`Setup`;
     ``evaluate(setup, run, **options)`` returns a JSON-serialisable dict and may
     write PNG files into the run directory; ``sample(setup, run, n, steps, out)``
-    (optional) writes a picture of ``n`` samples. Both receive a setup whose task
+    (optional) writes a picture of ``n`` samples; ``log_partition(setup, method)``
+    (optional) returns a ``LogZEstimate``. They receive a setup whose task
     state was restored from a checkpoint. ``trainer_defaults`` overrides the
     generic :class:`TrainerConfig` defaults for this recipe.
     """
@@ -45,6 +46,7 @@ class Recipe:
     build: Callable[[Any, TrainerConfig], Setup]
     evaluate: Callable[..., dict[str, Any]]
     sample: Callable[..., Any] | None = None
+    log_partition: Callable[..., Any] | None = None
     trainer_defaults: dict[str, Any] = field(default_factory=dict)
 
 

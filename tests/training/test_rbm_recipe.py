@@ -1,0 +1,45 @@
+import json
+
+from ebmlab.cli import main
+
+
+def test_rbm_recipe_trains_evaluates_and_estimates_log_z(tmp_path, capsys):
+    run = tmp_path / "rbm"
+    args = ["train", "rbm", "--out", str(run), "--epochs", "3", "--n-hidden", "8", "--no-progress"]
+    assert main(args) == 0
+    for png in ("filters.png", "samples/chains.png", "curves.png"):
+        assert (run / png).is_file(), png
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["log_z"]["method"] == "enumeration"
+    assert -40 < result["test_log_likelihood"] < result["train_log_likelihood"] + 5
+    assert main(["logz", str(run), "--method", "ais"]) == 0
+    ais = json.loads(capsys.readouterr().out)
+    assert abs(ais["log_z"] - result["log_z"]["log_z"]) < 0.05 + 3 * ais["stderr"]
+    assert main(["logz", str(run), "--method", "raise"]) == 0
+    assert json.loads(capsys.readouterr().out)["method"] == "raise"
+    assert (
+        main(["sample", str(run), "--n", "9", "--steps", "3", "--out", str(tmp_path / "s.png")])
+        == 0
+    )
+
+
+def test_logz_on_a_recipe_without_estimator_is_a_usage_error(tmp_path, capsys):
+    run = tmp_path / "d"
+    args = [
+        "train",
+        "density",
+        "--out",
+        str(run),
+        "--epochs",
+        "1",
+        "--hidden",
+        "8",
+        "--buffer-size",
+        "100",
+    ]
+    assert main([*args, "--sampler-steps", "2", "--quadrature-points", "16", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["logz", str(run)]) == 2
+    assert "no partition function estimator" in capsys.readouterr().err
