@@ -5,7 +5,7 @@ import torch
 from scipy import stats
 
 from ebmlab.energies import BernoulliRBM, DiagonalGaussian, GaussianMixture
-from ebmlab.partition import ais, rbm_ais, rbm_exact_samples, rbm_log_partition, rbm_raise
+from ebmlab.partition import ais, raise_, rbm_ais, rbm_exact_samples, rbm_log_partition
 from ebmlab.samplers import HMC
 
 
@@ -34,7 +34,7 @@ def test_ais_and_raise_sandwich_the_truth_in_expectation():
     exact = rbm_log_partition(rbm).log_z
     forward = [rbm_ais(rbm, n_chains=20, n_temperatures=30, generator=s).log_z for s in range(60)]
     reverse = [
-        rbm_raise(rbm, n_chains=20, n_temperatures=30, generator=100 + s).log_z for s in range(60)
+        raise_(rbm, n_chains=20, n_temperatures=30, generator=100 + s).log_z for s in range(60)
     ]
     se_f = statistics.stdev(forward) / 60**0.5
     se_r = statistics.stdev(reverse) / 60**0.5
@@ -69,3 +69,21 @@ def test_generic_ais_with_an_mcmc_kernel_matches_an_analytic_mixture():
 def test_schedule_validation():
     with pytest.raises(ValueError, match="schedule must rise strictly from 0 to 1"):
         rbm_ais(random_rbm(1.0, 0), schedule=[0.0, 0.5, 0.4, 1.0])
+
+
+def test_exact_log_partition_dispatches_on_the_model():
+    from ebmlab.energies import BoltzmannMachine
+    from ebmlab.partition import enumerate_log_partition, exact_log_partition
+
+    rbm = random_rbm(1.0, 0, d=6, m=4)
+    assert exact_log_partition(rbm).log_z == rbm_log_partition(rbm).log_z
+    bm = BoltzmannMachine(5, init_std=0.5)
+    assert exact_log_partition(bm).log_z == enumerate_log_partition(bm, 5).log_z
+    g = DiagonalGaussian(torch.zeros(1), torch.ones(1))
+    assert exact_log_partition(g).method == "closed form"
+    assert abs(exact_log_partition(g, bounds=[(-8.0, 8.0)]).log_z - float(g.log_partition())) < 1e-6
+    with pytest.raises(ValueError, match="no exact method"):
+        exact_log_partition(lambda x: x.sum(1))
+    assert ais(rbm, n_temperatures=200, generator=0).method == "ais"
+    with pytest.raises(ValueError, match="needs base"):
+        ais(g)

@@ -1,8 +1,19 @@
 """Partition functions: log Z estimates that carry their uncertainty."""
 
-from ebmlab.partition.ais import ais, rbm_ais, rbm_exact_samples, rbm_raise, salakhutdinov_schedule
+from ebmlab.partition.ais import (
+    ais,
+    raise_,
+    rbm_ais,
+    rbm_exact_samples,
+    salakhutdinov_schedule,
+)
 from ebmlab.partition.estimate import LogZEstimate
-from ebmlab.partition.exact import binary_states, enumerate_log_partition, rbm_log_partition
+from ebmlab.partition.exact import (
+    binary_states,
+    enumerate_log_partition,
+    exact_log_partition,
+    rbm_log_partition,
+)
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition
 
 __all__ = [
@@ -10,11 +21,12 @@ __all__ = [
     "ais",
     "binary_states",
     "enumerate_log_partition",
+    "exact_log_partition",
     "grid_points",
     "quadrature_log_partition",
+    "raise_",
     "rbm_ais",
     "rbm_exact_samples",
     "rbm_log_partition",
-    "rbm_raise",
     "salakhutdinov_schedule",
 ]

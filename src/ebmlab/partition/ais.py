@@ -86,17 +86,38 @@ def _estimate(log_w: torch.Tensor, log_z0: float, method: str, cost: dict) -> Lo
 
 def ais(
     energy: EnergyLike,
-    base,
-    kernel: Sampler,
+    base=None,
+    kernel: Sampler | None = None,
     *,
     n_chains: int = 100,
     n_temperatures: int | None = 1000,
     schedule: Sequence[float] | torch.Tensor | None = None,
     steps_per_temperature: int = 1,
+    data: torch.Tensor | np.ndarray | None = None,
     generator: torch.Generator | int | None = None,
 ) -> LogZEstimate:
-    """log Z of ``energy`` by AIS from ``base`` (an analytic energy with ``sample`` and
-    ``log_partition``, e.g. a Gaussian) with any MCMC ``kernel`` from ebmlab.samplers."""
+    """log Z of ``energy`` by AIS.
+
+    A :class:`~ebmlab.energies.BernoulliRBM` without ``base``/``kernel`` uses
+    :func:`rbm_ais` (base-rate model from ``data``, exact Gibbs transitions). Any other
+    energy needs ``base`` (an analytic energy with ``sample`` and ``log_partition``,
+    e.g. a Gaussian) and an MCMC ``kernel`` from ebmlab.samplers.
+    """
+    from ebmlab.energies.boltzmann import BernoulliRBM
+
+    if isinstance(energy, BernoulliRBM) and base is None and kernel is None:
+        return rbm_ais(
+            energy,
+            n_chains=n_chains,
+            n_temperatures=n_temperatures,
+            schedule=schedule,
+            data=data,
+            generator=generator,
+        )
+    if base is None or kernel is None:
+        raise ValueError(
+            "ais needs base (an analytic energy) and kernel (a sampler) for this energy"
+        )
     _checks.positive_int("n_chains", n_chains)
     _checks.positive_int("steps_per_temperature", steps_per_temperature)
     gen = _checks.generator("generator", generator)
@@ -231,7 +252,7 @@ def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> 
         return _bernoulli(torch.sigmoid(b + states[idx] @ W.T), generator)
 
 
-def rbm_raise(
+def raise_(
     rbm,
     *,
     samples: torch.Tensor | np.ndarray | None = None,

@@ -70,3 +70,30 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
     value = float(total)
     cost = {"terms": 2**bits, "seconds": time.perf_counter() - start_time}
     return LogZEstimate(log_z=value, lower=value, upper=value, method="enumeration", cost=cost)
+
+
+def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstimate:
+    """log Z computed exactly (up to numerical error) by the best method for ``model``.
+
+    - :class:`~ebmlab.energies.BernoulliRBM`: enumeration of the smaller layer;
+    - :class:`~ebmlab.energies.BoltzmannMachine`: enumeration of all 2^D states;
+    - analytic energies (Gaussians, mixtures, ...): their closed form;
+    - any energy on R or R^2 given ``bounds``: quadrature with an error estimate.
+    """
+    from ebmlab.energies.analytic import AnalyticEnergy
+    from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
+    from ebmlab.partition.quadrature import quadrature_log_partition
+
+    if isinstance(model, BernoulliRBM):
+        return rbm_log_partition(model)
+    if isinstance(model, BoltzmannMachine):
+        return enumerate_log_partition(model, model.n_visible, dtype=model.b.dtype)
+    if bounds is not None:
+        return quadrature_log_partition(model, bounds, n_points)
+    if isinstance(model, AnalyticEnergy):
+        value = float(model.log_partition())
+        return LogZEstimate(log_z=value, lower=value, upper=value, method="closed form")
+    raise ValueError(
+        f"no exact method for {type(model).__name__}: pass bounds=[(low, high), ...] for "
+        "quadrature of a 1-2 dimensional energy"
+    )

@@ -19,7 +19,7 @@ import torch
 from ebmlab import _checks
 from ebmlab.data import load_dataset
 from ebmlab.energies import BernoulliRBM
-from ebmlab.partition import LogZEstimate, rbm_ais, rbm_log_partition, rbm_raise
+from ebmlab.partition import LogZEstimate, raise_, rbm_ais, rbm_log_partition
 from ebmlab.plotting import image_grid
 from ebmlab.training.rbm import ContrastiveDivergence
 from ebmlab.training.recipes import Recipe, Setup, register
@@ -112,7 +112,7 @@ class RBMTask(Task):
         if method == "ais":
             return rbm_ais(self.model, **options)
         samples = self.cd.chains if self.cd.chains is not None else None
-        return rbm_raise(self.model, samples=samples, **options)
+        return raise_(self.model, samples=samples, **options)
 
     def log_likelihood(self, x: torch.Tensor, log_z: LogZEstimate) -> float:
         with torch.no_grad():
