@@ -28,7 +28,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
-from ebmlab.data import PIXELS, Dataset, apply_transform, load_dataset
+from ebmlab.data import PIXELS, apply_transform, load_dataset
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
 from ebmlab.evaluation import (
     accuracy,
@@ -109,6 +109,9 @@ def random_shift(
     rows = (dy[:, None] + torch.arange(h))[:, :, None].expand(n, h, w)
     cols = (dx[:, None] + torch.arange(w))[:, None, :].expand(n, h, w)
     return padded[torch.arange(n)[:, None, None], rows, cols].reshape(n, h * w)
+
+
+MAX_EVAL_SAMPLES = 500  # chains run for the sample-quality metrics (and test images compared)
 
 
 class JEMTask(Task):
@@ -259,9 +262,9 @@ def _ood_sets(task: JEMTask, ood_data: str | None) -> dict[str, torch.Tensor]:
     return sets
 
 
-def _sample_metrics(task: JEMTask, x: torch.Tensor, test: Dataset) -> dict[str, float]:
+def _sample_metrics(task: JEMTask, x: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
     return {
-        "mmd2": mmd2(x, test.x),
+        "mmd2": mmd2(x, reference),
         "out_of_range": task.out_of_range(x),
         "finite": bool(torch.isfinite(x).all()),
     }
@@ -287,17 +290,18 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
         for name, x in _ood_sets(task, ood_data).items()
     }
     gen = torch.Generator().manual_seed(2024)
-    n = len(test)
+    n = min(len(test), MAX_EVAL_SAMPLES)
+    reference = test.x[:n]
     x = task.negatives(n, gen)
-    floor = mmd2(task.train.x[:n], test.x)
+    floor = mmd2(task.train.x[:n], reference)
     quality = {
         "train_test_floor_mmd2": floor,
-        "after_training_steps": _sample_metrics(task, x, test),
+        "after_training_steps": _sample_metrics(task, x, reference),
     }
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
-    quality["after_200_more_steps"] = _sample_metrics(task, x200, test)
+    quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
     x1000 = task.sampler.sample(task.model, x200, 800, generator=gen)
-    quality["after_1000_more_steps"] = _sample_metrics(task, x1000, test)
+    quality["after_1000_more_steps"] = _sample_metrics(task, x1000, reference)
     result["samples"] = quality
     task.grid(x[:100], run.path / "samples_unconditional.png", "unconditional samples")
     task.grid(x1000[:100], run.path / "samples_after_1000_steps.png", "after 1000 further steps")
