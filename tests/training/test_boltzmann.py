@@ -1,0 +1,47 @@
+import torch
+
+from ebmlab.energies import BoltzmannMachine
+from ebmlab.partition import binary_states
+from ebmlab.training.boltzmann import BMContrastiveDivergence, exact_nll
+
+
+def teacher_and_data(n=4000):
+    torch.manual_seed(0)
+    teacher = BoltzmannMachine(6, init_std=0.6)
+    with torch.no_grad():
+        teacher.b.normal_(0, 0.5)
+    states = binary_states(6)
+    with torch.no_grad():
+        p = torch.softmax(-teacher.energy(states), 0)
+    gen = torch.Generator().manual_seed(1)
+    data = states[torch.multinomial(p, n, replacement=True, generator=gen)]
+    return teacher, data
+
+
+def fit(student, loss_fn, steps=200, lr=0.1):
+    opt = torch.optim.Adam(student.parameters(), lr=lr)
+    for _ in range(steps):
+        loss = loss_fn()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_exact_gradient_training_reaches_the_teacher_likelihood():
+    teacher, data = teacher_and_data()
+    student = BoltzmannMachine(6)
+    fit(student, lambda: exact_nll(student, data))
+    with torch.no_grad():
+        assert float(exact_nll(student, data)) < float(exact_nll(teacher, data)) + 0.01
+
+
+def test_persistent_cd_gets_close_to_the_exact_fit():
+    teacher, data = teacher_and_data()
+    student = BoltzmannMachine(6)
+    cd = BMContrastiveDivergence(student, k=1, persistent=True, n_chains=200)
+    gen = torch.Generator().manual_seed(2)
+    batches = data.split(100)
+    step = iter(range(10**6))
+    fit(student, lambda: cd.loss(batches[next(step) % len(batches)], gen), steps=300, lr=0.03)
+    with torch.no_grad():
+        assert float(exact_nll(student, data)) < float(exact_nll(teacher, data)) + 0.05
