@@ -17,7 +17,12 @@ from ebmlab.energies.base import (
     energy_and_grad,
     score,
 )
-from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
+from ebmlab.energies.boltzmann import (
+    BernoulliRBM,
+    BoltzmannMachine,
+    GaussianBernoulliRBM,
+    SubspaceRBM,
+)
 from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy, ConvNet
 from ebmlab.energies.mlp import FeedForward, MLPEnergy
 
@@ -38,8 +43,10 @@ __all__ = [
     "FeedForward",
     "Funnel",
     "Gaussian",
+    "GaussianBernoulliRBM",
     "GaussianMixture",
     "MLPEnergy",
+    "SubspaceRBM",
     "as_energy_fn",
     "energy_and_grad",
     "score",

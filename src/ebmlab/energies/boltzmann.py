@@ -13,6 +13,8 @@ p(h_j = 1 | v) = sigmoid(c_j + v^T W_.j), p(v_i = 1 | h) = sigmoid(b_i + W_i. h)
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -123,3 +125,172 @@ class BernoulliRBM(EnergyModel):
             for _ in range(k):
                 v = self.sample_visible(self.sample_hidden(v, generator), generator)
         return v
+
+
+class GaussianBernoulliRBM(EnergyModel):
+    """RBM with real-valued visible units (Hinton & Salakhutdinov 2006; Cho et al. 2011).
+
+    E(v, h) = sum_i (v_i - b_i)^2 / (2 sigma_i^2) - c^T h - sum_ij (v_i / sigma_i) W_ij h_j, so
+    p(h_j = 1 | v) = sigmoid(c_j + (v / sigma)^T W_.j) and
+    p(v | h) = N(b + sigma * (W h), diag(sigma^2)); summing h out gives the free energy
+    F(v) = sum_i (v_i - b_i)^2 / (2 sigma_i^2) - sum_j softplus(c_j + (v / sigma)^T W_.j).
+    ``learn_sigma`` makes log sigma a parameter; otherwise sigma stays at ``sigma``.
+    """
+
+    def __init__(
+        self,
+        n_visible: int,
+        n_hidden: int,
+        sigma: float = 1.0,
+        learn_sigma: bool = False,
+        init_std: float = 0.01,
+    ) -> None:
+        super().__init__()
+        self.n_visible = _checks.positive_int("n_visible", n_visible)
+        self.n_hidden = _checks.positive_int("n_hidden", n_hidden)
+        _checks.positive("sigma", sigma)
+        _checks.positive("init_std", init_std, allow_zero=True)
+        self.W = nn.Parameter(torch.randn(n_visible, n_hidden) * init_std)
+        self.b = nn.Parameter(torch.zeros(n_visible))
+        self.c = nn.Parameter(torch.zeros(n_hidden))
+        log_sigma = torch.full((n_visible,), float(torch.tensor(sigma).log()))
+        if learn_sigma:
+            self.log_sigma = nn.Parameter(log_sigma)
+        else:
+            self.register_buffer("log_sigma", log_sigma)
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        return self.log_sigma.exp()
+
+    def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
+        return F.linear(v.flatten(1) / self.sigma, self.W.T, self.c)
+
+    def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        v = v.flatten(1)
+        quad = (((v - self.b) / self.sigma) ** 2).sum(1) / 2
+        return quad - h @ self.c - ((v / self.sigma) @ self.W * h).sum(1)
+
+    def free_energy(self, v: torch.Tensor) -> torch.Tensor:
+        v = v.flatten(1)
+        quad = (((v - self.b) / self.sigma) ** 2).sum(1) / 2
+        return quad - F.softplus(self.hidden_logits(v)).sum(1)
+
+    def energy(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        return self.free_energy(v) if h is None else self.joint_energy(v, h)
+
+    def forward(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
+        return self.energy(v, h)
+
+    def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
+        """E[v | h] = b + sigma * (W h)."""
+        return self.b + self.sigma * F.linear(h, self.W)
+
+    def sample_hidden(
+        self, v: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        return _bernoulli(self.hidden_logits(v), generator)
+
+    def sample_visible(
+        self, h: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        mean = self.visible_mean(h)
+        return mean + self.sigma * torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+
+    def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
+        quad = (((v.flatten(1) - self.b) / self.sigma) ** 2).sum(1) / 2
+        return quad - F.softplus(hidden_logits).sum(1)
+
+    def gibbs(
+        self, v: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        _checks.positive_int("k", k, allow_zero=True)
+        with torch.no_grad():
+            for _ in range(k):
+                v = self.sample_visible(self.sample_hidden(v, generator), generator)
+        return v
+
+
+class SubspaceRBM(EnergyModel):
+    """Subspace RBM (Tomczak & Gonczarek 2017; seed 002, eqs. 6.44-6.47).
+
+    Binary visible x (D), gate units h (M) and subspace units S (M x K) with energy
+    E(x, h, S) = -sum_ijk W_ijk x_i h_j s_jk - b^T x - c^T h - sum_j h_j sum_k D_jk s_jk.
+    A closed gate (h_j = 0) leaves its K subspace units free (factor 2^K); an open one
+    contributes exp(c_j) prod_k (1 + exp(a_jk)), a_jk = sum_i W_ijk x_i + D_jk. Hence
+
+        F(x) = -b^T x - sum_j [K log 2 + softplus(c_j - K log 2 + sum_k softplus(a_jk))],
+        p(h_j = 1 | x) = sigmoid(-K log 2 + c_j + sum_k softplus(a_jk))      (6.47)
+        p(s_jk = 1 | x, h_j) = sigmoid(h_j (sum_i W_ijk x_i + D_jk))         (6.46)
+        p(x_i = 1 | h, S) = sigmoid(sum_jk W_ijk h_j s_jk + b_i)             (6.45)
+
+    The -K log 2 term penalises opening a gate in proportion to its subspace size.
+    """
+
+    def __init__(
+        self, n_visible: int, n_gates: int, n_subspace: int, init_std: float = 0.01
+    ) -> None:
+        super().__init__()
+        self.n_visible = _checks.positive_int("n_visible", n_visible)
+        self.n_gates = _checks.positive_int("n_gates", n_gates)
+        self.n_subspace = _checks.positive_int("n_subspace", n_subspace)
+        _checks.positive("init_std", init_std, allow_zero=True)
+        self.W = nn.Parameter(torch.randn(n_visible, n_gates, n_subspace) * init_std)
+        self.b = nn.Parameter(torch.zeros(n_visible))
+        self.c = nn.Parameter(torch.zeros(n_gates))
+        self.D = nn.Parameter(torch.zeros(n_gates, n_subspace))
+
+    def subspace_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """a_jk = sum_i W_ijk x_i + D_jk, shape (B, M, K)."""
+        return torch.einsum("bi,ijk->bjk", x.flatten(1), self.W) + self.D
+
+    def gate_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """log-odds of p(h_j = 1 | x) (6.47)."""
+        k_log2 = self.n_subspace * math.log(2.0)
+        return -k_log2 + self.c + F.softplus(self.subspace_inputs(x)).sum(2)
+
+    def free_energy(self, x: torch.Tensor) -> torch.Tensor:
+        k_log2 = self.n_subspace * math.log(2.0)
+        return -(x.flatten(1) @ self.b) - (k_log2 + F.softplus(self.gate_logits(x))).sum(1)
+
+    def joint_energy(self, x: torch.Tensor, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """E(x, h, S) (6.44) for h (B, M) and S (B, M, K)."""
+        x = x.flatten(1)
+        hs = h[:, :, None] * s
+        return (
+            -torch.einsum("bi,ijk,bjk->b", x, self.W, hs)
+            - x @ self.b
+            - h @ self.c
+            - (hs * self.D).sum((1, 2))
+        )
+
+    def energy(self, x: torch.Tensor, h: torch.Tensor | None = None, s: torch.Tensor | None = None):
+        if h is None:
+            return self.free_energy(x)
+        return self.joint_energy(x, h, s)
+
+    def forward(self, x: torch.Tensor, h=None, s=None) -> torch.Tensor:
+        return self.energy(x, h, s)
+
+    def gate_probs(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.gate_logits(x))
+
+    def subspace_logits(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """log-odds of p(s_jk = 1 | x, h_j) = h_j a_jk (6.46), shape (B, M, K)."""
+        return h[:, :, None] * self.subspace_inputs(x)
+
+    def visible_logits(self, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """log-odds of p(x_i = 1 | h, S) = sum_jk W_ijk h_j s_jk + b_i (6.45)."""
+        return torch.einsum("ijk,bjk->bi", self.W, h[:, :, None] * s) + self.b
+
+    def gibbs(
+        self, x: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """k sweeps h ~ p(h | x), S ~ p(S | x, h), x ~ p(x | h, S)."""
+        _checks.positive_int("k", k, allow_zero=True)
+        with torch.no_grad():
+            for _ in range(k):
+                h = _bernoulli(self.gate_logits(x), generator)
+                s = _bernoulli(self.subspace_logits(x, h), generator)
+                x = _bernoulli(self.visible_logits(h, s), generator)
+        return x

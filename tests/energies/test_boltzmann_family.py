@@ -1,0 +1,102 @@
+import itertools
+import math
+
+import torch
+
+from ebmlab.energies import GaussianBernoulliRBM, SubspaceRBM
+from ebmlab.partition import binary_states
+
+
+def subspace_model():
+    torch.manual_seed(0)
+    m = SubspaceRBM(3, 2, 2, init_std=1.0).double()
+    with torch.no_grad():
+        m.b.normal_()
+        m.c.normal_()
+        m.D.normal_()
+    return m
+
+
+def all_hidden(m):
+    """Every (h, S) configuration: h (N, M), S (N, M, K)."""
+    bits = m.n_gates + m.n_gates * m.n_subspace
+    states = binary_states(bits).double()
+    return states[:, : m.n_gates], states[:, m.n_gates :].view(-1, m.n_gates, m.n_subspace)
+
+
+def test_subspace_free_energy_sums_out_gates_and_subspace_units():
+    m = subspace_model()
+    x = binary_states(3).double()
+    h, s = all_hidden(m)
+    joint = torch.stack([m.joint_energy(xi.expand(len(h), -1), h, s) for xi in x])  # (8, N)
+    torch.testing.assert_close(m.free_energy(x), -torch.logsumexp(-joint, 1))
+
+
+def test_subspace_conditionals_match_brute_force():
+    m = subspace_model()
+    h, s = all_hidden(m)
+    for x in binary_states(3).double():
+        xs = x.expand(len(h), -1)
+        p = torch.softmax(-m.joint_energy(xs, h, s), 0)  # p(h, S | x)
+        # (6.47) gate marginals
+        torch.testing.assert_close(m.gate_probs(x[None])[0], p @ h)
+        # (6.46) subspace units given x and the gates
+        for gates in itertools.product([0.0, 1.0], repeat=m.n_gates):
+            g = torch.tensor(gates, dtype=torch.float64)
+            rows = (h == g).all(1)
+            cond = p[rows] / p[rows].sum()
+            want = (cond[:, None, None] * s[rows]).sum(0)
+            got = torch.sigmoid(m.subspace_logits(x[None], g[None]))[0]
+            torch.testing.assert_close(got, want)
+    # (6.45) visible units given (h, S)
+    x_all = binary_states(3).double()
+    for i in range(0, len(h), 7):
+        e = torch.stack([m.joint_energy(xx[None], h[i : i + 1], s[i : i + 1])[0] for xx in x_all])
+        p_x = torch.softmax(-e, 0)
+        torch.testing.assert_close(
+            torch.sigmoid(m.visible_logits(h[i : i + 1], s[i : i + 1]))[0], p_x @ x_all
+        )
+
+
+def test_subspace_gate_penalty_is_k_log_2():
+    m = SubspaceRBM(4, 1, 5, init_std=0.0)
+    # zero weights: a gate opens only if c exceeds the K log 2 penalty
+    assert float(m.gate_logits(torch.zeros(1, 4))) == -5 * math.log(2) + 5 * math.log(2)
+    with torch.no_grad():
+        m.D.fill_(-20.0)
+    assert abs(float(m.gate_logits(torch.zeros(1, 4))) + 5 * math.log(2)) < 1e-6
+
+
+def test_subspace_gibbs_matches_the_exact_marginal():
+    m = subspace_model()
+    x_all = binary_states(3).double()
+    with torch.no_grad():
+        p = torch.softmax(-m.free_energy(x_all), 0)
+    x = m.gibbs(torch.zeros(4000, 3, dtype=torch.float64), 30, torch.Generator().manual_seed(0))
+    codes = (x.long() * (1 << torch.arange(3))).sum(1)
+    emp = torch.bincount(codes, minlength=8).double() / len(x)
+    assert 0.5 * (emp - p).abs().sum() < 0.03
+
+
+def test_gaussian_bernoulli_rbm():
+    torch.manual_seed(0)
+    m = GaussianBernoulliRBM(3, 4, sigma=0.7, learn_sigma=True, init_std=0.5).double()
+    v = torch.randn(5, 3, dtype=torch.float64)
+    h_all = binary_states(4).double()
+    joint = torch.stack([m.joint_energy(vi.expand(16, -1), h_all) for vi in v])
+    torch.testing.assert_close(m.free_energy(v), -torch.logsumexp(-joint, 1))
+    # p(h | v) factorises into the sigmoid of the hidden logits
+    p = torch.softmax(-joint, 1)
+    torch.testing.assert_close(torch.sigmoid(m.hidden_logits(v)), p @ h_all)
+    # p(v | h): -E is quadratic in v with its maximum at b + sigma W h and curvature 1/sigma^2
+    h = h_all[5:6]
+    mean = m.visible_mean(h).detach().requires_grad_(True)
+    (g,) = torch.autograd.grad(m.joint_energy(mean, h).sum(), mean, create_graph=True)
+    assert g.abs().max() < 1e-10
+    hess = torch.stack(
+        [torch.autograd.grad(g[0, i], mean, retain_graph=True)[0][0] for i in range(3)]
+    )
+    torch.testing.assert_close(hess, torch.diag(1 / m.sigma.detach() ** 2))
+    samples = m.sample_visible(h.expand(20_000, -1), torch.Generator().manual_seed(0))
+    assert (samples.mean(0) - m.visible_mean(h)[0]).abs().max() < 0.03
+    assert (samples.std(0) - m.sigma).abs().max() < 0.02
