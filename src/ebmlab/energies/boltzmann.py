@@ -56,13 +56,15 @@ class BoltzmannMachine(EnergyModel):
         return 2 * (x.flatten(1) @ self.W[:, i]) + self.b[i]
 
 
-class BernoulliRBM(EnergyModel):
-    """Restricted Boltzmann machine with binary visible and hidden units (eqs. 6.33-6.39).
+class _RBM(EnergyModel):
+    """What every two-layer RBM with binary hidden units shares.
 
-    ``energy(v)`` is the free energy F(v) (eq. 6.37); ``energy(v, h)`` the joint energy.
+    Subclasses define ``hidden_logits(v)``, ``joint_energy(v, h)``, the free energy
+    given the hidden logits and ``sample_visible(h)``; ``energy(v)`` is the free
+    energy F(v) and ``energy(v, h)`` the joint energy.
     """
 
-    def __init__(self, n_visible: int, n_hidden: int, init_std: float = 0.01) -> None:
+    def __init__(self, n_visible: int, n_hidden: int, init_std: float) -> None:
         super().__init__()
         self.n_visible = _checks.positive_int("n_visible", n_visible)
         self.n_hidden = _checks.positive_int("n_hidden", n_hidden)
@@ -70,11 +72,6 @@ class BernoulliRBM(EnergyModel):
         self.W = nn.Parameter(torch.randn(n_visible, n_hidden) * init_std)
         self.b = nn.Parameter(torch.zeros(n_visible))
         self.c = nn.Parameter(torch.zeros(n_hidden))
-
-    def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """E(v, h) = -v^T W h - b^T v - c^T h (eq. 6.33)."""
-        v = v.flatten(1)
-        return -((v @ self.W) * h).sum(1) - v @ self.b - h @ self.c
 
     def energy(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         if h is not None:
@@ -84,37 +81,16 @@ class BernoulliRBM(EnergyModel):
     def forward(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         return self.energy(v, h)
 
-    def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
-        """c + v^T W, the log-odds of p(h = 1 | v) (eq. 6.38)."""
-        return F.linear(v.flatten(1), self.W.T, self.c)
-
-    def visible_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """b + W h, the log-odds of p(v = 1 | h) (eq. 6.39)."""
-        return F.linear(h, self.W, self.b)
-
-    def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
-        """F(v) given the already computed hidden logits c + v^T W."""
-        return -(v.flatten(1) @ self.b) - F.softplus(hidden_logits).sum(1)
-
     def free_energy(self, v: torch.Tensor) -> torch.Tensor:
-        """F(v) = -b^T v - sum_j softplus(c_j + v^T W_.j) (eq. 6.37)."""
         return self.free_energy_from_logits(v, self.hidden_logits(v))
 
     def hidden_probs(self, v: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.hidden_logits(v))
 
-    def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.visible_logits(h))
-
     def sample_hidden(
         self, v: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         return _bernoulli(self.hidden_logits(v), generator)
-
-    def sample_visible(
-        self, h: torch.Tensor, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        return _bernoulli(self.visible_logits(h), generator)
 
     def gibbs(
         self, v: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
@@ -127,7 +103,42 @@ class BernoulliRBM(EnergyModel):
         return v
 
 
-class GaussianBernoulliRBM(EnergyModel):
+class BernoulliRBM(_RBM):
+    """Restricted Boltzmann machine with binary visible and hidden units (eqs. 6.33-6.39).
+
+    ``energy(v)`` is the free energy F(v) (eq. 6.37); ``energy(v, h)`` the joint energy.
+    """
+
+    def __init__(self, n_visible: int, n_hidden: int, init_std: float = 0.01) -> None:
+        super().__init__(n_visible, n_hidden, init_std)
+
+    def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """E(v, h) = -v^T W h - b^T v - c^T h (eq. 6.33)."""
+        v = v.flatten(1)
+        return -((v @ self.W) * h).sum(1) - v @ self.b - h @ self.c
+
+    def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
+        """c + v^T W, the log-odds of p(h = 1 | v) (eq. 6.38)."""
+        return F.linear(v.flatten(1), self.W.T, self.c)
+
+    def visible_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """b + W h, the log-odds of p(v = 1 | h) (eq. 6.39)."""
+        return F.linear(h, self.W, self.b)
+
+    def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
+        """F(v) = -b^T v - sum_j softplus(c_j + v^T W_.j) (eq. 6.37), given c + v^T W."""
+        return -(v.flatten(1) @ self.b) - F.softplus(hidden_logits).sum(1)
+
+    def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.visible_logits(h))
+
+    def sample_visible(
+        self, h: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        return _bernoulli(self.visible_logits(h), generator)
+
+
+class GaussianBernoulliRBM(_RBM):
     """RBM with real-valued visible units (Hinton & Salakhutdinov 2006; Cho et al. 2011).
 
     E(v, h) = sum_i (v_i - b_i)^2 / (2 sigma_i^2) - c^T h - sum_ij (v_i / sigma_i) W_ij h_j, so
@@ -145,15 +156,9 @@ class GaussianBernoulliRBM(EnergyModel):
         learn_sigma: bool = False,
         init_std: float = 0.01,
     ) -> None:
-        super().__init__()
-        self.n_visible = _checks.positive_int("n_visible", n_visible)
-        self.n_hidden = _checks.positive_int("n_hidden", n_hidden)
+        super().__init__(n_visible, n_hidden, init_std)
         _checks.positive("sigma", sigma)
-        _checks.positive("init_std", init_std, allow_zero=True)
-        self.W = nn.Parameter(torch.randn(n_visible, n_hidden) * init_std)
-        self.b = nn.Parameter(torch.zeros(n_visible))
-        self.c = nn.Parameter(torch.zeros(n_hidden))
-        log_sigma = torch.full((n_visible,), float(torch.tensor(sigma).log()))
+        log_sigma = torch.full((n_visible,), math.log(sigma))
         if learn_sigma:
             self.log_sigma = nn.Parameter(log_sigma)
         else:
@@ -163,52 +168,28 @@ class GaussianBernoulliRBM(EnergyModel):
     def sigma(self) -> torch.Tensor:
         return self.log_sigma.exp()
 
+    def _quadratic(self, v: torch.Tensor) -> torch.Tensor:
+        return (((v.flatten(1) - self.b) / self.sigma) ** 2).sum(1) / 2
+
     def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
         return F.linear(v.flatten(1) / self.sigma, self.W.T, self.c)
 
     def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        v = v.flatten(1)
-        quad = (((v - self.b) / self.sigma) ** 2).sum(1) / 2
-        return quad - h @ self.c - ((v / self.sigma) @ self.W * h).sum(1)
+        scaled = v.flatten(1) / self.sigma
+        return self._quadratic(v) - h @ self.c - (scaled @ self.W * h).sum(1)
 
-    def free_energy(self, v: torch.Tensor) -> torch.Tensor:
-        v = v.flatten(1)
-        quad = (((v - self.b) / self.sigma) ** 2).sum(1) / 2
-        return quad - F.softplus(self.hidden_logits(v)).sum(1)
-
-    def energy(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
-        return self.free_energy(v) if h is None else self.joint_energy(v, h)
-
-    def forward(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
-        return self.energy(v, h)
+    def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
+        return self._quadratic(v) - F.softplus(hidden_logits).sum(1)
 
     def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
         """E[v | h] = b + sigma * (W h)."""
         return self.b + self.sigma * F.linear(h, self.W)
-
-    def sample_hidden(
-        self, v: torch.Tensor, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        return _bernoulli(self.hidden_logits(v), generator)
 
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         mean = self.visible_mean(h)
         return mean + self.sigma * torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
-
-    def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
-        quad = (((v.flatten(1) - self.b) / self.sigma) ** 2).sum(1) / 2
-        return quad - F.softplus(hidden_logits).sum(1)
-
-    def gibbs(
-        self, v: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        _checks.positive_int("k", k, allow_zero=True)
-        with torch.no_grad():
-            for _ in range(k):
-                v = self.sample_visible(self.sample_hidden(v, generator), generator)
-        return v
 
 
 class SubspaceRBM(EnergyModel):

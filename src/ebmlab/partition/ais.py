@@ -181,10 +181,7 @@ def rbm_ais(
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
-        W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
-        b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
-        log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
-        b_a = b_a.to(W.dtype)
+        W, b, c, b_a, log_z0 = _base_rate_model(rbm, data, base_biases)
         v = _bernoulli(torch.sigmoid(b_a).expand(n_chains, -1), gen)
         log_w = _anneal_rbm(v, betas, W, b, c, b_a, gen)
     cost = {
@@ -193,6 +190,17 @@ def rbm_ais(
         "seconds": time.perf_counter() - start,
     }
     return _estimate(log_w, log_z0, "ais", cost)
+
+
+def _base_rate_model(rbm, data, base_biases):
+    """The target's parameters, the base model's visible biases and its exact log Z_0.
+
+    The base RBM has no weights and zero hidden biases: Z_0 = 2^M prod_i (1 + e^{b_a,i}).
+    """
+    W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
+    b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
+    log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
+    return W, b, c, b_a.to(W.dtype), log_z0
 
 
 def _bernoulli(p: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
@@ -275,10 +283,7 @@ def raise_(
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
-        W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
-        b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
-        log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
-        b_a = b_a.to(W.dtype)
+        W, b, c, b_a, log_z0 = _base_rate_model(rbm, data, base_biases)
         if samples is None:
             v = rbm_exact_samples(rbm, n_chains, gen)
         else:
