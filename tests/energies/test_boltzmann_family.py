@@ -100,3 +100,25 @@ def test_gaussian_bernoulli_rbm():
     samples = m.sample_visible(h.expand(20_000, -1), torch.Generator().manual_seed(0))
     assert (samples.mean(0) - m.visible_mean(h)[0]).abs().max() < 0.03
     assert (samples.std(0) - m.sigma).abs().max() < 0.02
+
+
+def test_classification_rbm_posterior_is_exact():
+    from ebmlab.energies import ClassificationRBM
+
+    torch.manual_seed(0)
+    m = ClassificationRBM(4, 3, 3, init_std=1.0).double()
+    with torch.no_grad():
+        for p in (m.b, m.c, m.d):
+            p.normal_()
+    x = binary_states(4).double()
+    h = binary_states(3).double()
+
+    def joint(xi, y, hi):
+        return -(xi @ m.b) - hi @ m.c - m.d[y] - xi @ m.W @ hi - m.U[y] @ hi
+
+    for xi in x:
+        e = torch.tensor([[joint(xi, y, hi) for hi in h] for y in range(3)])
+        want = torch.softmax(torch.logsumexp(-e, 1), 0)
+        torch.testing.assert_close(m.predict_proba(xi[None])[0], want)
+        free = torch.stack([m.free_energy(xi[None], torch.tensor([y]))[0] for y in range(3)])
+        torch.testing.assert_close(free, -torch.logsumexp(-e, 1))

@@ -275,3 +275,64 @@ class SubspaceRBM(EnergyModel):
                 s = _bernoulli(self.subspace_logits(x, h), generator)
                 x = _bernoulli(self.visible_logits(h, s), generator)
         return x
+
+
+class ClassificationRBM(EnergyModel):
+    """RBM over inputs x and a one-hot label y (Larochelle & Bengio 2008).
+
+    E(x, y, h) = -b^T x - c^T h - d_y - x^T W h - U_y. h with U (K x M). Summing h
+    out gives F(x, y) = -b^T x - d_y - sum_j softplus(c_j + x^T W_.j + U_yj), and the
+    label posterior is exact: p(y | x) = softmax_y(-F(x, y)). ``energy(x, y)`` is
+    F(x, y); ``energy(x)`` the marginal -log sum_y exp(-F(x, y)).
+    """
+
+    def __init__(self, n_visible: int, n_hidden: int, num_classes: int, init_std: float = 0.01):
+        super().__init__()
+        self.n_visible = _checks.positive_int("n_visible", n_visible)
+        self.n_hidden = _checks.positive_int("n_hidden", n_hidden)
+        self.num_classes = _checks.positive_int("num_classes", num_classes)
+        self.W = nn.Parameter(torch.randn(n_visible, n_hidden) * init_std)
+        self.U = nn.Parameter(torch.randn(num_classes, n_hidden) * init_std)
+        self.b = nn.Parameter(torch.zeros(n_visible))
+        self.c = nn.Parameter(torch.zeros(n_hidden))
+        self.d = nn.Parameter(torch.zeros(num_classes))
+
+    def class_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """-F(x, y) + b^T x for every label: d_y + sum_j softplus(c_j + x W_.j + U_yj), (B, K)."""
+        a = F.linear(x.flatten(1), self.W.T, self.c)  # (B, M)
+        return self.d + F.softplus(a[:, None, :] + self.U[None]).sum(2)
+
+    def free_energy(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        scores = self.class_scores(x).gather(1, y.long().view(-1, 1)).squeeze(1)
+        return -(x.flatten(1) @ self.b) - scores
+
+    def energy(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        if y is not None:
+            return self.free_energy(x, y)
+        return -(x.flatten(1) @ self.b) - torch.logsumexp(self.class_scores(x), 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return self.energy(x, y)
+
+    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
+        """Exact p(y | x) = softmax_y(-F(x, y))."""
+        return torch.softmax(self.class_scores(x), 1)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.class_scores(x).argmax(1)
+
+    def gibbs(
+        self, x: torch.Tensor, y: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """k steps of h ~ p(h | x, y), then x ~ p(x | h) and y ~ p(y | h)."""
+        _checks.positive_int("k", k, allow_zero=True)
+        with torch.no_grad():
+            for _ in range(k):
+                h = _bernoulli(
+                    F.linear(x.flatten(1), self.W.T, self.c) + self.U[y.long()], generator
+                )
+                x = _bernoulli(F.linear(h, self.W, self.b), generator).view_as(x)
+                y = torch.multinomial(
+                    torch.softmax(F.linear(h, self.U, self.d), 1), 1, generator=generator
+                ).squeeze(1)
+        return x, y

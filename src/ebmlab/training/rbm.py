@@ -111,3 +111,31 @@ class ContrastiveDivergence:
             recon = rbm.visible_probs(ph_data)
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
+
+
+def classification_rbm_loss(
+    model,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    mode: str = "hybrid",
+    alpha: float = 0.01,
+    k: int = 1,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Training loss of a :class:`~ebmlab.energies.ClassificationRBM` (Larochelle & Bengio 2008).
+
+    ``discriminative``: -log p(y | x), exact. ``generative``: the CD-k surrogate
+    F(x, y) - F(x~, y~) of -log p(x, y), negatives by Gibbs from the data.
+    ``hybrid``: discriminative + ``alpha`` * generative.
+    """
+    _checks.one_of("mode", mode, ["discriminative", "generative", "hybrid"])
+    _checks.positive("alpha", alpha, allow_zero=True)
+    loss = torch.zeros((), dtype=model.W.dtype)
+    if mode != "generative":
+        loss = loss + torch.nn.functional.cross_entropy(model.class_scores(x), y)
+    if mode != "discriminative":
+        x_neg, y_neg = model.gibbs(x, y, k, generator)
+        gen = model.free_energy(x, y).mean() - model.free_energy(x_neg, y_neg).mean()
+        loss = loss + (gen if mode == "generative" else alpha * gen)
+    return loss
