@@ -86,3 +86,16 @@ def test_viterbi_and_forward_match_brute_force(beta):
     assert torch.equal(labels, want_labels)
     torch.testing.assert_close(energies, want_e)
     torch.testing.assert_close(chain_free_energy(unary, transition, beta), want_f)
+
+
+def test_chain_marginals_match_brute_force():
+    from ebmlab.inference import chain_marginals
+
+    gen = torch.Generator().manual_seed(3)
+    unary = torch.randn(2, 4, 3, generator=gen, dtype=torch.float64)
+    transition = torch.randn(3, 3, generator=gen, dtype=torch.float64)
+    seqs = torch.tensor(list(itertools.product(range(3), repeat=4)))
+    energies = torch.stack([chain_energy(unary, transition, s.expand(2, 4)) for s in seqs], 1)
+    p = torch.softmax(-2.0 * energies, 1)  # beta = 2
+    want = torch.einsum("bs,stk->btk", p, torch.nn.functional.one_hot(seqs, 3).double())
+    torch.testing.assert_close(chain_marginals(unary, transition, beta=2.0), want)

@@ -54,3 +54,38 @@ def test_learner_validation():
     learner = EnergyLearner(lambda z: z.sum(1), "hinge")
     with pytest.raises(ValueError, match=r"shape \(B, K\)"):
         learner.step_loss(torch.zeros(3, 2), torch.zeros(3).long())
+
+
+def test_chain_task_learns_towards_the_bayes_error(tmp_path, capsys):
+    run = tmp_path / "chain"
+    args = [
+        "train",
+        "structured",
+        "--task",
+        "chain",
+        "--loss",
+        "nll",
+        "--hidden",
+        "16",
+        "--epochs",
+        "3",
+    ]
+    assert (
+        main([*args, "--n-sequences", "200", "--lr", "0.01", "--out", str(run), "--no-progress"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    chance = 1 - 1 / 4
+    assert (
+        result["bayes_error"] <= result["test_error"] + 0.02
+        and result["test_error"] < chance - 0.15
+    )
+
+
+def test_chain_task_rejects_losses_without_a_chain_form():
+    from ebmlab.training.recipes.structured import StructuredConfig
+
+    with pytest.raises(ValueError, match="loss \\(for task chain\\) must be one of"):
+        StructuredConfig(task="chain", loss="mce")

@@ -62,3 +62,22 @@ def chain_free_energy(
     for i in range(1, unary.shape[1]):
         alpha = torch.logsumexp(alpha[:, :, None] - beta * transition[None], 1) - beta * unary[:, i]
     return -torch.logsumexp(alpha, 1) / beta
+
+
+def chain_marginals(
+    unary: torch.Tensor, transition: torch.Tensor, beta: float = 1.0
+) -> torch.Tensor:
+    """Per-position marginals p(y_t = k) of p(y) proportional to exp(-beta E(y)), (B, T, K),
+    by the forward-backward algorithm in log space."""
+    _check(unary, transition)
+    _checks.positive("beta", beta)
+    t = unary.shape[1]
+    log_u, log_p = -beta * unary, -beta * transition
+    alphas = [log_u[:, 0]]
+    for i in range(1, t):
+        alphas.append(torch.logsumexp(alphas[-1][:, :, None] + log_p[None], 1) + log_u[:, i])
+    betas = [torch.zeros_like(alphas[0])]
+    for i in range(t - 1, 0, -1):
+        betas.append(torch.logsumexp(log_p[None] + (log_u[:, i] + betas[-1])[:, None, :], 2))
+    log_marg = torch.stack(alphas, 1) + torch.stack(betas[::-1], 1)
+    return torch.softmax(log_marg, 2)
