@@ -59,7 +59,7 @@ def test_subspace_conditionals_match_brute_force():
 
 
 def test_subspace_gate_penalty_is_k_log_2():
-    m = SubspaceRBM(4, 1, 5, init_std=0.0)
+    m = SubspaceRBM(4, 1, 5, init_std=0.0).requires_grad_(False)
     # zero weights: a gate opens only if c exceeds the K log 2 penalty
     assert float(m.gate_logits(torch.zeros(1, 4))) == -5 * math.log(2) + 5 * math.log(2)
     with torch.no_grad():
