@@ -106,7 +106,7 @@ def test_classification_rbm_posterior_is_exact():
     from ebmlab.energies import ClassificationRBM
 
     torch.manual_seed(0)
-    m = ClassificationRBM(4, 3, 3, init_std=1.0).double()
+    m = ClassificationRBM(4, 3, 3, init_std=1.0).double().requires_grad_(False)
     with torch.no_grad():
         for p in (m.b, m.c, m.d):
             p.normal_()
