@@ -104,7 +104,9 @@ def _build_parser() -> _Parser:
     sa.add_argument("--seed", type=int, default=0)
     lz = sub.add_parser("logz", help="estimate log Z of a trained run; prints JSON")
     lz.add_argument("run_dir")
-    lz.add_argument("--method", default="auto", choices=["auto", "exact", "ais", "raise"])
+    lz.add_argument(
+        "--method", default="auto", choices=["auto", "exact", "ais", "raise", "bethe", "trw", "pam"]
+    )
     lz.add_argument("--checkpoint", choices=["last", "best"], default="last")
     lz.add_argument("--seed", type=int, default=0)
     return parser

@@ -19,6 +19,9 @@ def test_rbm_recipe_trains_evaluates_and_estimates_log_z(tmp_path, capsys):
     assert abs(ais["log_z"] - result["log_z"]["log_z"]) < 0.05 + 3 * ais["stderr"]
     assert main(["logz", str(run), "--method", "raise"]) == 0
     assert json.loads(capsys.readouterr().out)["method"] == "raise"
+    for method in ("bethe", "trw", "pam"):
+        assert main(["logz", str(run), "--method", method]) == 0
+        assert json.loads(capsys.readouterr().out)["log_z"] > 0
     assert (
         main(["sample", str(run), "--n", "9", "--steps", "3", "--out", str(tmp_path / "s.png")])
         == 0

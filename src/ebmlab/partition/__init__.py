@@ -15,18 +15,26 @@ from ebmlab.partition.exact import (
     rbm_log_partition,
 )
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition
+from ebmlab.partition.variational import (
+    bethe_log_partition,
+    perturb_and_map_log_partition,
+    trw_log_partition,
+)
 
 __all__ = [
     "LogZEstimate",
     "ais",
+    "bethe_log_partition",
     "binary_states",
     "enumerate_log_partition",
     "exact_log_partition",
     "grid_points",
+    "perturb_and_map_log_partition",
     "quadrature_log_partition",
     "raise_",
     "rbm_ais",
     "rbm_exact_samples",
     "rbm_log_partition",
     "salakhutdinov_schedule",
+    "trw_log_partition",
 ]

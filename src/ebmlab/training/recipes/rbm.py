@@ -19,7 +19,15 @@ import torch
 from ebmlab import _checks
 from ebmlab.data import load_dataset
 from ebmlab.energies import BernoulliRBM
-from ebmlab.partition import LogZEstimate, raise_, rbm_ais, rbm_log_partition
+from ebmlab.partition import (
+    LogZEstimate,
+    bethe_log_partition,
+    perturb_and_map_log_partition,
+    raise_,
+    rbm_ais,
+    rbm_log_partition,
+    trw_log_partition,
+)
 from ebmlab.plotting import image_grid
 from ebmlab.training.rbm import ContrastiveDivergence
 from ebmlab.training.recipes import Recipe, Setup, register
@@ -27,6 +35,7 @@ from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 
 ENUMERATE_UP_TO = 20
+LOGZ_METHODS = ["auto", "exact", "ais", "raise", "bethe", "trw", "pam"]
 
 
 @dataclass
@@ -96,13 +105,20 @@ class RBMTask(Task):
     def log_partition(
         self, method: str = "auto", generator: torch.Generator | None = None
     ) -> LogZEstimate:
-        """log Z: ``exact``, ``ais``, ``raise`` or ``auto`` (exact when enumerable, else AIS)."""
-        _checks.one_of("method", method, ["auto", "exact", "ais", "raise"])
+        """log Z by ``exact``, ``ais``, ``raise``, ``bethe``, ``trw``, ``pam`` (perturb-and-MAP)
+        or ``auto`` (exact when enumerable, else AIS)."""
+        _checks.one_of("method", method, LOGZ_METHODS)
         if method == "auto":
             small = min(self.model.n_visible, self.model.n_hidden) <= ENUMERATE_UP_TO
             method = "exact" if small else "ais"
         if method == "exact":
             return rbm_log_partition(self.model)
+        if method == "bethe":
+            return bethe_log_partition(self.model)
+        if method == "trw":
+            return trw_log_partition(self.model)
+        if method == "pam":
+            return perturb_and_map_log_partition(self.model, generator=generator)
         options = {
             "n_chains": self.config.ais_chains,
             "n_temperatures": self.config.ais_temperatures,

@@ -1,0 +1,62 @@
+import pytest
+import torch
+
+from ebmlab.energies import BernoulliRBM, BoltzmannMachine
+from ebmlab.partition import (
+    bethe_log_partition,
+    exact_log_partition,
+    perturb_and_map_log_partition,
+    trw_log_partition,
+)
+
+
+def models(scale, seed):
+    torch.manual_seed(seed)
+    bm = BoltzmannMachine(8, init_std=scale)
+    rbm = BernoulliRBM(8, 5, init_std=scale)
+    with torch.no_grad():
+        bm.b.normal_(0, 0.5)
+        rbm.b.normal_(0, 0.5)
+        rbm.c.normal_(0, 0.5)
+    return bm, rbm
+
+
+@pytest.mark.parametrize("scale", [0.1, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_trw_and_perturb_and_map_never_fall_below_exact(scale, seed):
+    for model in models(scale, seed):
+        exact = exact_log_partition(model).log_z
+        trw = trw_log_partition(model)
+        assert trw.cost["converged"] and trw.upper >= exact - 1e-9
+        pam = perturb_and_map_log_partition(model, n_samples=500, generator=seed)
+        assert pam.log_z + 3 * pam.stderr >= exact
+
+
+def test_bethe_is_exact_on_a_tree_and_close_on_weak_couplings():
+    torch.manual_seed(0)
+    chain = BoltzmannMachine(6, init_std=0.0)
+    with torch.no_grad():
+        for i in range(5):
+            chain.weight[i, i + 1] = torch.randn(())
+        chain.b.normal_()
+    assert bethe_log_partition(chain).log_z == pytest.approx(
+        exact_log_partition(chain).log_z, abs=1e-6
+    )
+    for model in models(0.1, 0):
+        assert abs(bethe_log_partition(model).log_z - exact_log_partition(model).log_z) < 0.01
+
+
+def test_bad_models_are_refused():
+    with pytest.raises(TypeError, match="BoltzmannMachine or BernoulliRBM"):
+        bethe_log_partition(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="smaller layer"):
+        perturb_and_map_log_partition(BernoulliRBM(30, 25))
+
+
+def test_perturb_and_map_enumerates_the_smaller_rbm_layer():
+    torch.manual_seed(0)
+    for shape in ((30, 6), (6, 30)):
+        rbm = BernoulliRBM(*shape, init_std=0.5)
+        exact = exact_log_partition(rbm).log_z
+        pam = perturb_and_map_log_partition(rbm, n_samples=500, generator=0)
+        assert exact - 3 * pam.stderr <= pam.log_z < exact + 10
