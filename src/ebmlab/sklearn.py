@@ -205,3 +205,80 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True
         return tags
+
+
+class DBN(TransformerMixin, BaseEstimator):
+    """Deep belief network by greedy layer-wise training of RBMs (Hinton, Osindero & Teh 2006).
+
+    Each :class:`BernoulliRBM` in turn is fitted to the hidden probabilities of the one
+    below (seed 002, 'Deep Boltzmann Machines': each pair of consecutive layers is an
+    RBM trained with the lower layer treated as observed). ``transform`` propagates
+    p(h | v) up the stack; ``sample`` runs block Gibbs in the top RBM and propagates
+    the result down through the directed layers.
+    """
+
+    def __init__(
+        self,
+        hidden_layers: tuple[int, ...] = (256, 64),
+        *,
+        learning_rate: float = 0.1,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        k: int = 1,
+        persistent: bool = True,
+        momentum: float = 0.5,
+        random_state=None,
+    ) -> None:
+        self.hidden_layers = hidden_layers
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.n_iter = n_iter
+        self.k = k
+        self.persistent = persistent
+        self.momentum = momentum
+        self.random_state = random_state
+
+    def fit(self, X, y=None) -> DBN:
+        if not self.hidden_layers:
+            raise ValueError("hidden_layers must name at least one layer size")
+        X = validate_data(self, X, reset=True, dtype=(np.float64, np.float32))
+        check_non_negative(X, "DBN (expects values in [0, 1])")
+        rng = check_random_state(self.random_state)
+        self.rbms_ = []
+        data = X
+        for width in self.hidden_layers:
+            rbm = BernoulliRBM(
+                width,
+                learning_rate=self.learning_rate,
+                batch_size=self.batch_size,
+                n_iter=self.n_iter,
+                k=self.k,
+                persistent=self.persistent,
+                momentum=self.momentum,
+                random_state=int(rng.randint(2**31 - 1)),
+            ).fit(data)
+            self.rbms_.append(rbm)
+            data = rbm.transform(data)
+        return self
+
+    def transform(self, X) -> np.ndarray:
+        """Top-layer hidden probabilities."""
+        check_is_fitted(self)
+        data = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
+        for rbm in self.rbms_:
+            data = rbm.transform(data)
+        return data
+
+    def sample(self, n_samples: int, n_gibbs: int = 200, random_state=None) -> np.ndarray:
+        """Visible samples: Gibbs chains in the top RBM, then top-down p(v | h) propagation."""
+        check_is_fitted(self)
+        gen = torch.Generator().manual_seed(
+            int(check_random_state(random_state).randint(2**31 - 1))
+        )
+        top = self.rbms_[-1].rbm_
+        start = (torch.rand(n_samples, top.n_visible, generator=gen) < 0.5).to(top.W.dtype)
+        h = top.gibbs(start, n_gibbs, gen)
+        with torch.no_grad():
+            for rbm in reversed(self.rbms_[:-1]):
+                h = rbm.rbm_.sample_visible(h, gen)
+        return h.numpy().astype(np.float64)

@@ -121,3 +121,19 @@ def test_score_samples_uses_ais_beyond_enumeration():
     exact = rbm_log_partition(model.rbm_).log_z  # 2^21 terms: slow but exact here
     assert abs(estimate.log_z - exact) < 0.1 + 3 * estimate.stderr
     assert model.score_samples(x[:3]).shape == (3,)
+
+
+def test_dbn_stacks_rbms_and_samples():
+    from sklearn.datasets import load_digits
+
+    from ebmlab.sklearn import DBN
+
+    x = (load_digits().data[:300] >= 8).astype(np.float64)
+    dbn = DBN(hidden_layers=(32, 8), n_iter=3, random_state=0).fit(x)
+    assert [r.components_.shape for r in dbn.rbms_] == [(32, 64), (8, 32)]
+    features = dbn.transform(x[:5])
+    assert features.shape == (5, 8) and ((features >= 0) & (features <= 1)).all()
+    samples = dbn.sample(4, n_gibbs=5, random_state=0)
+    assert samples.shape == (4, 64) and set(np.unique(samples)) <= {0.0, 1.0}
+    with pytest.raises(ValueError, match="at least one layer"):
+        DBN(hidden_layers=()).fit(x)
