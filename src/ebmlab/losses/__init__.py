@@ -1,8 +1,9 @@
 """Losses: what learning minimises.
 
 LeCun et al. (2006)'s family (energy, perceptron, hinge, log, LVQ2, MCE,
-square-square, square-exponential, NLL, MEE) and contrastive divergence for
-densities.
+square-square, square-exponential, NLL, MEE); for densities, contrastive
+divergence, score matching (exact, sliced, denoising) and noise-contrastive
+estimation.
 """
 
 from ebmlab.losses.contrastive import contrastive_divergence_loss
@@ -19,18 +20,28 @@ from ebmlab.losses.lecun import (
     square_exponential_loss,
     square_square_loss,
 )
+from ebmlab.losses.nce import nce_loss
+from ebmlab.losses.score_matching import (
+    denoising_score_matching_loss,
+    score_matching_loss,
+    sliced_score_matching_loss,
+)
 
 __all__ = [
     "contrastive_divergence_loss",
     "contrastive_update_loss",
+    "denoising_score_matching_loss",
     "energy_loss",
     "hinge_loss",
     "log_loss",
     "lvq2_loss",
     "mce_loss",
     "mee_loss",
+    "nce_loss",
     "nll_loss",
     "perceptron_loss",
+    "score_matching_loss",
+    "sliced_score_matching_loss",
     "square_exponential_loss",
     "square_square_loss",
 ]
