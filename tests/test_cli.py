@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 import torch
@@ -102,3 +103,16 @@ def test_toml_config_with_flag_override(capsys, tmp_path):
         capsys, "train", "density", "--out", str(tmp_path / "s"), "--config", str(cfg)
     )
     assert code == 2 and "unknown setting(s)" in err
+
+
+@pytest.mark.parametrize("method", ["cd", "sm", "ssm", "dsm", "nce"])
+def test_density_training_principles(capsys, tmp_path, method):
+    run = tmp_path / method
+    assert (
+        main(["train", "density", "--method", method, "--out", str(run), "--epochs", "1", *TINY])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert math.isfinite(result["test_nll"]) and result["test_nll"] > result["true_nll"] - 0.1

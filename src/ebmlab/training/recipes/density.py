@@ -1,4 +1,4 @@
-"""Recipe ``density``: learn a 2-D toy density by contrastive divergence.
+"""Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching or NCE).
 
 The energy is an MLP; negatives come from persistent Langevin chains kept in a
 replay buffer (persistent CD, Tieleman 2008) and the loss is the CD surrogate of
@@ -15,12 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from ebmlab import _checks
 from ebmlab.data import TOYS, load_dataset, make_toy
-from ebmlab.energies import MLPEnergy
+from ebmlab.energies import DiagonalGaussian, MLPEnergy
 from ebmlab.evaluation.metrics import mmd2
-from ebmlab.losses import contrastive_divergence_loss
+from ebmlab.losses import (
+    contrastive_divergence_loss,
+    denoising_score_matching_loss,
+    nce_loss,
+    score_matching_loss,
+    sliced_score_matching_loss,
+)
 from ebmlab.partition import grid_points, quadrature_log_partition
 from ebmlab.plotting import density_panels, scatter_panels
 from ebmlab.samplers import Langevin, ReplayBuffer
@@ -42,9 +49,15 @@ class DensityConfig:
     reinit_prob: float = 0.05
     l2: float = 0.001
     quadrature_points: int = 128
+    method: str = "pcd"
+    sigma: float = 0.1
+    nce_noise_ratio: int = 4
 
     def __post_init__(self) -> None:
         _checks.one_of("data", self.data, list(TOYS))
+        _checks.one_of("method", self.method, list(METHODS))
+        _checks.positive("sigma", self.sigma)
+        _checks.positive_int("nce_noise_ratio", self.nce_noise_ratio)
         _checks.positive_int("hidden", self.hidden)
         _checks.positive_int("depth", self.depth)
         _checks.positive_int("sampler_steps", self.sampler_steps)
@@ -55,8 +68,18 @@ class DensityConfig:
         _checks.positive_int("quadrature_points", self.quadrature_points)
 
 
+METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce")
+
+
 class DensityTask(Task):
-    """Persistent CD on a toy density, validated by exact (quadrature) NLL."""
+    """A toy density learned by one of several principles, validated by exact NLL.
+
+    ``pcd``: contrastive divergence with persistent Langevin chains (replay buffer);
+    ``cd``: short-run Langevin chains from uniform noise every step; ``sm`` / ``ssm`` /
+    ``dsm``: exact, sliced or denoising score matching (noise ``sigma``); ``nce``:
+    noise-contrastive estimation against a Gaussian twice as wide as the data, with a
+    learnable log-normaliser.
+    """
 
     def __init__(self, config: DensityConfig, seed: int) -> None:
         self.config = config
@@ -73,20 +96,43 @@ class DensityTask(Task):
         self.buffer = ReplayBuffer(
             config.buffer_size, init, config.reinit_prob, torch.Generator().manual_seed(seed)
         )
+        self.init = init
         self.sampler = Langevin(config.step_size)
         self.val = load_dataset(config.data, "val").x
+        if config.method == "nce":
+            train = load_dataset(config.data, "train").x
+            self.noise = DiagonalGaussian(train.mean(0), 2 * train.std(0))
+            self.model.log_normalizer = nn.Parameter(torch.zeros(()))
 
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
     ) -> StepResult:
         (x,) = batch
-        starts, slots = self.buffer.sample(x.shape[0], generator)
-        negatives = self.sampler.sample(
-            self.model, starts, self.config.sampler_steps, generator=generator
-        )
-        self.buffer.push(negatives, slots)
-        loss, metrics = contrastive_divergence_loss(self.model, x, negatives, l2=self.config.l2)
-        return StepResult(loss, metrics)
+        c = self.config
+        if c.method == "sm":
+            return StepResult(*score_matching_loss(self.model, x))
+        if c.method == "ssm":
+            return StepResult(*sliced_score_matching_loss(self.model, x, generator=generator))
+        if c.method == "dsm":
+            return StepResult(
+                *denoising_score_matching_loss(self.model, x, c.sigma, generator=generator)
+            )
+        if c.method == "nce":
+            noise = self.noise.sample(c.nce_noise_ratio * x.shape[0], generator)
+            log_c = self.model.log_normalizer
+            return StepResult(*nce_loss(self.model, log_c, x, noise, self.noise.log_prob))
+        if c.method == "cd":
+            starts = self.init(x.shape[0], generator)
+            negatives = self.sampler.sample(
+                self.model, starts, c.sampler_steps, generator=generator
+            )
+        else:
+            starts, slots = self.buffer.sample(x.shape[0], generator)
+            negatives = self.sampler.sample(
+                self.model, starts, c.sampler_steps, generator=generator
+            )
+            self.buffer.push(negatives, slots)
+        return StepResult(*contrastive_divergence_loss(self.model, x, negatives, l2=c.l2))
 
     def log_z(self, n_points: int | None = None):
         return quadrature_log_partition(
