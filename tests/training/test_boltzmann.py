@@ -45,3 +45,33 @@ def test_persistent_cd_gets_close_to_the_exact_fit():
     fit(student, lambda: cd.loss(batches[next(step) % len(batches)], gen), steps=300, lr=0.03)
     with torch.no_grad():
         assert float(exact_nll(student, data)) < float(exact_nll(teacher, data)) + 0.05
+
+
+def test_pseudo_likelihood_and_probability_flow_fit_the_teacher():
+    from ebmlab.losses import minimum_probability_flow_loss, pseudo_likelihood_loss
+
+    teacher, data = teacher_and_data()
+    for rule in (pseudo_likelihood_loss, minimum_probability_flow_loss):
+        student = BoltzmannMachine(6)
+        fit(student, lambda student=student, rule=rule: rule(student, data)[0])
+        with torch.no_grad():
+            assert float(exact_nll(student, data)) < float(exact_nll(teacher, data)) + 0.03, (
+                rule.__name__
+            )
+
+
+def test_pseudo_likelihood_matches_its_definition():
+    from ebmlab.losses import pseudo_likelihood_loss
+
+    teacher, data = teacher_and_data(50)
+    x = data[:5]
+    with torch.no_grad():
+        loss, _ = pseudo_likelihood_loss(teacher, x)
+        total = 0.0
+        for row in x:
+            for i in range(6):
+                on, off = row.clone(), row.clone()
+                on[i], off[i] = 1.0, 0.0
+                p_on = torch.sigmoid(teacher.energy(off[None]) - teacher.energy(on[None]))[0]
+                total -= float(torch.log(p_on if row[i] == 1 else 1 - p_on))
+    assert abs(float(loss) - total / 5) < 1e-4

@@ -3,9 +3,10 @@
 LeCun et al. (2006)'s family (energy, perceptron, hinge, log, LVQ2, MCE,
 square-square, square-exponential, NLL, MEE); for densities, contrastive
 divergence, score matching (exact, sliced, denoising) and noise-contrastive
-estimation.
+estimation; for binary models, pseudo-likelihood and minimum probability flow.
 """
 
+from ebmlab.losses.binary import minimum_probability_flow_loss, pseudo_likelihood_loss
 from ebmlab.losses.contrastive import contrastive_divergence_loss
 from ebmlab.losses.lecun import (
     contrastive_update_loss,
@@ -37,9 +38,11 @@ __all__ = [
     "lvq2_loss",
     "mce_loss",
     "mee_loss",
+    "minimum_probability_flow_loss",
     "nce_loss",
     "nll_loss",
     "perceptron_loss",
+    "pseudo_likelihood_loss",
     "score_matching_loss",
     "sliced_score_matching_loss",
     "square_exponential_loss",
