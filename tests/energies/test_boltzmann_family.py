@@ -122,3 +122,23 @@ def test_classification_rbm_posterior_is_exact():
         torch.testing.assert_close(m.predict_proba(xi[None])[0], want)
         free = torch.stack([m.free_energy(xi[None], torch.tensor([y]))[0] for y in range(3)])
         torch.testing.assert_close(free, -torch.logsumexp(-e, 1))
+
+
+def test_categorical_rbm_gibbs_matches_the_exact_distribution_over_one_hot_groups():
+    from ebmlab.energies import CategoricalRBM
+
+    torch.manual_seed(0)
+    m = (
+        CategoricalRBM(n_groups=2, n_categories=3, n_hidden=3, init_std=1.0)
+        .double()
+        .requires_grad_(False)
+    )
+    m.b.normal_()
+    configs = torch.tensor(list(itertools.product(range(3), repeat=2)))
+    v = torch.nn.functional.one_hot(configs, 3).double().flatten(1)  # the 9 valid visible vectors
+    p = torch.softmax(-m.free_energy(v), 0)
+    x = m.gibbs(v[torch.zeros(6000, dtype=torch.long)], 20, torch.Generator().manual_seed(0))
+    assert ((x.view(-1, 2, 3).sum(2)) == 1).all()  # every group stays one-hot
+    codes = x.view(-1, 2, 3).argmax(2)
+    emp = torch.bincount(codes[:, 0] * 3 + codes[:, 1], minlength=9).double() / len(x)
+    assert 0.5 * (emp - p).abs().sum() < 0.03

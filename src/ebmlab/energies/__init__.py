@@ -20,6 +20,7 @@ from ebmlab.energies.base import (
 from ebmlab.energies.boltzmann import (
     BernoulliRBM,
     BoltzmannMachine,
+    CategoricalRBM,
     ClassificationRBM,
     GaussianBernoulliRBM,
     SubspaceRBM,
@@ -32,6 +33,7 @@ __all__ = [
     "Banana",
     "BernoulliRBM",
     "BoltzmannMachine",
+    "CategoricalRBM",
     "ClassConditionalEnergy",
     "ClassificationRBM",
     "ClassifierEnergy",

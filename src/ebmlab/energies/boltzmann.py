@@ -138,6 +138,35 @@ class BernoulliRBM(_RBM):
         return _bernoulli(self.visible_logits(h), generator)
 
 
+class CategoricalRBM(BernoulliRBM):
+    """RBM whose visible layer is ``n_groups`` softmax units of ``n_categories`` states each
+    (Salakhutdinov, Mnih & Hinton 2007), one-hot encoded as v of length G * C.
+
+    The energy and free energy are the Bernoulli RBM's over valid one-hot vectors; the
+    visible conditional is a softmax within each group: p(v_g = k | h) = softmax_k(b + W h)_g.
+    """
+
+    def __init__(self, n_groups: int, n_categories: int, n_hidden: int, init_std: float = 0.01):
+        self.n_groups = _checks.positive_int("n_groups", n_groups)
+        self.n_categories = _checks.positive_int("n_categories", n_categories)
+        super().__init__(n_groups * n_categories, n_hidden, init_std)
+
+    def _grouped(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.view(-1, self.n_groups, self.n_categories)
+
+    def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self._grouped(self.visible_logits(h)), 2).flatten(1)
+
+    def sample_visible(
+        self, h: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        probs = torch.softmax(self._grouped(self.visible_logits(h)), 2).reshape(
+            -1, self.n_categories
+        )
+        idx = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        return F.one_hot(idx, self.n_categories).to(probs.dtype).view(h.shape[0], -1)
+
+
 class GaussianBernoulliRBM(_RBM):
     """RBM with real-valued visible units (Hinton & Salakhutdinov 2006; Cho et al. 2011).
 
