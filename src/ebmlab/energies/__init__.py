@@ -22,6 +22,7 @@ from ebmlab.energies.boltzmann import (
     BoltzmannMachine,
     CategoricalRBM,
     ClassificationRBM,
+    DeepBoltzmannMachine,
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ClassificationRBM",
     "ClassifierEnergy",
     "ConvNet",
+    "DeepBoltzmannMachine",
     "DiagonalGaussian",
     "DoubleWell",
     "EnergyFn",

@@ -365,3 +365,94 @@ class ClassificationRBM(EnergyModel):
                     torch.softmax(F.linear(h, self.U, self.d), 1), 1, generator=generator
                 ).squeeze(1)
         return x, y
+
+
+class DeepBoltzmannMachine(EnergyModel):
+    """Two-hidden-layer Boltzmann machine (Salakhutdinov & Hinton 2009).
+
+    E(v, h1, h2) = -v^T W1 h1 - h1^T W2 h2 - b^T v - c1^T h1 - c2^T h2. Given h1, the
+    visible and top layers are independent, so summing them out leaves an enumeration
+    over h1 alone: the exact free energy and log Z are available while h1 has at most
+    20 units. Inference uses the mean-field fixed point of q(h1) q(h2) given v.
+    """
+
+    def __init__(self, n_visible: int, n_hidden1: int, n_hidden2: int, init_std: float = 0.01):
+        super().__init__()
+        self.n_visible = _checks.positive_int("n_visible", n_visible)
+        self.n_hidden1 = _checks.positive_int("n_hidden1", n_hidden1)
+        self.n_hidden2 = _checks.positive_int("n_hidden2", n_hidden2)
+        self.W1 = nn.Parameter(torch.randn(n_visible, n_hidden1) * init_std)
+        self.W2 = nn.Parameter(torch.randn(n_hidden1, n_hidden2) * init_std)
+        self.b = nn.Parameter(torch.zeros(n_visible))
+        self.c1 = nn.Parameter(torch.zeros(n_hidden1))
+        self.c2 = nn.Parameter(torch.zeros(n_hidden2))
+
+    def joint_energy(self, v: torch.Tensor, h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
+        v = v.flatten(1)
+        return (
+            -((v @ self.W1) * h1).sum(1)
+            - ((h1 @ self.W2) * h2).sum(1)
+            - v @ self.b
+            - h1 @ self.c1
+            - h2 @ self.c2
+        )
+
+    def _h1_states(self) -> torch.Tensor:
+        if self.n_hidden1 > 20:
+            raise ValueError(
+                f"exact DBM quantities enumerate h1; it must have <= 20 units, got {self.n_hidden1}"
+            )
+        codes = torch.arange(2**self.n_hidden1)
+        return ((codes[:, None] >> torch.arange(self.n_hidden1)) & 1).to(self.W1.dtype)
+
+    def free_energy(self, v: torch.Tensor) -> torch.Tensor:
+        """F(v) = -log sum_{h1, h2} exp(-E(v, h1, h2)), exact by enumerating h1."""
+        h1 = self._h1_states()
+        v = v.flatten(1)
+        terms = (
+            v @ self.W1 @ h1.T
+            + (h1 @ self.c1)[None]
+            + F.softplus(h1 @ self.W2 + self.c2).sum(1)[None]
+        )
+        return -(v @ self.b) - torch.logsumexp(terms, 1)
+
+    def energy(self, v: torch.Tensor) -> torch.Tensor:
+        return self.free_energy(v)
+
+    def log_partition(self) -> torch.Tensor:
+        """Exact log Z by enumerating h1 (v and h2 summed out analytically)."""
+        h1 = self._h1_states().double()
+        terms = (
+            h1 @ self.c1.double()
+            + F.softplus(h1 @ self.W1.double().T + self.b.double()).sum(1)
+            + F.softplus(h1 @ self.W2.double() + self.c2.double()).sum(1)
+        )
+        return torch.logsumexp(terms, 0)
+
+    def mean_field(self, v: torch.Tensor, n_iter: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed point of mu1 = sigmoid(c1 + v W1 + W2 mu2), mu2 = sigmoid(c2 + mu1 W2)."""
+        v = v.flatten(1)
+        bottom = v @ self.W1 + self.c1
+        mu1 = torch.sigmoid(2 * bottom)  # the doubled bottom-up input of a fresh start
+        mu2 = torch.sigmoid(mu1 @ self.W2 + self.c2)
+        for _ in range(n_iter):
+            mu1 = torch.sigmoid(bottom + mu2 @ self.W2.T)
+            mu2 = torch.sigmoid(mu1 @ self.W2 + self.c2)
+        return mu1, mu2
+
+    def gibbs(
+        self,
+        v: torch.Tensor,
+        h2: torch.Tensor,
+        k: int = 1,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """k sweeps: h1 ~ p(h1 | v, h2), then v ~ p(v | h1) and h2 ~ p(h2 | h1)."""
+        _checks.positive_int("k", k, allow_zero=True)
+        h1 = None
+        with torch.no_grad():
+            for _ in range(k):
+                h1 = _bernoulli(v.flatten(1) @ self.W1 + h2 @ self.W2.T + self.c1, generator)
+                v = _bernoulli(h1 @ self.W1.T + self.b, generator)
+                h2 = _bernoulli(h1 @ self.W2 + self.c2, generator)
+        return v, h1, h2

@@ -139,3 +139,40 @@ def classification_rbm_loss(
         gen = model.free_energy(x, y).mean() - model.free_energy(x_neg, y_neg).mean()
         loss = loss + (gen if mode == "generative" else alpha * gen)
     return loss
+
+
+class DBMLearning:
+    """Stochastic approximation for a two-layer DBM (Salakhutdinov & Hinton 2009).
+
+    Positive statistics come from mean-field q(h1) q(h2) given the data; negative
+    statistics from persistent Gibbs chains over (v, h1, h2). The negative
+    log-likelihood gradient is written into the parameters' ``.grad``.
+    """
+
+    def __init__(self, dbm, n_chains: int = 100, k: int = 1, mean_field_iters: int = 10) -> None:
+        self.dbm = dbm
+        self.n_chains = _checks.positive_int("n_chains", n_chains)
+        self.k = _checks.positive_int("k", k)
+        self.mean_field_iters = _checks.positive_int("mean_field_iters", mean_field_iters)
+        self.chains: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def accumulate(self, v: torch.Tensor, generator: torch.Generator | None = None) -> None:
+        dbm = self.dbm
+        v = v.flatten(1).to(dbm.W1.dtype)
+        with torch.no_grad():
+            mu1, mu2 = dbm.mean_field(v, self.mean_field_iters)
+            if self.chains is None:
+                start = v[torch.randint(v.shape[0], (self.n_chains,), generator=generator)]
+                self.chains = (start, torch.zeros(self.n_chains, dbm.n_hidden2, dtype=v.dtype))
+            nv, nh1, nh2 = dbm.gibbs(*self.chains, self.k, generator)
+            self.chains = (nv, nh2)
+            n, m = v.shape[0], nv.shape[0]
+            grads = {
+                dbm.W1: nv.T @ nh1 / m - v.T @ mu1 / n,
+                dbm.W2: nh1.T @ nh2 / m - mu1.T @ mu2 / n,
+                dbm.b: nv.mean(0) - v.mean(0),
+                dbm.c1: nh1.mean(0) - mu1.mean(0),
+                dbm.c2: nh2.mean(0) - mu2.mean(0),
+            }
+            for param, grad in grads.items():
+                param.grad = grad
