@@ -87,3 +87,25 @@ def test_exact_log_partition_dispatches_on_the_model():
     assert ais(rbm, n_temperatures=200, generator=0).method == "ais"
     with pytest.raises(ValueError, match="needs base"):
         ais(g)
+
+
+def test_exact_log_partition_of_gaussian_and_categorical_rbms():
+    import itertools
+
+    from ebmlab.energies import CategoricalRBM, GaussianBernoulliRBM
+    from ebmlab.partition import exact_log_partition, quadrature_log_partition
+
+    torch.manual_seed(0)
+    gb = GaussianBernoulliRBM(2, 3, sigma=0.8, init_std=0.7).requires_grad_(False)
+    gb.b.normal_()
+    gb.c.normal_()
+    quad = quadrature_log_partition(gb.free_energy, [(-12.0, 12.0), (-12.0, 12.0)], n_points=600)
+    assert abs(exact_log_partition(gb).log_z - quad.log_z) < 1e-3 + 3 * quad.stderr
+
+    cat = CategoricalRBM(2, 3, 4, init_std=1.0).double().requires_grad_(False)
+    cat.b.normal_()
+    configs = torch.tensor(list(itertools.product(range(3), repeat=2)))
+    v = torch.nn.functional.one_hot(configs, 3).double().flatten(1)
+    assert exact_log_partition(cat).log_z == pytest.approx(
+        float(torch.logsumexp(-cat.free_energy(v), 0)), abs=1e-9
+    )

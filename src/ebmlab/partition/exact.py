@@ -76,14 +76,23 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     """log Z computed exactly (up to numerical error) by the best method for ``model``.
 
     - :class:`~ebmlab.energies.BernoulliRBM`: enumeration of the smaller layer;
+    - Gaussian-Bernoulli and categorical RBMs: enumeration of the hidden layer, the
+      visible layer integrated (Gaussian) or summed per softmax group in closed form;
     - :class:`~ebmlab.energies.BoltzmannMachine`: enumeration of all 2^D states;
     - analytic energies (Gaussians, mixtures, ...): their closed form;
     - any energy on R or R^2 given ``bounds``: quadrature with an error estimate.
     """
     from ebmlab.energies.analytic import AnalyticEnergy
-    from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
+    from ebmlab.energies.boltzmann import (
+        BernoulliRBM,
+        BoltzmannMachine,
+        CategoricalRBM,
+        GaussianBernoulliRBM,
+    )
     from ebmlab.partition.quadrature import quadrature_log_partition
 
+    if isinstance(model, GaussianBernoulliRBM | CategoricalRBM):
+        return _hidden_enumeration(model)
     if isinstance(model, BernoulliRBM):
         return rbm_log_partition(model)
     if isinstance(model, BoltzmannMachine):
@@ -97,3 +106,43 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
         f"no exact method for {type(model).__name__}: pass bounds=[(low, high), ...] for "
         "quadrature of a 1-2 dimensional energy"
     )
+
+
+def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
+    """log Z of a Gaussian-Bernoulli or categorical RBM, enumerating its hidden units.
+
+    Given h, a Gaussian visible layer integrates to
+    (2 pi)^{D/2} prod sigma exp(b.(W h) / sigma + |W h|^2 / 2) (completing the square),
+    and a categorical one sums to prod_groups sum_k exp(b_gk + (W h)_gk).
+    """
+    from ebmlab.energies.boltzmann import GaussianBernoulliRBM
+
+    m = rbm.n_hidden
+    if m > MAX_ENUMERATION_BITS:
+        raise ValueError(
+            f"exact log Z enumerates the hidden layer; at most {MAX_ENUMERATION_BITS} units"
+        )
+    start_time = time.perf_counter()
+    total = torch.tensor(-math.inf, dtype=torch.float64)
+    with torch.no_grad():
+        W, b, c = rbm.W.double(), rbm.b.double(), rbm.c.double()
+        gaussian = isinstance(rbm, GaussianBernoulliRBM)
+        for lo in range(0, 2**m, chunk):
+            h = binary_states(m, lo, min(lo + chunk, 2**m)).double()
+            wh = h @ W.T  # (S, D)
+            if gaussian:
+                sigma = rbm.sigma.double()
+                visible = (wh * (b / sigma)).sum(1) + 0.5 * (wh**2).sum(1)
+            else:
+                logits = (wh + b).view(len(h), rbm.n_groups, rbm.n_categories)
+                visible = torch.logsumexp(logits, 2).sum(1)
+            total = torch.logaddexp(total, torch.logsumexp(h @ c + visible, 0))
+        if gaussian:
+            total = (
+                total
+                + 0.5 * rbm.n_visible * math.log(2 * math.pi)
+                + torch.log(rbm.sigma.double()).sum()
+            )
+    value = float(total)
+    cost = {"terms": 2**m, "seconds": time.perf_counter() - start_time}
+    return LogZEstimate(log_z=value, lower=value, upper=value, method="enumeration", cost=cost)
