@@ -46,3 +46,27 @@ def test_logz_on_a_recipe_without_estimator_is_a_usage_error(tmp_path, capsys):
     capsys.readouterr()
     assert main(["logz", str(run)]) == 2
     assert "no partition function estimator" in capsys.readouterr().err
+
+
+def test_categorical_rbm_on_grey_levels(tmp_path, capsys):
+    run = tmp_path / "cat"
+    args = [
+        "train",
+        "rbm",
+        "--model",
+        "categorical",
+        "--out",
+        str(run),
+        "--epochs",
+        "2",
+        "--n-hidden",
+        "6",
+    ]
+    assert main([*args, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n_visible"] == 64 * 17 and result["log_z"]["method"] == "enumeration"
+    assert result["train_log_likelihood"] < 0
+    assert main(["logz", str(run), "--method", "trw"]) == 2
+    assert "Bernoulli RBMs only" in capsys.readouterr().err

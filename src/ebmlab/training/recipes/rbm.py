@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.data import load_dataset
-from ebmlab.energies import BernoulliRBM
+from ebmlab.energies import BernoulliRBM, CategoricalRBM
 from ebmlab.partition import (
     LogZEstimate,
     bethe_log_partition,
+    exact_log_partition,
     perturb_and_map_log_partition,
     raise_,
     rbm_ais,
@@ -56,7 +58,11 @@ class RBMConfig:
 
     def __post_init__(self) -> None:
         _checks.one_of("data", self.data, ["digits", "mnist10k", "mnist"])
-        _checks.one_of("model", self.model, ["bernoulli"])
+        _checks.one_of("model", self.model, ["bernoulli", "categorical"])
+        if self.model == "categorical" and self.data != "digits":
+            raise ValueError(
+                "model 'categorical' reads the digits' 17 grey levels; use data 'digits'"
+            )
         _checks.positive_int("n_hidden", self.n_hidden)
         _checks.positive_int("k", self.k)
         _checks.positive_int("n_chains", self.n_chains)
@@ -66,20 +72,42 @@ class RBMConfig:
         _checks.positive_int("ais_temperatures", self.ais_temperatures)
 
 
+GREY_LEVELS = 17  # digits pixels take values 0..16
+
+
+def one_hot_pixels(data):
+    """Digits with each pixel one-hot over its 17 grey levels (for the categorical RBM)."""
+    raw = torch.as_tensor(data.raw, dtype=torch.long).flatten(1)
+    return F.one_hot(raw, GREY_LEVELS).float().flatten(1)
+
+
 class RBMTask(Task):
-    """Closed-form CD updates; the trainer only steps the optimizer."""
+    """Closed-form CD updates; the trainer only steps the optimizer.
+
+    ``model="bernoulli"`` trains on binarised images; ``model="categorical"`` on the
+    digits' grey levels, each pixel a softmax group of 17 states.
+    """
 
     def __init__(self, config: RBMConfig, seed: int) -> None:
         self.config = config
         root = config.data_root or None
-        self.train = load_dataset(config.data, "train", root=root, transform="binary")
         split = "val" if config.data == "digits" else "test"
-        self.val = load_dataset(config.data, split, root=root, transform="binary")
-        self.test = load_dataset(config.data, "test", root=root, transform="binary")
+        transform = "binary" if config.model == "bernoulli" else "raw"
+        self.train, self.val, self.test = (
+            load_dataset(config.data, s, root=root, transform=transform)
+            for s in ("train", split, "test")
+        )
         torch.manual_seed(seed)
-        d = self.train.x.shape[1]
-        self.model = BernoulliRBM(d, config.n_hidden)
-        self.base_biases = torch.logit(self.train.x.double().mean(0).clamp(1e-3, 1 - 1e-3))
+        if config.model == "categorical":
+            for part in (self.train, self.val, self.test):
+                object.__setattr__(part, "x", one_hot_pixels(part))
+            groups = self.train.x.shape[1] // GREY_LEVELS
+            self.model = CategoricalRBM(groups, GREY_LEVELS, config.n_hidden)
+            freq = self.train.x.double().mean(0).view(groups, GREY_LEVELS) + 1e-3
+            self.base_biases = (freq / freq.sum(1, keepdim=True)).log().flatten()
+        else:
+            self.model = BernoulliRBM(self.train.x.shape[1], config.n_hidden)
+            self.base_biases = torch.logit(self.train.x.double().mean(0).clamp(1e-3, 1 - 1e-3))
         with torch.no_grad():
             self.model.b.copy_(self.base_biases)
         self.cd = ContrastiveDivergence(
@@ -111,6 +139,10 @@ class RBMTask(Task):
         if method == "auto":
             small = min(self.model.n_visible, self.model.n_hidden) <= ENUMERATE_UP_TO
             method = "exact" if small else "ais"
+        if isinstance(self.model, CategoricalRBM):
+            if method not in ("auto", "exact"):
+                raise ValueError(f"method {method!r} supports Bernoulli RBMs only; use exact")
+            return exact_log_partition(self.model)
         if method == "exact":
             return rbm_log_partition(self.model)
         if method == "bethe":
@@ -138,9 +170,18 @@ class RBMTask(Task):
         log_z = self.log_partition("auto", generator)
         return {"val_nll": -self.log_likelihood(self.val.x, log_z)}
 
+    def images(self, v: torch.Tensor, soft: bool = False) -> torch.Tensor:
+        """Visible vectors as pixel intensities in [0, 1] (grey level / 16 for categorical
+        units; ``soft`` applies a softmax per pixel first, for weight vectors)."""
+        if not isinstance(self.model, CategoricalRBM):
+            return v
+        groups = v.view(v.shape[0], -1, GREY_LEVELS)
+        probs = torch.softmax(groups, 2) if soft else groups
+        return (probs * torch.arange(GREY_LEVELS, dtype=v.dtype)).sum(2) / (GREY_LEVELS - 1)
+
     def grids(self, run: RunDirectory, epoch: int | None = None) -> None:
         shape = self.train.image_shape
-        filters = self.model.W.detach().T[:100]
+        filters = self.images(self.model.W.detach().T[:100], soft=True)
         lo, hi = float(filters.min()), float(filters.max())
         image_grid(
             filters,
@@ -152,7 +193,7 @@ class RBMTask(Task):
         if self.cd.chains is not None:
             title = "persistent chains" + ("" if epoch is None else f", epoch {epoch}")
             image_grid(
-                self.cd.chains[:100],
+                self.images(self.cd.chains[:100]),
                 run.samples / "chains.png",
                 image_shape=shape,
                 value_range=(0.0, 1.0),
@@ -200,7 +241,7 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
     start = pool[torch.randint(len(pool), (n,), generator=gen)]
     x = task.model.gibbs(start, steps, gen)
     image_grid(
-        x,
+        task.images(x),
         out,
         image_shape=task.train.image_shape,
         value_range=(0.0, 1.0),
