@@ -178,3 +178,26 @@ def test_callbacks_see_every_record_and_epoch():
     trainer = Trainer(NoisyRegression(), data(), config(epochs=2), callbacks=[rec])
     trainer.fit()
     assert rec.records == trainer.history and rec.epochs == 2 and rec.ended == "completed"
+
+
+def test_opt_in_restart_after_divergence_with_a_lower_learning_rate(tmp_path):
+    class TransientFault(NoisyRegression):
+        """Diverges once at step 13 (a fault that does not come back after a restart)."""
+
+        fired = False
+
+        def training_step(self, batch, generator):
+            result = super().training_step(batch, generator)
+            if self.calls == 13 and not TransientFault.fired:
+                TransientFault.fired = True
+                raise DivergenceError("energies ran away")
+            return result
+
+    trainer = Trainer(
+        TransientFault(), data(), config(divergence_restarts=1, restart_lr_factor=0.5), tmp_path
+    )
+    summary = trainer.fit()
+    assert summary["status"] == "completed" and summary["restarts"] == 1
+    assert trainer.lr_at(trainer.step) == pytest.approx(0.5e-2)
+    restarts = [r for r in RunDirectory(tmp_path).read_metrics() if r["split"] == "restart"]
+    assert restarts == [{"split": "restart", "epoch": 1, "step": 10, "lr_scale": 0.5}]

@@ -12,6 +12,7 @@ optimizer and task state, the step counters, and every random-number state.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -72,6 +73,8 @@ class TrainerConfig:
     monitor: str = "val_loss"
     monitor_mode: str = "min"
     max_steps: int = 0
+    divergence_restarts: int = 0
+    restart_lr_factor: float = 0.5
     progress: bool = True
     tensorboard: bool = False
 
@@ -94,6 +97,8 @@ class TrainerConfig:
         )
         _checks.one_of("monitor_mode", self.monitor_mode, ["min", "max"])
         _checks.positive_int("max_steps", self.max_steps, allow_zero=True)
+        _checks.positive_int("divergence_restarts", self.divergence_restarts, allow_zero=True)
+        _checks.probability("restart_lr_factor", self.restart_lr_factor)
 
 
 @dataclass
@@ -186,6 +191,8 @@ class Trainer:
         self.best = math.inf if self.config.monitor_mode == "min" else -math.inf
         self.bad_epochs = 0
         self.metric_records = 0
+        self.lr_scale = 1.0
+        self.restarts = 0
         self.history: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------- state
@@ -202,6 +209,8 @@ class Trainer:
                 "best": self.best,
                 "bad_epochs": self.bad_epochs,
                 "metric_records": self.metric_records,
+                "lr_scale": self.lr_scale,
+                "restarts": self.restarts,
             },
             "rng": {"generator": self.generator.get_state(), "torch": torch.get_rng_state()},
         }
@@ -212,6 +221,7 @@ class Trainer:
         self.task.load_state_dict(state["task"])
         t = state["trainer"]
         self.epoch, self.batch, self.step = t["epoch"], t["batch"], t["step"]
+        self.lr_scale, self.restarts = t.get("lr_scale", 1.0), t.get("restarts", 0)
         self.best, self.bad_epochs, self.metric_records = (
             t["best"],
             t["bad_epochs"],
@@ -236,6 +246,9 @@ class Trainer:
 
     # -------------------------------------------------------------- schedule
     def lr_at(self, step: int) -> float:
+        return self.lr_scale * self._base_lr_at(step)
+
+    def _base_lr_at(self, step: int) -> float:
         c = self.config
         if step < c.warmup_steps:
             return c.lr * (step + 1) / c.warmup_steps
@@ -362,9 +375,7 @@ class Trainer:
                 self.run.write_config(self.run_config)
         elif resume:
             raise ValueError("resume needs a run directory")
-        status = "completed"
         start = time.perf_counter()
-        window: list[dict[str, float]] = []
         bar = tqdm(
             total=self.total_steps,
             initial=self.step,
@@ -373,39 +384,73 @@ class Trainer:
             leave=False,
         )
         try:
-            while self.epoch < c.epochs and (not c.max_steps or self.step < c.max_steps):
-                batches = self._batches(self.epoch)
-                self.task.model.train()
-                while self.batch < len(batches):
-                    metrics = self._train_step(batches[self.batch])
-                    self.batch += 1
-                    self.step += 1
-                    window.append(metrics)
-                    bar.update(1)
-                    if c.progress and self.step % 10 == 0:
-                        bar.set_postfix({k: f"{v:.3g}" for k, v in list(metrics.items())[:4]})
-                    if len(window) >= c.log_every:
-                        self._flush(window)
-                    at_limit = bool(c.max_steps) and self.step >= c.max_steps
-                    if (c.checkpoint_every and self.step % c.checkpoint_every == 0) or at_limit:
-                        self._flush(window)
-                        self.save("last")
-                    if at_limit:
-                        break
-                if self.batch < len(batches):
+            while True:
+                try:
+                    status = self._run(bar)
                     break
-                self._flush(window)
-                if self._validate_and_checkpoint():
-                    status = "early_stopped"
-                    break
-            if status == "completed" and self.epoch < c.epochs:
-                status = "max_steps"
-        except DivergenceError as err:
-            self._finish("diverged", start, error=str(err))
-            raise
+                except DivergenceError as err:
+                    if not self._restart_after(err):
+                        self._finish("diverged", start, error=str(err))
+                        raise
+                    bar.reset(total=self.total_steps)
+                    bar.update(self.step)
         finally:
             bar.close()
         return self._finish(status, start)
+
+    def _restart_after(self, err: DivergenceError) -> bool:
+        """Opt-in recovery: reload the last good checkpoint with a lower learning rate."""
+        c = self.config
+        if (
+            self.restarts >= c.divergence_restarts
+            or self.run is None
+            or not self.run.last.is_file()
+        ):
+            return False
+        scale = self.lr_scale * c.restart_lr_factor
+        restarts = self.restarts + 1
+        self.resume()
+        self.lr_scale, self.restarts = scale, restarts
+        self._log({"split": "restart", "epoch": self.epoch, "step": self.step, "lr_scale": scale})
+        print(
+            f"ebmlab: {err}; restarting from step {self.step} with learning rate x{scale:g}",
+            file=sys.stderr,
+        )
+        return True
+
+    def _run(self, bar) -> str:
+        """The epoch loop from the current counters; returns the final status."""
+        c = self.config
+        status = "completed"
+        window: list[dict[str, float]] = []
+        while self.epoch < c.epochs and (not c.max_steps or self.step < c.max_steps):
+            batches = self._batches(self.epoch)
+            self.task.model.train()
+            while self.batch < len(batches):
+                metrics = self._train_step(batches[self.batch])
+                self.batch += 1
+                self.step += 1
+                window.append(metrics)
+                bar.update(1)
+                if c.progress and self.step % 10 == 0:
+                    bar.set_postfix({k: f"{v:.3g}" for k, v in list(metrics.items())[:4]})
+                if len(window) >= c.log_every:
+                    self._flush(window)
+                at_limit = bool(c.max_steps) and self.step >= c.max_steps
+                if (c.checkpoint_every and self.step % c.checkpoint_every == 0) or at_limit:
+                    self._flush(window)
+                    self.save("last")
+                if at_limit:
+                    break
+            if self.batch < len(batches):
+                break
+            self._flush(window)
+            if self._validate_and_checkpoint():
+                status = "early_stopped"
+                break
+        if status == "completed" and self.epoch < c.epochs:
+            status = "max_steps"
+        return status
 
     def _finish(self, status: str, start: float, error: str | None = None) -> dict[str, Any]:
         last = {k: v for k, v in self.history[-1].items()} if self.history else {}
@@ -415,6 +460,7 @@ class Trainer:
             "step": self.step,
             "seconds": time.perf_counter() - start,
             "best": {self.config.monitor: self.best} if math.isfinite(self.best) else {},
+            "restarts": self.restarts,
             "last_record": last,
         }
         if error:
