@@ -71,7 +71,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         self.dtype = dtype
 
     # ------------------------------------------------------------------ helpers
-    def _validate_params_(self) -> None:
+    def _check_params(self) -> None:
         for name in ("n_components", "batch_size", "n_iter", "k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
@@ -126,7 +126,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
     # ---------------------------------------------------------------- public API
     def fit(self, X, y=None) -> BernoulliRBM:
         """Train for ``n_iter`` epochs of mini-batches over X (n_samples, n_features)."""
-        self._validate_params_()
+        self._check_params()
         data = self._check_X(X, reset=True)
         self._init_model(data)
         n = data.shape[0]
@@ -146,7 +146,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         """One update on the mini-batch X (initialises the model on first call)."""
         first = not hasattr(self, "rbm_")
         if first:
-            self._validate_params_()
+            self._check_params()
         data = self._check_X(X, reset=first)
         if first:
             self._init_model(data)

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyModel
-from ebmlab.energies.mlp import FeedForward
+from ebmlab.energies.mlp import ACTIVATIONS, FeedForward
 
 
 class ClassifierEnergy(EnergyModel):
@@ -114,8 +114,6 @@ class ConvNet(nn.Module):
         activation: str = "silu",
     ):
         super().__init__()
-        from ebmlab.energies.mlp import ACTIVATIONS
-
         _checks.one_of("activation", activation, list(ACTIVATIONS))
         c, h, w = image_shape
         if h % 4 or w % 4:

@@ -10,6 +10,7 @@ samples from the persistent chains as PNG grids.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,10 @@ class RBMTask(Task):
         )
         torch.manual_seed(seed)
         if config.model == "categorical":
-            for part in (self.train, self.val, self.test):
-                object.__setattr__(part, "x", one_hot_pixels(part))
+            self.train, self.val, self.test = (
+                dataclasses.replace(part, x=one_hot_pixels(part))
+                for part in (self.train, self.val, self.test)
+            )
             groups = self.train.x.shape[1] // GREY_LEVELS
             self.model = CategoricalRBM(groups, GREY_LEVELS, config.n_hidden)
             freq = self.train.x.double().mean(0).view(groups, GREY_LEVELS) + 1e-3
