@@ -108,17 +108,17 @@ def cases() -> list[Case]:
     data = load_dataset("digits", "train")
     return [
         Case(
-            what="JEM epoch on digits (1000 images), seed-listing hyperparameters",
+            what="JEM epoch on digits (1000 images), the book listing's hyperparameters",
             ebmlab=ebmlab_epoch,
             anchor=lambda: book_epoch(data.x, data.y),
-            anchor_name="seed book listing (plain PyTorch)",
+            anchor_name="the book's listing (plain PyTorch)",
             repeats=3,
         ),
         Case(
             what="JEM epoch as above, SGLD gradients in bfloat16",
             ebmlab=lambda: ebmlab_epoch("bfloat16"),
             anchor=lambda: book_epoch(data.x, data.y),
-            anchor_name="seed book listing (plain PyTorch)",
+            anchor_name="the book's listing (plain PyTorch)",
             repeats=3,
         ),
     ]
