@@ -1,5 +1,5 @@
 """JEM: one training epoch of ebmlab's recipe against a faithful plain-PyTorch
-transcription of the seed book's listing (seed 002, Listing 6.1) at identical
+transcription of the book's listing (Tomczak, Deep Generative Modeling, Listing 6.1) at identical
 hyperparameters: MLP 64-512-512-512-10 with ELU, uniform-noise starts, 20 Langevin
 steps with alpha = 1 and sigma = 0.01, Adamax with learning rate 1e-3, batch 64."""
 
