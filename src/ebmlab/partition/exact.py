@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import torch
+from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyLike, as_energy_fn
@@ -22,6 +24,34 @@ def binary_states(n_bits: int, start: int = 0, stop: int | None = None) -> torch
     return ((codes[:, None] >> torch.arange(n_bits)) & 1).float()
 
 
+def _enumerate(
+    n_bits: int,
+    log_terms: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    chunk: int,
+    dtype: torch.dtype = torch.float64,
+    offset: float = 0.0,
+) -> LogZEstimate:
+    """log sum over all 2^n_bits binary states of exp(log_terms(states)) + offset, in chunks,
+    accumulated in float64; an exact estimate (lower = upper = value)."""
+    start_time = time.perf_counter()
+    total = torch.tensor(-math.inf, dtype=torch.float64)
+    with torch.no_grad():
+        for start in range(0, 2**n_bits, chunk):
+            states = binary_states(n_bits, start, min(start + chunk, 2**n_bits)).to(dtype)
+            total = torch.logaddexp(total, torch.logsumexp(log_terms(states).double(), 0))
+    value = float(total) + offset
+    cost = {"terms": 2**n_bits, "seconds": time.perf_counter() - start_time}
+    return LogZEstimate(log_z=value, lower=value, upper=value, method="enumeration", cost=cost)
+
+
+def _check_bits(n_bits: int, what: str) -> None:
+    if n_bits > MAX_ENUMERATION_BITS:
+        raise ValueError(
+            f"exact log Z enumerates {what}: 2^{n_bits} terms, at most 2^{MAX_ENUMERATION_BITS}"
+        )
+
+
 def enumerate_log_partition(
     energy: EnergyLike, n_bits: int, *, chunk: int = 1 << 16, dtype: torch.dtype = torch.float32
 ) -> LogZEstimate:
@@ -30,18 +60,9 @@ def enumerate_log_partition(
     States are passed to the energy in ``dtype``.
     """
     _checks.positive_int("n_bits", n_bits)
-    if n_bits > MAX_ENUMERATION_BITS:
-        raise ValueError(f"n_bits must be <= {MAX_ENUMERATION_BITS} for enumeration, got {n_bits}")
+    _check_bits(n_bits, "every state")
     fn = as_energy_fn(energy)
-    start_time = time.perf_counter()
-    total = torch.tensor(-math.inf, dtype=torch.float64)
-    with torch.no_grad():
-        for start in range(0, 2**n_bits, chunk):
-            states = binary_states(n_bits, start, min(start + chunk, 2**n_bits)).to(dtype)
-            total = torch.logaddexp(total, torch.logsumexp(-fn(states).double(), 0))
-    cost = {"energy_evals": 2**n_bits, "seconds": time.perf_counter() - start_time}
-    value = float(total)
-    return LogZEstimate(log_z=value, lower=value, upper=value, method="enumeration", cost=cost)
+    return _enumerate(n_bits, lambda x: -fn(x), chunk=chunk, dtype=dtype)
 
 
 def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
@@ -50,26 +71,11 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
     With h enumerated: log Z = logsumexp_h [c.h + sum_i softplus(b_i + W_i. h)];
     with v enumerated: log Z = logsumexp_v [-F(v)]. Costs 2^min(D, M) terms.
     """
-    d, m = rbm.n_visible, rbm.n_hidden
-    bits = min(d, m)
-    if bits > MAX_ENUMERATION_BITS:
-        raise ValueError(
-            f"exact log Z needs 2^min(D, M) = 2^{bits} terms; at most 2^{MAX_ENUMERATION_BITS}"
-        )
-    start_time = time.perf_counter()
-    total = torch.tensor(-math.inf, dtype=torch.float64)
-    with torch.no_grad():
-        W, b, c = rbm.W.double(), rbm.b.double(), rbm.c.double()
-        for start in range(0, 2**bits, chunk):
-            states = binary_states(bits, start, min(start + chunk, 2**bits)).double()
-            if m <= d:
-                terms = states @ c + torch.nn.functional.softplus(states @ W.T + b).sum(1)
-            else:
-                terms = states @ b + torch.nn.functional.softplus(states @ W + c).sum(1)
-            total = torch.logaddexp(total, torch.logsumexp(terms, 0))
-    value = float(total)
-    cost = {"terms": 2**bits, "seconds": time.perf_counter() - start_time}
-    return LogZEstimate(log_z=value, lower=value, upper=value, method="enumeration", cost=cost)
+    W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
+    if rbm.n_hidden > rbm.n_visible:  # enumerate v instead: swap the layers' roles
+        W, b, c = W.T, c, b
+    _check_bits(W.shape[1], "the smaller layer")
+    return _enumerate(W.shape[1], lambda h: h @ c + F.softplus(h @ W.T + b).sum(1), chunk=chunk)
 
 
 def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstimate:
@@ -117,32 +123,20 @@ def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
     """
     from ebmlab.energies.boltzmann import GaussianBernoulliRBM
 
-    m = rbm.n_hidden
-    if m > MAX_ENUMERATION_BITS:
-        raise ValueError(
-            f"exact log Z enumerates the hidden layer; at most {MAX_ENUMERATION_BITS} units"
-        )
-    start_time = time.perf_counter()
-    total = torch.tensor(-math.inf, dtype=torch.float64)
-    with torch.no_grad():
-        W, b, c = rbm.W.double(), rbm.b.double(), rbm.c.double()
-        gaussian = isinstance(rbm, GaussianBernoulliRBM)
-        for lo in range(0, 2**m, chunk):
-            h = binary_states(m, lo, min(lo + chunk, 2**m)).double()
-            wh = h @ W.T  # (S, D)
-            if gaussian:
-                sigma = rbm.sigma.double()
-                visible = (wh * (b / sigma)).sum(1) + 0.5 * (wh**2).sum(1)
-            else:
-                logits = (wh + b).view(len(h), rbm.n_groups, rbm.n_categories)
-                visible = torch.logsumexp(logits, 2).sum(1)
-            total = torch.logaddexp(total, torch.logsumexp(h @ c + visible, 0))
-        if gaussian:
-            total = (
-                total
-                + 0.5 * rbm.n_visible * math.log(2 * math.pi)
-                + torch.log(rbm.sigma.double()).sum()
-            )
-    value = float(total)
-    cost = {"terms": 2**m, "seconds": time.perf_counter() - start_time}
-    return LogZEstimate(log_z=value, lower=value, upper=value, method="enumeration", cost=cost)
+    _check_bits(rbm.n_hidden, "the hidden layer")
+    W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
+    if isinstance(rbm, GaussianBernoulliRBM):
+        sigma = rbm.sigma.detach().double()
+        offset = 0.5 * rbm.n_visible * math.log(2 * math.pi) + float(torch.log(sigma).sum())
+
+        def visible(wh: torch.Tensor) -> torch.Tensor:
+            return (wh * (b / sigma)).sum(1) + 0.5 * (wh**2).sum(1)
+
+    else:
+        offset = 0.0
+
+        def visible(wh: torch.Tensor) -> torch.Tensor:
+            logits = (wh + b).view(len(wh), rbm.n_groups, rbm.n_categories)
+            return torch.logsumexp(logits, 2).sum(1)
+
+    return _enumerate(rbm.n_hidden, lambda h: h @ c + visible(h @ W.T), chunk=chunk, offset=offset)
