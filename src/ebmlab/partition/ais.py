@@ -72,16 +72,27 @@ def _schedule(
     return betas
 
 
-def _estimate(log_w: torch.Tensor, log_z0: float, method: str, cost: dict) -> LogZEstimate:
+def _estimate(
+    log_w: torch.Tensor,
+    log_z0: float,
+    method: str,
+    betas: torch.Tensor,
+    start: float,
+    sign: int = 1,
+) -> LogZEstimate:
+    """log Z = log Z_0 + sign * log mean(w) with the delta-method standard error and the
+    weights' effective sample size (sign -1: reverse AIS, whose weights estimate Z_0 / Z)."""
     n = log_w.shape[0]
     log_mean = float(torch.logsumexp(log_w, 0) - math.log(n))
     w = torch.exp(log_w - log_w.max())
-    rel = w / w.mean()
-    stderr = float(rel.std() / math.sqrt(n)) if n > 1 else math.inf
-    ess = float(w.sum() ** 2 / (w**2).sum())
-    return LogZEstimate(
-        log_z=log_z0 + log_mean, stderr=stderr, method=method, cost={**cost, "ess": ess}
-    )
+    stderr = float((w / w.mean()).std() / math.sqrt(n)) if n > 1 else math.inf
+    cost = {
+        "n_chains": n,
+        "n_temperatures": len(betas) - 1,
+        "seconds": time.perf_counter() - start,
+        "ess": float(w.sum() ** 2 / (w**2).sum()),
+    }
+    return LogZEstimate(log_z=log_z0 + sign * log_mean, stderr=stderr, method=method, cost=cost)
 
 
 def ais(
@@ -140,12 +151,7 @@ def ais(
         x = state.x
         with torch.no_grad():
             diff = (e0(x) - e1(x)).double()
-    cost = {
-        "n_chains": n_chains,
-        "n_temperatures": len(betas) - 1,
-        "seconds": time.perf_counter() - start,
-    }
-    return _estimate(log_w, float(base.log_partition()), "ais", cost)
+    return _estimate(log_w, float(base.log_partition()), "ais", betas, start)
 
 
 def base_rate_biases(
@@ -184,12 +190,7 @@ def rbm_ais(
         W, b, c, b_a, log_z0 = _base_rate_model(rbm, data, base_biases)
         v = _bernoulli(torch.sigmoid(b_a).expand(n_chains, -1), gen)
         log_w = _anneal_rbm(v, betas, W, b, c, b_a, gen)
-    cost = {
-        "n_chains": n_chains,
-        "n_temperatures": len(betas) - 1,
-        "seconds": time.perf_counter() - start,
-    }
-    return _estimate(log_w, log_z0, "ais", cost)
+    return _estimate(log_w, log_z0, "ais", betas, start)
 
 
 def _base_rate_model(rbm, data, base_biases):
@@ -289,13 +290,4 @@ def raise_(
         else:
             v = torch.as_tensor(np.asarray(samples), dtype=torch.float64).reshape(-1, rbm.n_visible)
         log_w = _anneal_rbm(v, betas.flip(0), W, b, c, b_a, gen)
-    reverse = _estimate(log_w, 0.0, "raise", {})
-    cost = {
-        "n_chains": v.shape[0],
-        "n_temperatures": len(betas) - 1,
-        "seconds": time.perf_counter() - start,
-        "ess": reverse.cost["ess"],
-    }
-    return LogZEstimate(
-        log_z=log_z0 - reverse.log_z, stderr=reverse.stderr, method="raise", cost=cost
-    )
+    return _estimate(log_w, log_z0, "raise", betas, start, sign=-1)
