@@ -60,6 +60,7 @@ class ParallelTempering(Sampler[TemperingState]):
         self.betas = betas_t.float()
         self.swap_every = _checks.positive_int("swap_every", swap_every)
         self.scale_steps = scale_steps
+        self._layouts: dict[int, tuple[torch.Tensor, Sampler]] = {}
 
     @staticmethod
     def geometric_ladder(n_temperatures: int, min_beta: float) -> list[float]:
@@ -68,12 +69,17 @@ class ParallelTempering(Sampler[TemperingState]):
         _checks.probability("min_beta", min_beta)
         return torch.logspace(0, torch.log10(torch.tensor(min_beta)), n_temperatures).tolist()
 
-    def _tempered(self, energy: EnergyFn, n_chains: int) -> tuple[EnergyFn, torch.Tensor]:
-        beta_rows = self.betas.repeat_interleave(n_chains)
-        return (lambda x: beta_rows.to(x.dtype) * energy(x)), beta_rows
+    def _layout(self, n_chains: int) -> tuple[torch.Tensor, Sampler]:
+        """Per-row inverse temperatures and the (rescaled) kernel, built once per batch size."""
+        if n_chains not in self._layouts:
+            beta_rows = self.betas.repeat_interleave(n_chains)
+            kernel = self.base.tempered(beta_rows) if self.scale_steps else self.base
+            self._layouts[n_chains] = (beta_rows, kernel)
+        return self._layouts[n_chains]
 
-    def _kernel(self, beta_rows: torch.Tensor) -> Sampler:
-        return self.base.tempered(beta_rows) if self.scale_steps else self.base
+    def _tempered(self, energy: EnergyFn, n_chains: int) -> tuple[EnergyFn, torch.Tensor, Sampler]:
+        beta_rows, kernel = self._layout(n_chains)
+        return (lambda x: beta_rows.to(x.dtype) * energy(x)), beta_rows, kernel
 
     def _cold(self, replicas: SamplerState, n: int) -> dict:
         return {
@@ -84,8 +90,8 @@ class ParallelTempering(Sampler[TemperingState]):
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TemperingState:
         k, n = len(self.betas), x0.shape[0]
-        tempered, beta_rows = self._tempered(energy, n)
-        replicas = self._kernel(beta_rows).init(x0.repeat(k, *([1] * (x0.ndim - 1))), tempered)
+        tempered, _, kernel = self._tempered(energy, n)
+        replicas = kernel.init(x0.repeat(k, *([1] * (x0.ndim - 1))), tempered)
         zeros = torch.zeros(n, dtype=torch.long)
         return TemperingState(
             **self._cold(replicas, n),
@@ -101,8 +107,8 @@ class ParallelTempering(Sampler[TemperingState]):
         self, state: TemperingState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> TemperingState:
         n, k = state.x.shape[0], len(self.betas)
-        tempered, beta_rows = self._tempered(energy, n)
-        replicas = self._kernel(beta_rows).step(state.replicas, tempered, generator)
+        tempered, beta_rows, kernel = self._tempered(energy, n)
+        replicas = kernel.step(state.replicas, tempered, generator)
         accepted_cold = torch.zeros(n, dtype=torch.long)
         swaps_acc, swaps_prop = state.swaps_accepted.clone(), state.swaps_proposed.clone()
         if (state.t + 1) % self.swap_every == 0:
