@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import os
 import platform
 import sys
 import tomllib
@@ -31,6 +32,7 @@ from ebmlab.training import (
     RunDirectory,
     Trainer,
     TrainerConfig,
+    distributed,
     load_checkpoint,
 )
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
@@ -86,6 +88,12 @@ def _build_parser() -> _Parser:
         p.add_argument("--config", default=None, help="TOML file of settings (flags override it)")
         p.add_argument(
             "--resume", action="store_true", help="continue from RUN_DIR/checkpoints/last.pt"
+        )
+        p.add_argument(
+            "--nproc",
+            type=int,
+            default=1,
+            help="data-parallel processes on this machine (launched as with torchrun)",
         )
         _add_dataclass_options(p, recipe.config_cls, set())
         _add_dataclass_options(
@@ -153,7 +161,7 @@ def _configs(
     flags = {
         k: v
         for k, v in vars(args).items()
-        if k not in ("command", "recipe", "out", "config", "resume")
+        if k not in ("command", "recipe", "out", "config", "resume", "nproc", "argv")
     }
     settings.update(flags)
     recipe_settings, trainer_settings = _split_settings(recipe, settings)
@@ -172,13 +180,53 @@ def run_config(recipe: Recipe, config: Any) -> dict[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    _checks.positive_int("--nproc", args.nproc)
     recipe = get_recipe(args.recipe)
     run = RunDirectory(args.out)
     config, trainer_config = _configs(recipe, args, run)
-    setup = recipe.build(config, trainer_config)
-    trainer = Trainer(setup.task, setup.train_data, trainer_config, run, run_config(recipe, config))
-    summary = trainer.fit(resume=args.resume)
-    print(json.dumps({"run_dir": str(run.path), **summary}, indent=2, default=str))
+    launched = "WORLD_SIZE" in os.environ
+    if args.nproc > 1 and not launched:
+        return launch(args.nproc, args.argv)
+    if launched and args.nproc not in (1, int(os.environ["WORLD_SIZE"])):
+        raise ValueError(
+            f"--nproc {args.nproc} disagrees with WORLD_SIZE={os.environ['WORLD_SIZE']}"
+        )
+    try:
+        setup = recipe.build(config, trainer_config)
+        trainer = Trainer(
+            setup.task, setup.train_data, trainer_config, run, run_config(recipe, config)
+        )
+        summary = trainer.fit(resume=args.resume)
+    finally:
+        distributed.shutdown()
+    if trainer.main:
+        print(json.dumps({"run_dir": str(run.path), **summary}, indent=2, default=str))
+    return 0
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """Run ``ebmlab <argv>`` in ``nproc`` processes on this machine, like
+    ``torchrun --standalone --nproc-per-node nproc -m ebmlab <argv>``; returns the exit
+    status (the first failing process's, or 0)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"ebmlab-{os.getpid()}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+    )
+    try:
+        elastic_launch(config, sys.executable)("-m", "ebmlab", *argv)
+    except ChildFailedError as err:
+        _, first = err.get_first_failure()
+        return first.exitcode if first.exitcode > 0 else 1
     return 0
 
 
@@ -259,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         return COMMANDS[args.command](args)
     except UsageError as err:
         print(str(err).splitlines()[0], file=sys.stderr)

@@ -1,5 +1,6 @@
 """Training: the shared loop, run directories, checkpoints and recipes."""
 
+from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ebmlab.training.run_dir import RunDirectory
@@ -15,6 +16,7 @@ __all__ = [
     "TensorBoardLogger",
     "Trainer",
     "TrainerConfig",
+    "distributed",
     "load_checkpoint",
     "save_checkpoint",
 ]

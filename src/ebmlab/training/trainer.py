@@ -7,6 +7,11 @@ progress bar, validation, early stopping, checkpoints, divergence detection and
 exact resumption. Resuming from ``checkpoints/last.pt`` reproduces the
 uninterrupted run bit for bit on CPU: the checkpoint carries the model,
 optimizer and task state, the step counters, and every random-number state.
+
+Under ``torchrun`` the same loop runs data-parallel (see
+:mod:`ebmlab.training.distributed`): each rank trains on its slice of every global
+batch, gradients and metrics are averaged across ranks, and only rank 0 writes the
+run directory.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ebmlab import _checks
+from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
 from ebmlab.training.run_dir import RunDirectory
@@ -166,8 +172,18 @@ class Trainer:
         n = train_data[0].shape[0]
         if n == 0 or any(t.shape[0] != n for t in train_data):
             raise ValueError("train_data tensors must be non-empty and share their first dimension")
+        distributed.init()
+        self.world_size = distributed.world_size()
+        if self.config.batch_size < self.world_size:
+            raise ValueError(
+                f"batch_size ({self.config.batch_size}) must be at least the number of "
+                f"processes ({self.world_size})"
+            )
+        if n < self.world_size:
+            raise ValueError(f"train_data has {n} rows, fewer than the {self.world_size} processes")
+        self.main = distributed.is_main()
         self.train_data = train_data
-        self.n_batches = math.ceil(n / self.config.batch_size)
+        self.n_batches = len(self._batches(0))
         self.total_steps = self.config.epochs * self.n_batches
         if self.config.max_steps:
             self.total_steps = min(self.total_steps, self.config.max_steps)
@@ -178,13 +194,14 @@ class Trainer:
         self.run_config = {"trainer": asdict(self.config), **(run_config or {})}
         params = [p for p in task.model.parameters() if p.requires_grad]
         self._params = params
+        distributed.broadcast_parameters(task.model)
         self.optimizer = OPTIMIZERS[self.config.optimizer](
             params,
             lr=self.config.lr,
             weight_decay=self.config.weight_decay,
             momentum=self.config.momentum,
         )
-        self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.generator = torch.Generator().manual_seed(distributed.rank_seed(self.config.seed))
         self.epoch = 0
         self.batch = 0
         self.step = 0
@@ -197,12 +214,18 @@ class Trainer:
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
+        """The full training state; under ``torchrun`` every rank must call it (the task
+        state and random-number states of all ranks are gathered)."""
+        rngs = distributed.all_objects(
+            {"generator": self.generator.get_state(), "torch": torch.get_rng_state()}
+        )
         return {
             "format": 1,
             "model": self.task.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "task": self.task.state_dict(),
+            "task": distributed.gather_state(self.task.state_dict()),
             "trainer": {
+                "world_size": self.world_size,
                 "epoch": self.epoch,
                 "batch": self.batch,
                 "step": self.step,
@@ -212,14 +235,21 @@ class Trainer:
                 "lr_scale": self.lr_scale,
                 "restarts": self.restarts,
             },
-            "rng": {"generator": self.generator.get_state(), "torch": torch.get_rng_state()},
+            "rng": rngs[0],
+            **({"rng_by_rank": rngs} if self.world_size > 1 else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        t = state["trainer"]
+        saved_world = t.get("world_size", 1)
+        if saved_world != self.world_size:
+            raise ValueError(
+                f"the checkpoint was written by {saved_world} process(es) and is resumed by "
+                f"{self.world_size}; resume with --nproc {saved_world} for an exact continuation"
+            )
         self.task.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.task.load_state_dict(state["task"])
-        t = state["trainer"]
+        self.task.load_state_dict(distributed.scatter_state(state["task"]))
         self.epoch, self.batch, self.step = t["epoch"], t["batch"], t["step"]
         self.lr_scale, self.restarts = t.get("lr_scale", 1.0), t.get("restarts", 0)
         self.best, self.bad_epochs, self.metric_records = (
@@ -227,22 +257,27 @@ class Trainer:
             t["bad_epochs"],
             t["metric_records"],
         )
-        self.generator.set_state(state["rng"]["generator"])
-        torch.set_rng_state(state["rng"]["torch"])
+        rng = state["rng_by_rank"][distributed.rank()] if self.world_size > 1 else state["rng"]
+        self.generator.set_state(rng["generator"])
+        torch.set_rng_state(rng["torch"])
 
     def save(self, which: str = "last") -> None:
         if self.run is None:
             return
         for name, p in self.task.model.named_parameters():
             self._check(f"parameter '{name}'", 0.0 if torch.isfinite(p).all() else math.nan)
-        save_checkpoint(self.state_dict(), self.run.checkpoints / f"{which}.pt")
+        state = self.state_dict()
+        if self.main:
+            save_checkpoint(state, self.run.checkpoints / f"{which}.pt")
+        distributed.barrier()
 
     def resume(self) -> None:
         """Continue from ``checkpoints/last.pt`` of the run directory."""
         if self.run is None:
             raise ValueError("resume needs a run directory")
         self.load_state_dict(load_checkpoint(self.run.last))
-        self.run.truncate_metrics(self.metric_records)
+        if self.main:
+            self.run.truncate_metrics(self.metric_records)
 
     # -------------------------------------------------------------- schedule
     def lr_at(self, step: int) -> float:
@@ -261,14 +296,21 @@ class Trainer:
         return c.lr
 
     def _batches(self, epoch: int) -> list[torch.Tensor]:
+        """The epoch's global batches (the same on every rank). With several processes a
+        last batch smaller than their number is dropped, so every rank has data."""
         gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
         perm = torch.randperm(self.train_data[0].shape[0], generator=gen)
-        return list(perm.split(self.config.batch_size))
+        batches = list(perm.split(self.config.batch_size))
+        if len(batches[-1]) < self.world_size:
+            batches.pop()
+        return batches
 
     # ------------------------------------------------------------------ loop
     def _log(self, record: dict[str, Any]) -> None:
         self.history.append(record)
         self.metric_records += 1
+        if not self.main:
+            return
         if self.run is not None:
             self.run.append_metrics(record)
         for callback in self.callbacks:
@@ -281,22 +323,30 @@ class Trainer:
             )
 
     def _train_step(self, idx: torch.Tensor) -> dict[str, float]:
-        batch = tuple(t[idx] for t in self.train_data)
+        local = distributed.local_slice(idx)
+        weight = len(local) / len(idx)
+        batch = tuple(t[local] for t in self.train_data)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
+        failure = None
         try:
             result = self.task.training_step(batch, self.generator)
         except DivergenceError as err:
+            failure = err
+        if distributed.any_true(failure is not None):
+            reasons = [str(e) for e in distributed.all_objects(failure) if e is not None]
             raise DivergenceError(
-                f"training diverged at step {self.step}: {err}; {self._where()}"
-            ) from err
+                f"training diverged at step {self.step}: {reasons[0]}; {self._where()}"
+            ) from failure
         out = {"loss": float(result.loss.detach())}
         out.update((k, float(v)) for k, v in result.metrics.items())
+        out = distributed.weighted_mean(out, weight)
         for name, value in out.items():
             self._check("the loss" if name == "loss" else f"metric '{name}'", value)
         if not result.grads_ready:
             self.optimizer.zero_grad(set_to_none=True)
             result.loss.backward()
+        distributed.average_gradients(self._params, weight)
         # The gradient norm costs a pass over all gradients: it is taken when clipping and once
         # per logging window for the curves. A non-finite gradient that slips through makes the
         # parameters, hence the next loss, non-finite, and checkpoints refuse such parameters.
@@ -330,7 +380,7 @@ class Trainer:
         """End-of-epoch work; returns True when early stopping says stop."""
         self.task.model.eval()
         due = (self.epoch + 1) % self.config.val_every == 0 or self.epoch + 1 == self.config.epochs
-        val = self.task.validate(self.generator) if due else {}
+        val = distributed.weighted_mean(self.task.validate(self.generator) if due else {}, 1.0)
         stop = False
         if val:
             for name, value in val.items():
@@ -350,8 +400,8 @@ class Trainer:
                     self.bad_epochs += 1
                 patience = self.config.early_stopping_patience
                 stop = bool(patience) and self.bad_epochs >= patience
-        self.task.on_epoch_end(self.run, self.epoch, self.generator)
-        for callback in self.callbacks:
+        self.task.on_epoch_end(self.run if self.main else None, self.epoch, self.generator)
+        for callback in self.callbacks if self.main else ():
             callback.on_epoch_end(self)
         self.epoch += 1
         self.batch = 0
@@ -362,24 +412,26 @@ class Trainer:
         """Train; with ``resume`` continue from the run directory's last checkpoint."""
         c = self.config
         if self.run is not None:
-            self.run.create()
-            if c.tensorboard and not any(
-                isinstance(cb, TensorBoardLogger) for cb in self.callbacks
-            ):
-                self.callbacks.append(TensorBoardLogger(self.run.path / "tensorboard"))
+            if self.main:
+                self.run.create()
+                if c.tensorboard and not any(
+                    isinstance(cb, TensorBoardLogger) for cb in self.callbacks
+                ):
+                    self.callbacks.append(TensorBoardLogger(self.run.path / "tensorboard"))
             if resume:
                 self.resume()
-            else:
+            elif self.main:
                 if self.run.metrics_file.exists():
                     self.run.metrics_file.unlink()
                 self.run.write_config(self.run_config)
+            distributed.barrier()
         elif resume:
             raise ValueError("resume needs a run directory")
         start = time.perf_counter()
         bar = tqdm(
             total=self.total_steps,
             initial=self.step,
-            disable=not c.progress,
+            disable=not (c.progress and self.main),
             desc="train",
             leave=False,
         )
@@ -412,10 +464,11 @@ class Trainer:
         self.resume()
         self.lr_scale, self.restarts = scale, restarts
         self._log({"split": "restart", "epoch": self.epoch, "step": self.step, "lr_scale": scale})
-        print(
-            f"ebmlab: {err}; restarting from step {self.step} with learning rate x{scale:g}",
-            file=sys.stderr,
-        )
+        if self.main:
+            print(
+                f"ebmlab: {err}; restarting from step {self.step} with learning rate x{scale:g}",
+                file=sys.stderr,
+            )
         return True
 
     def _run(self, bar) -> str:
@@ -465,9 +518,9 @@ class Trainer:
         }
         if error:
             summary["error"] = error
-        if self.run is not None:
+        if self.run is not None and self.main:
             self.run.write_summary(summary)
             self.run.plot_curves()
-        for callback in self.callbacks:
+        for callback in self.callbacks if self.main else ():
             callback.on_train_end(self, summary)
         return summary

@@ -31,6 +31,7 @@ from ebmlab.losses import (
 from ebmlab.partition import grid_points, quadrature_log_partition
 from ebmlab.plotting import density_panels, scatter_panels
 from ebmlab.samplers import Langevin, ReplayBuffer
+from ebmlab.training import distributed
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
@@ -94,7 +95,10 @@ class DensityTask(Task):
             return low + span * torch.rand(n, 2, generator=generator)
 
         self.buffer = ReplayBuffer(
-            config.buffer_size, init, config.reinit_prob, torch.Generator().manual_seed(seed)
+            distributed.share(config.buffer_size),
+            init,
+            config.reinit_prob,
+            torch.Generator().manual_seed(distributed.rank_seed(seed)),
         )
         self.init = init
         self.sampler = Langevin(config.step_size)

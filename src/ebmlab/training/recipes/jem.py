@@ -43,6 +43,7 @@ from ebmlab.evaluation import (
 )
 from ebmlab.plotting import image_grid
 from ebmlab.samplers import Langevin, ReplayBuffer, uniform_init
+from ebmlab.training import distributed
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, Task, TrainerConfig
@@ -134,10 +135,10 @@ class JEMTask(Task):
         self.model.grad_dtype = None if config.sampler_dtype == "float32" else torch.bfloat16
         self.init_fn = uniform_init((dim,), *self.train.value_range)
         self.buffer = ReplayBuffer(
-            config.buffer_size,
+            distributed.share(config.buffer_size),
             self.init_fn,
             config.reinit_prob,
-            torch.Generator().manual_seed(seed),
+            torch.Generator().manual_seed(distributed.rank_seed(seed)),
         )
         self.sampler = Langevin(
             config.step_size,

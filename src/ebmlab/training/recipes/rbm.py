@@ -32,6 +32,7 @@ from ebmlab.partition import (
     trw_log_partition,
 )
 from ebmlab.plotting import image_grid
+from ebmlab.training import distributed
 from ebmlab.training.rbm import ContrastiveDivergence
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
@@ -117,7 +118,7 @@ class RBMTask(Task):
             self.model,
             config.k,
             persistent=config.persistent,
-            n_chains=config.n_chains,
+            n_chains=distributed.share(config.n_chains),
             sparsity_target=config.sparsity_target or None,
             sparsity_cost=config.sparsity_cost,
         )
