@@ -89,3 +89,44 @@ def test_chain_task_rejects_losses_without_a_chain_form():
 
     with pytest.raises(ValueError, match="loss \\(for task chain\\) must be one of"):
         StructuredConfig(task="chain", loss="mce")
+
+
+def test_chain_evaluation_reports_exact_and_approximate_inference(tmp_path, capsys):
+    run = tmp_path / "chain"
+    args = ["train", "structured", "--task", "chain", "--loss", "hinge", "--hidden", "16"]
+    assert main([*args, "--epochs", "2", "--lr", "0.01", "--n-sequences", "100",
+                 "--out", str(run), "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    by = result["test_error_by_inference"]
+    assert set(by) == {"viterbi", "annealed_gibbs", "icm", "mean_field"}
+    assert by["viterbi"] == result["test_error"]
+    # annealing finds (nearly) the exact minimisers on a chain
+    assert abs(by["annealed_gibbs"] - by["viterbi"]) < 0.05
+
+
+def test_completion_learns_the_bottom_half_with_annealed_gibbs_answers():
+    from ebmlab.training import Trainer, TrainerConfig
+    from ebmlab.training.recipes.structured import StructuredConfig
+    from ebmlab.training.structured_outputs import CompletionTask
+
+    task = CompletionTask(
+        StructuredConfig(task="completion", loss="hinge", hidden=(32,), gibbs_sweeps=5), 0
+    )
+    before = task.pixel_error(task.test.x, "icm")
+    config = TrainerConfig(epochs=3, batch_size=32, lr=0.01, progress=False)
+    Trainer(task, (task.train.x,), config).fit()
+    after = task.pixel_error(task.test.x, "icm")
+    mean_pixel = task.train.x[:, 32:].mean()
+    always_off = float(task.test.x[:, 32:].mean())  # error of predicting every pixel 0
+    assert after < before and after < min(always_off, 1 - always_off) - 0.05, (before, after)
+    assert float(task.model.coupling.detach().abs().max()) > 0  # couplings were learned
+    assert 0 < mean_pixel < 1
+
+
+def test_completion_rejects_losses_it_cannot_use():
+    from ebmlab.training.recipes.structured import StructuredConfig
+
+    with pytest.raises(ValueError, match="loss \\(for task completion\\) must be one of"):
+        StructuredConfig(task="completion", loss="nll")

@@ -1,0 +1,200 @@
+"""Structured outputs: sequence labelling with exact inference, digit completion with
+approximate inference (LeCun et al. 2006, §6; seed 000).
+
+:class:`ChainTask` labels sequences drawn from a known hidden Markov model with a chain
+energy E(Y, X) = sum_t U_t[y_t] + sum_t P[y_{t-1}, y_t] (unary terms from a small
+network, a learned transition matrix). Losses: ``perceptron`` (E(Y^i) - min_Y E(Y)),
+``hinge`` (margin rescaled by the Hamming distance, found by Viterbi on the augmented
+energy) and ``nll`` (E(Y^i) - F, the forward algorithm). Its error is reported for exact
+(Viterbi) and approximate inference next to the Bayes-optimal error of the true model.
+
+:class:`CompletionTask` completes the bottom half of binarised digits from the top half:
+Y is 32 binary pixels (2^32 answers, too many to enumerate) with a conditional Boltzmann
+energy E(Y, X) = -(Y^T W Y + b(X)^T Y), fields b(X) from a network. The contrastive
+answers come from annealed Gibbs inference: ``hinge`` takes the most offending answer
+of the loss-augmented energy E(Y) - m Hamming(Y, Y^i); ``perceptron`` the approximate
+argmin; ``cd`` k Gibbs sweeps at temperature 1 started at the data (seed 000's
+contrastive-divergence update: pull down the data, pull up what inference found).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ebmlab.data import load_dataset
+from ebmlab.data.sequences import HiddenMarkovModel
+from ebmlab.energies import FeedForward
+from ebmlab.inference import (
+    PairwiseMRF,
+    annealed_gibbs,
+    chain_energy,
+    chain_free_energy,
+    chain_marginals,
+    icm,
+    mean_field,
+    viterbi,
+)
+from ebmlab.training.trainer import StepResult, Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ebmlab.training.recipes.structured import StructuredConfig
+
+CHAIN_LOSSES = ("perceptron", "hinge", "nll")
+
+
+class ChainEnergy(nn.Module):
+    """Unary energies -NN(x_t) per position and a learned transition matrix."""
+
+    def __init__(self, dim: int, hidden: tuple[int, ...], n_states: int) -> None:
+        super().__init__()
+        self.unary_net = FeedForward([dim, *hidden, n_states], "silu")
+        self.transition = nn.Parameter(torch.zeros(n_states, n_states))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        return -self.unary_net(x.reshape(b * t, d)).view(b, t, -1), self.transition
+
+
+class ChainTask(Task):
+    """Sequence labelling with exact inference on a chain."""
+
+    def __init__(self, config: StructuredConfig, seed: int) -> None:
+        self.config = config
+        self.hmm = HiddenMarkovModel(config.n_states, seed=seed)
+        data_gen = torch.Generator().manual_seed(seed + 1)
+        self.train = self.hmm.sample(config.n_sequences, config.seq_length, data_gen)
+        self.val = self.hmm.sample(config.n_sequences // 2, config.seq_length, data_gen)
+        self.test = self.hmm.sample(config.n_sequences, config.seq_length, data_gen)
+        torch.manual_seed(seed)
+        self.model = ChainEnergy(self.hmm.dim, config.hidden, config.n_states)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        unary, transition = self.model(x)
+        e_correct = chain_energy(unary, transition, y)
+        if self.config.loss == "nll":
+            return (e_correct - chain_free_energy(unary, transition, self.config.beta)).mean()
+        if self.config.loss == "perceptron":
+            return (e_correct - viterbi(unary, transition)[1]).mean()
+        hamming = self.config.margin * (1 - F.one_hot(y, unary.shape[2]).to(unary.dtype))
+        return (e_correct - viterbi(unary - hamming, transition)[1]).clamp_min(0).mean()
+
+    def training_step(
+        self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
+    ) -> StepResult:
+        return StepResult(self.loss(*batch))
+
+    def error(self, x: torch.Tensor, y: torch.Tensor, inference: str = "viterbi") -> float:
+        """Per-position error of the answers found by ``inference`` (one of INFERENCE)."""
+        with torch.no_grad():
+            unary, transition = self.model(x)
+            if inference == "viterbi":
+                labels, _ = viterbi(unary, transition)
+            else:
+                labels = approximate_argmin(PairwiseMRF.from_chain(unary, transition), inference)
+        return float((labels != y).double().mean())
+
+    def bayes_error(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """Per-position error of the max posterior marginals under the true HMM."""
+        marginals = chain_marginals(*self.hmm.energies(x))
+        return float((marginals.argmax(2) != y).double().mean())
+
+    def validate(self, generator: torch.Generator) -> dict[str, float]:
+        return {"val_error": self.error(*self.val)}
+
+
+INFERENCE = ("viterbi", "annealed_gibbs", "icm", "mean_field")
+
+
+def approximate_argmin(mrf: PairwiseMRF, inference: str, sweeps: int = 100) -> torch.Tensor:
+    """The answers of one approximate inference method (a fixed seed: evaluation is
+    repeatable)."""
+    if inference == "annealed_gibbs":
+        return annealed_gibbs(mrf, sweeps, generator=0)[0]
+    if inference == "icm":
+        return icm(mrf)[0]
+    return mean_field(mrf).argmax(2)
+
+
+COMPLETION_LOSSES = ("hinge", "perceptron", "cd")
+HALF = 32  # pixels in each half of an 8x8 digit
+
+
+class ConditionalBoltzmann(nn.Module):
+    """E(Y, X) = -(Y^T W Y + b(X)^T Y) over binary Y, with fields b(X) from a network."""
+
+    def __init__(self, dim_x: int, dim_y: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.field = FeedForward([dim_x, *hidden, dim_y], "silu")
+        self.coupling = nn.Parameter(torch.zeros(dim_y, dim_y))
+
+    def forward(self, x: torch.Tensor) -> PairwiseMRF:
+        return PairwiseMRF.from_binary(self.field(x), (self.coupling + self.coupling.T) / 2)
+
+
+class CompletionTask(Task):
+    """Bottom half of binarised digits given the top half, with annealed-Gibbs answers."""
+
+    def __init__(self, config: StructuredConfig, seed: int) -> None:
+        self.config = config
+        self.train, self.val, self.test = (
+            load_dataset("digits", s, transform="binary") for s in ("train", "val", "test")
+        )
+        torch.manual_seed(seed)
+        self.model = ConditionalBoltzmann(HALF, HALF, config.hidden)
+
+    @staticmethod
+    def halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[:, :HALF], x[:, HALF:].long()
+
+    def training_step(
+        self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
+    ) -> StepResult:
+        top, bottom = self.halves(batch[0])
+        c = self.config
+        mrf = self.model(top)
+        if c.loss == "cd":
+            with torch.no_grad():
+                frozen = PairwiseMRF(mrf.unary.detach(), mrf.pairwise.detach())
+                answer, _ = annealed_gibbs(
+                    frozen, c.gibbs_sweeps, beta_start=1.0, beta_end=1.0, y0=bottom,
+                    generator=generator,
+                )  # fmt: skip
+            loss = (mrf.energy(bottom) - mrf.energy(answer)).mean()
+        else:
+            margin = c.margin if c.loss == "hinge" else 0.0
+            target = mrf.augmented(bottom, margin)
+            with torch.no_grad():
+                frozen = PairwiseMRF(target.unary.detach(), target.pairwise.detach())
+                answer, _ = annealed_gibbs(frozen, c.gibbs_sweeps, generator=generator)
+            loss = (mrf.energy(bottom) - target.energy(answer)).clamp_min(0).mean()
+        errors = (answer != bottom).double().mean()
+        return StepResult(loss, {"contrastive_pixel_diff": float(errors)})
+
+    def pixel_error(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> float:
+        top, bottom = self.halves(x)
+        with torch.no_grad():
+            answer = approximate_argmin(self.model(top), inference)
+        return float((answer != bottom).double().mean())
+
+    def validate(self, generator: torch.Generator) -> dict[str, float]:
+        return {"val_error": self.pixel_error(self.val.x, "mean_field")}
+
+    def baseline_pixel_error(self) -> float:
+        """Independent per-pixel logistic regression on the top half (scikit-learn)."""
+        from sklearn.linear_model import LogisticRegression
+
+        top, bottom = (t.numpy() for t in self.halves(self.train.x))
+        test_top, test_bottom = (t.numpy() for t in self.halves(self.test.x))
+        predictions = np.empty_like(test_bottom)
+        for j in range(HALF):
+            if np.unique(bottom[:, j]).size == 1:  # a pixel constant in training
+                predictions[:, j] = bottom[0, j]
+            else:
+                clf = LogisticRegression(max_iter=1000).fit(top, bottom[:, j])
+                predictions[:, j] = clf.predict(test_top)
+        return float((predictions != test_bottom).mean())
