@@ -85,6 +85,7 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     - Gaussian-Bernoulli and categorical RBMs: enumeration of the hidden layer, the
       visible layer integrated (Gaussian) or summed per softmax group in closed form;
     - :class:`~ebmlab.energies.BoltzmannMachine`: enumeration of all 2^D states;
+    - :class:`~ebmlab.energies.DeepBoltzmannMachine`: enumeration of the first hidden layer;
     - analytic energies (Gaussians, mixtures, ...): their closed form;
     - any energy on R or R^2 given ``bounds``: quadrature with an error estimate.
     """
@@ -93,6 +94,7 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
         BernoulliRBM,
         BoltzmannMachine,
         CategoricalRBM,
+        DeepBoltzmannMachine,
         GaussianBernoulliRBM,
     )
     from ebmlab.partition.quadrature import quadrature_log_partition
@@ -103,6 +105,13 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
         return rbm_log_partition(model)
     if isinstance(model, BoltzmannMachine):
         return enumerate_log_partition(model, model.n_visible, dtype=model.b.dtype)
+    if isinstance(model, DeepBoltzmannMachine):
+        with torch.no_grad():
+            value = float(model.log_partition())
+        return LogZEstimate(
+            log_z=value, lower=value, upper=value, method="exact (enumerating h1)",
+            cost={"terms": 2**model.n_hidden1},
+        )  # fmt: skip
     if bounds is not None:
         return quadrature_log_partition(model, bounds, n_points)
     if isinstance(model, AnalyticEnergy):

@@ -12,7 +12,9 @@ sampling started at the data (CD-k, Hinton 2002; eq. 6.43) or at persistent
 chains that survive parameter updates (PCD, Tieleman 2008). The statistics are
 computed with a few matrix products and written into the parameters' ``.grad``
 as the gradient of the negative log-likelihood, so any torch optimizer applies
-them (SGD with momentum and weight decay is the classic choice).
+them (SGD with momentum and weight decay is the classic choice). For RBMs with
+Gaussian visible units the same CD gradient, d/dtheta [F(v_data) - F(v_model)], is
+taken by autograd through the free energy.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.boltzmann import BernoulliRBM
+from ebmlab.energies.boltzmann import BernoulliRBM, GaussianBernoulliRBM
 
 
 @dataclass
@@ -34,7 +36,7 @@ class CDStats:
 
 
 class ContrastiveDivergence:
-    """CD-k or persistent CD for a :class:`~ebmlab.energies.BernoulliRBM`.
+    """CD-k or persistent CD for a Bernoulli, categorical or Gaussian-Bernoulli RBM.
 
     Args:
         rbm: the model whose ``.grad`` fields are written.
@@ -47,7 +49,7 @@ class ContrastiveDivergence:
 
     def __init__(
         self,
-        rbm: BernoulliRBM,
+        rbm: BernoulliRBM | GaussianBernoulliRBM,
         k: int = 1,
         *,
         persistent: bool = False,
@@ -62,6 +64,11 @@ class ContrastiveDivergence:
         if sparsity_target is not None:
             _checks.probability("sparsity_target", sparsity_target)
         self.sparsity_target = sparsity_target
+        if sparsity_target is not None and isinstance(rbm, GaussianBernoulliRBM):
+            raise ValueError(
+                "sparsity_target is supported for binary-hidden RBMs with "
+                "binary or categorical visible units only"
+            )
         self.sparsity_cost = _checks.positive("sparsity_cost", sparsity_cost, allow_zero=True)
         self.chains: torch.Tensor | None = None
 
@@ -94,23 +101,44 @@ class ContrastiveDivergence:
         with torch.no_grad():
             ph_data = torch.sigmoid(rbm.hidden_logits(v))
             v_neg = self.negatives(v, ph_data, generator)
-            ph_neg = torch.sigmoid(rbm.hidden_logits(v_neg))
-            n_pos, n_neg = v.shape[0], v_neg.shape[0]
-            # both phases in one product: [v_neg; v]^T [ph_neg / n_neg; -ph_data / n_pos]
-            grad_w = torch.cat([v_neg, v]).T @ torch.cat([ph_neg / n_neg, ph_data / -n_pos])
-            grad_b = v_neg.mean(0) - v.mean(0)
-            grad_c = ph_neg.mean(0) - ph_data.mean(0)
-            if self.sparsity_target is not None and self.sparsity_cost:
-                excess = self.sparsity_cost * (ph_data.mean(0) - self.sparsity_target)
-                grad_c = grad_c + excess
-                grad_w = grad_w + v.mean(0)[:, None] * excess[None, :]
-            for param, grad in ((rbm.W, grad_w), (rbm.b, grad_b), (rbm.c, grad_c)):
-                param.grad = grad
+            if isinstance(rbm, GaussianBernoulliRBM):
+                self._free_energy_gradient(v, v_neg)
+            else:
+                self._closed_form_gradient(v, v_neg, ph_data)
             if not stats:
                 return None
-            recon = rbm.visible_probs(ph_data)
+            recon = (
+                rbm.visible_mean(ph_data)
+                if isinstance(rbm, GaussianBernoulliRBM)
+                else rbm.visible_probs(ph_data)
+            )
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
+
+    def _free_energy_gradient(self, v: torch.Tensor, v_neg: torch.Tensor) -> None:
+        params = [p for p in self.rbm.parameters() if p.requires_grad]
+        with torch.enable_grad():
+            gap = self.rbm.free_energy(v).mean() - self.rbm.free_energy(v_neg).mean()
+            grads = torch.autograd.grad(gap, params)
+        for param, grad in zip(params, grads, strict=True):
+            param.grad = grad
+
+    def _closed_form_gradient(
+        self, v: torch.Tensor, v_neg: torch.Tensor, ph_data: torch.Tensor
+    ) -> None:
+        rbm = self.rbm
+        ph_neg = torch.sigmoid(rbm.hidden_logits(v_neg))
+        n_pos, n_neg = v.shape[0], v_neg.shape[0]
+        # both phases in one product: [v_neg; v]^T [ph_neg / n_neg; -ph_data / n_pos]
+        grad_w = torch.cat([v_neg, v]).T @ torch.cat([ph_neg / n_neg, ph_data / -n_pos])
+        grad_b = v_neg.mean(0) - v.mean(0)
+        grad_c = ph_neg.mean(0) - ph_data.mean(0)
+        if self.sparsity_target is not None and self.sparsity_cost:
+            excess = self.sparsity_cost * (ph_data.mean(0) - self.sparsity_target)
+            grad_c = grad_c + excess
+            grad_w = grad_w + v.mean(0)[:, None] * excess[None, :]
+        for param, grad in ((rbm.W, grad_w), (rbm.b, grad_b), (rbm.c, grad_c)):
+            param.grad = grad
 
 
 def classification_rbm_loss(
@@ -156,7 +184,8 @@ class DBMLearning:
         self.mean_field_iters = _checks.positive_int("mean_field_iters", mean_field_iters)
         self.chains: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def accumulate(self, v: torch.Tensor, generator: torch.Generator | None = None) -> None:
+    def accumulate(self, v: torch.Tensor, generator: torch.Generator | None = None) -> float:
+        """Write the gradient into ``.grad``; returns the mean-field reconstruction error."""
         dbm = self.dbm
         v = v.flatten(1).to(dbm.W1.dtype)
         with torch.no_grad():
@@ -176,3 +205,5 @@ class DBMLearning:
             }
             for param, grad in grads.items():
                 param.grad = grad
+            recon = torch.sigmoid(mu1 @ dbm.W1.T + dbm.b)
+            return float(((v - recon) ** 2).sum(1).mean())

@@ -1,11 +1,21 @@
-"""Recipe ``rbm``: a Bernoulli RBM trained by CD-k or persistent CD (seed 002, section 6.5).
+"""Recipe ``rbm``: Boltzmann machines with hidden units on images (seed 002, section 6.5).
 
-Images are binarised; updates use the closed-form gradients of
-:class:`~ebmlab.training.rbm.ContrastiveDivergence` stepped by the trainer's
-optimizer (SGD with momentum by default, learning rate decaying linearly).
-Validation reports the exact average log-likelihood when the smaller layer can be
-enumerated, else an AIS estimate. The run directory gets the weight filters and
-samples from the persistent chains as PNG grids.
+``model`` picks the machine:
+
+- ``bernoulli``: binarised images, CD-k / persistent CD with the closed-form gradients
+  of :class:`~ebmlab.training.rbm.ContrastiveDivergence`;
+- ``categorical``: the digits' 17 grey levels, each pixel a softmax group;
+- ``gaussian``: Gaussian-Bernoulli RBM on standardised grey levels (unit variance per
+  pixel, sigma = 1), CD through the free energy; use a smaller ``--lr`` (0.01);
+- ``dbm``: a two-layer deep Boltzmann machine (``n_hidden`` and ``n_hidden2`` units),
+  mean-field positive phase and persistent Gibbs negative phase
+  (:class:`~ebmlab.training.rbm.DBMLearning`).
+
+The trainer's optimizer steps the gradients (SGD with momentum by default, learning
+rate decaying linearly). Validation reports the exact average log-likelihood when the
+model can be enumerated (the smaller RBM layer, the DBM's first hidden layer), else an
+AIS estimate. The run directory gets the weight filters and samples from the persistent
+chains as PNG grids.
 """
 
 from __future__ import annotations
@@ -20,7 +30,12 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.data import load_dataset
-from ebmlab.energies import BernoulliRBM, CategoricalRBM
+from ebmlab.energies import (
+    BernoulliRBM,
+    CategoricalRBM,
+    DeepBoltzmannMachine,
+    GaussianBernoulliRBM,
+)
 from ebmlab.partition import (
     LogZEstimate,
     bethe_log_partition,
@@ -33,12 +48,13 @@ from ebmlab.partition import (
 )
 from ebmlab.plotting import image_grid
 from ebmlab.training import distributed
-from ebmlab.training.rbm import ContrastiveDivergence
+from ebmlab.training.rbm import ContrastiveDivergence, DBMLearning
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 
 ENUMERATE_UP_TO = 20
+MODELS = ["bernoulli", "categorical", "gaussian", "dbm"]
 LOGZ_METHODS = ["auto", "exact", "ais", "raise", "bethe", "trw", "pam"]
 
 
@@ -50,6 +66,7 @@ class RBMConfig:
     data_root: str = ""
     model: str = "bernoulli"
     n_hidden: int = 16
+    n_hidden2: int = 16
     k: int = 5
     persistent: bool = True
     n_chains: int = 100
@@ -60,12 +77,20 @@ class RBMConfig:
 
     def __post_init__(self) -> None:
         _checks.one_of("data", self.data, ["digits", "mnist10k", "mnist"])
-        _checks.one_of("model", self.model, ["bernoulli", "categorical"])
+        _checks.one_of("model", self.model, MODELS)
         if self.model == "categorical" and self.data != "digits":
             raise ValueError(
                 "model 'categorical' reads the digits' 17 grey levels; use data 'digits'"
             )
         _checks.positive_int("n_hidden", self.n_hidden)
+        _checks.positive_int("n_hidden2", self.n_hidden2)
+        if self.model in ("gaussian", "dbm") and self.n_hidden > ENUMERATE_UP_TO:
+            raise ValueError(
+                f"model {self.model!r} evaluates its likelihood exactly, by enumerating "
+                f"{self.n_hidden} hidden units; use n_hidden <= {ENUMERATE_UP_TO}"
+            )
+        if self.sparsity_target and self.model in ("gaussian", "dbm"):
+            raise ValueError(f"sparsity_target is not available for model {self.model!r}")
         _checks.positive_int("k", self.k)
         _checks.positive_int("n_chains", self.n_chains)
         _checks.probability("sparsity_target", self.sparsity_target)
@@ -83,24 +108,41 @@ def one_hot_pixels(data):
     return F.one_hot(raw, GREY_LEVELS).float().flatten(1)
 
 
-class RBMTask(Task):
-    """Closed-form CD updates; the trainer only steps the optimizer.
+def standardised(parts):
+    """Grey levels with zero mean and unit variance per pixel (train statistics)."""
+    mean = parts[0].x.mean(0)
+    std = parts[0].x.std(0).clamp_min(0.1)
+    return [dataclasses.replace(part, x=(part.x - mean) / std) for part in parts]
 
-    ``model="bernoulli"`` trains on binarised images; ``model="categorical"`` on the
-    digits' grey levels, each pixel a softmax group of 17 states.
-    """
+
+class RBMTask(Task):
+    """Closed-form (or free-energy) CD updates; the trainer only steps the optimizer."""
 
     def __init__(self, config: RBMConfig, seed: int) -> None:
         self.config = config
         root = config.data_root or None
         split = "val" if config.data == "digits" else "test"
-        transform = "binary" if config.model == "bernoulli" else "raw"
+        transform = "binary" if config.model in ("bernoulli", "dbm") else "raw"
         self.train, self.val, self.test = (
             load_dataset(config.data, s, root=root, transform=transform)
             for s in ("train", split, "test")
         )
         torch.manual_seed(seed)
-        if config.model == "categorical":
+        n_chains = distributed.share(config.n_chains)
+        self.dbm = None
+        if config.model == "dbm":
+            self.model = DeepBoltzmannMachine(
+                self.train.x.shape[1], config.n_hidden, config.n_hidden2
+            )
+            with torch.no_grad():
+                self.model.b.copy_(self._visible_logits())
+            self.dbm = DBMLearning(self.model, n_chains, config.k)
+            return
+        if config.model == "gaussian":
+            self.train, self.val, self.test = standardised([self.train, self.val, self.test])
+            self.model = GaussianBernoulliRBM(self.train.x.shape[1], config.n_hidden)
+            self.base_biases = self.train.x.double().mean(0)
+        elif config.model == "categorical":
             self.train, self.val, self.test = (
                 dataclasses.replace(part, x=one_hot_pixels(part))
                 for part in (self.train, self.val, self.test)
@@ -111,22 +153,36 @@ class RBMTask(Task):
             self.base_biases = (freq / freq.sum(1, keepdim=True)).log().flatten()
         else:
             self.model = BernoulliRBM(self.train.x.shape[1], config.n_hidden)
-            self.base_biases = torch.logit(self.train.x.double().mean(0).clamp(1e-3, 1 - 1e-3))
+            self.base_biases = self._visible_logits()
         with torch.no_grad():
             self.model.b.copy_(self.base_biases)
         self.cd = ContrastiveDivergence(
             self.model,
             config.k,
             persistent=config.persistent,
-            n_chains=distributed.share(config.n_chains),
+            n_chains=n_chains,
             sparsity_target=config.sparsity_target or None,
             sparsity_cost=config.sparsity_cost,
         )
+
+    def _visible_logits(self) -> torch.Tensor:
+        """Biases of the independent-pixel model fitted to the training data."""
+        return torch.logit(self.train.x.double().mean(0).clamp(1e-3, 1 - 1e-3))
+
+    @property
+    def chains(self) -> torch.Tensor | None:
+        """Visible states of the persistent chains (None before the first step)."""
+        if self.dbm is not None:
+            return None if self.dbm.chains is None else self.dbm.chains[0]
+        return self.cd.chains
 
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
     ) -> StepResult:
         (x,) = batch
+        if self.dbm is not None:
+            error = self.dbm.accumulate(x, generator)
+            return StepResult(torch.tensor(error), {"reconstruction_error": error}, True)
         stats = self.cd.accumulate(x, generator, stats=True)
         metrics = {
             "reconstruction_error": stats.reconstruction_error,
@@ -140,13 +196,13 @@ class RBMTask(Task):
         """log Z by ``exact``, ``ais``, ``raise``, ``bethe``, ``trw``, ``pam`` (perturb-and-MAP)
         or ``auto`` (exact when enumerable, else AIS)."""
         _checks.one_of("method", method, LOGZ_METHODS)
-        if method == "auto":
-            small = min(self.model.n_visible, self.model.n_hidden) <= ENUMERATE_UP_TO
-            method = "exact" if small else "ais"
-        if isinstance(self.model, CategoricalRBM):
+        if self.config.model != "bernoulli":
             if method not in ("auto", "exact"):
                 raise ValueError(f"method {method!r} supports Bernoulli RBMs only; use exact")
             return exact_log_partition(self.model)
+        if method == "auto":
+            small = min(self.model.n_visible, self.model.n_hidden) <= ENUMERATE_UP_TO
+            method = "exact" if small else "ais"
         if method == "exact":
             return rbm_log_partition(self.model)
         if method == "bethe":
@@ -178,14 +234,22 @@ class RBMTask(Task):
         """Visible vectors as pixel intensities in [0, 1] (grey level / 16 for categorical
         units; ``soft`` applies a softmax per pixel first, for weight vectors)."""
         if not isinstance(self.model, CategoricalRBM):
-            return v
+            return v.detach()
         groups = v.view(v.shape[0], -1, GREY_LEVELS)
         probs = torch.softmax(groups, 2) if soft else groups
         return (probs * torch.arange(GREY_LEVELS, dtype=v.dtype)).sum(2) / (GREY_LEVELS - 1)
 
+    @property
+    def value_range(self) -> tuple[float, float]:
+        """Pixel range of the visible vectors as displayed."""
+        if self.config.model == "gaussian":
+            return float(self.train.x.min()), float(self.train.x.max())
+        return 0.0, 1.0
+
     def grids(self, run: RunDirectory, epoch: int | None = None) -> None:
         shape = self.train.image_shape
-        filters = self.images(self.model.W.detach().T[:100], soft=True)
+        weights = self.model.W1 if self.dbm is not None else self.model.W
+        filters = self.images(weights.detach().T[:100], soft=True)
         lo, hi = float(filters.min()), float(filters.max())
         image_grid(
             filters,
@@ -194,13 +258,13 @@ class RBMTask(Task):
             value_range=(lo, hi),
             title="filters (W columns)",
         )
-        if self.cd.chains is not None:
+        if self.chains is not None:
             title = "persistent chains" + ("" if epoch is None else f", epoch {epoch}")
             image_grid(
-                self.images(self.cd.chains[:100]),
+                self.images(self.chains[:100]),
                 run.samples / "chains.png",
                 image_shape=shape,
-                value_range=(0.0, 1.0),
+                value_range=self.value_range,
                 title=title,
             )
 
@@ -211,10 +275,17 @@ class RBMTask(Task):
             self.grids(run, epoch)
 
     def state_dict(self) -> dict[str, Any]:
+        if self.dbm is not None:
+            v, h2 = self.dbm.chains or (None, None)
+            return {"chains": v, "top": h2}
         return {"chains": self.cd.chains}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.cd.chains = state["chains"]
+        if self.dbm is not None:
+            v, h2 = state["chains"], state["top"]
+            self.dbm.chains = None if v is None else (v, h2)
+        else:
+            self.cd.chains = state["chains"]
 
 
 def build(config: RBMConfig, trainer: TrainerConfig) -> Setup:
@@ -230,7 +301,8 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
     return {
         "data": task.config.data,
         "n_visible": task.model.n_visible,
-        "n_hidden": task.model.n_hidden,
+        "model": task.config.model,
+        "n_hidden": task.config.n_hidden,
         "log_z": log_z.to_dict(),
         "train_log_likelihood": task.log_likelihood(task.train.x, log_z),
         "test_log_likelihood": task.log_likelihood(task.test.x, log_z),
@@ -241,14 +313,18 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
     """``n`` samples after ``steps`` block-Gibbs steps from the persistent chains (or data)."""
     task: RBMTask = setup.task  # type: ignore[assignment]
     gen = torch.Generator().manual_seed(seed)
-    pool = task.cd.chains if task.cd.chains is not None else task.train.x
+    pool = task.chains if task.chains is not None else task.train.x
     start = pool[torch.randint(len(pool), (n,), generator=gen)]
-    x = task.model.gibbs(start, steps, gen)
+    if task.dbm is not None:
+        top = torch.zeros(n, task.model.n_hidden2)
+        x = task.model.gibbs(start, top, steps, gen)[0]
+    else:
+        x = task.model.gibbs(start, steps, gen)
     image_grid(
         task.images(x),
         out,
         image_shape=task.train.image_shape,
-        value_range=(0.0, 1.0),
+        value_range=task.value_range,
         title=f"{n} samples, {steps} Gibbs steps",
     )
     return out
@@ -262,7 +338,7 @@ def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
 register(
     Recipe(
         name="rbm",
-        help="Bernoulli RBM trained by CD-k / persistent CD with closed-form gradients",
+        help="RBMs (bernoulli, categorical, gaussian) and DBMs by CD-k / persistent CD",
         config_cls=RBMConfig,
         build=build,
         evaluate=evaluate,
