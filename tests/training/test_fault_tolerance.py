@@ -57,3 +57,41 @@ def test_kill_9_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
     a = load_checkpoint(tmp_path / "full" / "checkpoints" / "last.pt")["model"]
     b = load_checkpoint(last)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+DIE_MID_WRITE = """
+import os, signal, sys
+import torch
+from ebmlab.cli import main
+
+real_save, calls = torch.save, []
+
+
+def dying_save(state, fh, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:  # the third checkpoint: half written, then SIGKILL
+        fh.write(b"PK partial checkpoint")
+        fh.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_save(state, fh, *args, **kwargs)
+
+
+torch.save = dying_save
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_kill_9_mid_checkpoint_write_keeps_the_previous_one_and_resumes_exactly(tmp_path):
+    full = train(tmp_path / "full")
+    run = tmp_path / "victim"
+    cmd = [sys.executable, "-c", DIE_MID_WRITE, "train", "density", "--out", str(run), *ARGS]
+    victim = subprocess.run(cmd, capture_output=True, timeout=300)
+    assert victim.returncode == -signal.SIGKILL
+    assert list((run / "checkpoints").glob(".last.pt.*.tmp")), "the kill did not hit a write"
+    last = load_checkpoint(run / "checkpoints" / "last.pt")  # the previous one, intact
+    assert last["trainer"]["step"] == 10
+    assert train(run, "--resume").wait(timeout=300) == 0
+    assert full.wait(timeout=300) == 0
+    a = load_checkpoint(tmp_path / "full" / "checkpoints" / "last.pt")["model"]
+    b = load_checkpoint(run / "checkpoints" / "last.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
