@@ -90,3 +90,15 @@ def test_bad_nproc_is_a_usage_error(tmp_path, nproc):
     result = train(tmp_path / "bad", "--nproc", nproc)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "--nproc" in result.stderr
+
+
+def test_rbm_and_dbm_recipes_train_with_two_processes(tmp_path):
+    for model in ("bernoulli", "dbm"):
+        out = tmp_path / model
+        cmd = [sys.executable, "-m", "ebmlab", "train", "rbm", "--model", model, "--nproc", "2",
+               "--epochs", "1", "--n-hidden", "8", "--n-chains", "21", "--out", str(out),
+               "--no-progress"]  # fmt: skip
+        result = subprocess.run(cmd, env=ENV, timeout=300, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        chains = load_checkpoint(out / "checkpoints" / "last.pt")["task"]["chains"]
+        assert chains.shape == (21, 64)  # 11 + 10 persistent chains, one share per rank
