@@ -22,13 +22,19 @@ from typing import Any
 import torch
 from torch import distributed as dist
 
+_joined: dict[str, int] = {}  # rank and size of the group joined; kept after shutdown
+
 
 def init() -> None:
-    """Join the process group described by the environment (idempotent; no-op alone)."""
-    if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    """Join the process group described by the environment (no-op alone). Idempotent, and
+    never joins again after :func:`shutdown`."""
+    if _joined:
         return
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend)
+    if not dist.is_initialized():
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    _joined.update(rank=dist.get_rank(), world=dist.get_world_size())
 
 
 def shutdown() -> None:
@@ -38,17 +44,19 @@ def shutdown() -> None:
 
 
 def active() -> bool:
-    """Whether several processes train together (joins their group on first use)."""
+    """Whether several processes train together now (joins their group on first use)."""
     init()
-    return dist.is_initialized() and dist.get_world_size() > 1
+    return dist.is_initialized() and _joined.get("world", 1) > 1
 
 
 def rank() -> int:
-    return dist.get_rank() if active() else 0
+    """This process's rank (still known after :func:`shutdown`)."""
+    init()
+    return _joined.get("rank", 0)
 
 
 def world_size() -> int:
-    return dist.get_world_size() if active() else 1
+    return _joined["world"] if active() else 1
 
 
 def is_main() -> bool:
