@@ -60,8 +60,8 @@ class _RBM(EnergyModel):
     """What every two-layer RBM with binary hidden units shares.
 
     Subclasses define ``hidden_logits(v)``, ``joint_energy(v, h)``, the free energy
-    given the hidden logits and ``sample_visible(h)``; ``energy(v)`` is the free
-    energy F(v) and ``energy(v, h)`` the joint energy.
+    given the hidden logits, ``visible_mean(h)`` = E[v | h] and ``sample_visible(h)``;
+    ``energy(v)`` is the free energy F(v) and ``energy(v, h)`` the joint energy.
     """
 
     def __init__(self, n_visible: int, n_hidden: int, init_std: float) -> None:
@@ -131,6 +131,10 @@ class BernoulliRBM(_RBM):
 
     def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.visible_logits(h))
+
+    def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
+        """E[v | h]: the visible probabilities (per softmax group for categorical units)."""
+        return self.visible_probs(h)
 
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None

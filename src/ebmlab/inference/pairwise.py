@@ -46,8 +46,9 @@ class PairwiseMRF:
             raise ValueError("pairwise must be symmetric: P[i, j, a, b] == P[j, i, b, a]")
         self.unary = unary
         self.pairwise = pairwise
-        # rows (j, b) -> column a: the conditional energies of site i are a product with it
-        self._site_matrices = pairwise.permute(0, 1, 3, 2).reshape(d, d * k, k)
+        # M[(i, a), (j, b)] = P[i, j, a, b], symmetric: site i's conditional energies are
+        # q M[:, i K:(i + 1) K], and the pairwise energy is q M q^T / 2
+        self._matrix = pairwise.permute(0, 2, 1, 3).reshape(d * k, d * k)
 
     @property
     def n_sites(self) -> int:
@@ -81,6 +82,10 @@ class PairwiseMRF:
         pairwise[:, :, 1, 1] = -2 * (coupling - torch.diag(torch.diagonal(coupling)))
         return cls(unary, pairwise)
 
+    def detach(self) -> PairwiseMRF:
+        """The same energy cut from the autograd graph (for inference inside training)."""
+        return PairwiseMRF(self.unary.detach(), self.pairwise.detach())
+
     def augmented(self, y: torch.Tensor, margin: float) -> PairwiseMRF:
         """E(y') - margin * Hamming(y', y): its argmin is the most offending answer of the
         margin-rescaled hinge loss."""
@@ -94,15 +99,13 @@ class PairwiseMRF:
 
     def expected_energy(self, q: torch.Tensor) -> torch.Tensor:
         """E under a factorised q (B, D, K) (one-hot q gives E(y)), (B,)."""
-        unary = (self.unary * q).sum((1, 2))
         flat = q.flatten(1)
-        d, k = self.n_sites, self.n_states
-        pairs = flat @ self.pairwise.permute(0, 2, 1, 3).reshape(d * k, d * k)
-        return unary + 0.5 * (pairs * flat).sum(1)
+        return (self.unary * q).sum((1, 2)) + 0.5 * ((flat @ self._matrix) * flat).sum(1)
 
     def site_energies(self, q: torch.Tensor, i: int) -> torch.Tensor:
         """Energies (B, K) of each state of site i given the others (one-hot or q)."""
-        return self.unary[:, i] + q.flatten(1) @ self._site_matrices[i]
+        k = self.n_states
+        return self.unary[:, i] + q.flatten(1) @ self._matrix[:, i * k : (i + 1) * k]
 
     def _start(self, y0: torch.Tensor | None) -> torch.Tensor:
         if y0 is None:
@@ -145,16 +148,18 @@ def annealed_gibbs(
             for i in range(mrf.n_sites):
                 logits = -beta * mrf.site_energies(q, i)
                 u = torch.rand(logits.shape, generator=gen, dtype=logits.dtype)
-                y[:, i] = (logits - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(1)
-                q[:, i] = F.one_hot(y[:, i], mrf.n_states).to(q.dtype)
-            if sampling:
-                continue
-            e = mrf.energy(y)
-            better = e < best_e
-            best[better], best_e = y[better], torch.where(better, e, best_e)
-        if sampling:
-            return y, mrf.energy(y)
-    return best, best_e
+                _set_site(y, q, i, (logits - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(1))
+            if not sampling:
+                e = mrf.energy(y)
+                better = e < best_e
+                best[better], best_e = y[better], torch.where(better, e, best_e)
+        return (y, mrf.energy(y)) if sampling else (best, best_e)
+
+
+def _set_site(y: torch.Tensor, q: torch.Tensor, i: int, states: torch.Tensor) -> None:
+    """Set site i of the answers and of their one-hot codes."""
+    y[:, i] = states
+    q[:, i] = F.one_hot(states, q.shape[2]).to(q.dtype)
 
 
 def icm(
@@ -176,8 +181,7 @@ def icm(
                 move = value < current - 1e-12
                 if move.any():
                     changed = True
-                    y[:, i] = torch.where(move, arg, y[:, i])
-                    q[:, i] = F.one_hot(y[:, i], mrf.n_states).to(q.dtype)
+                    _set_site(y, q, i, torch.where(move, arg, y[:, i]))
             if not changed:
                 break
         return y, mrf.energy(y)

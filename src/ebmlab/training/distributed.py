@@ -22,16 +22,17 @@ from typing import Any
 import torch
 from torch import distributed as dist
 
-_joined: dict[str, int] = {}  # rank and size of the group joined; kept after shutdown
+_joined: dict[str, int] = {}  # this process's rank and the group size, decided once
 
 
 def init() -> None:
-    """Join the process group described by the environment (no-op alone). Idempotent, and
-    never joins again after :func:`shutdown`."""
+    """Join the process group described by the environment, or settle on a single
+    process. Decided on first use and kept: it never joins again after :func:`shutdown`."""
     if _joined:
         return
     if not dist.is_initialized():
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            _joined.update(rank=0, world=1)
             return
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     _joined.update(rank=dist.get_rank(), world=dist.get_world_size())
@@ -46,13 +47,13 @@ def shutdown() -> None:
 def active() -> bool:
     """Whether several processes train together now (joins their group on first use)."""
     init()
-    return dist.is_initialized() and _joined.get("world", 1) > 1
+    return _joined["world"] > 1 and dist.is_initialized()
 
 
 def rank() -> int:
     """This process's rank (still known after :func:`shutdown`)."""
     init()
-    return _joined.get("rank", 0)
+    return _joined["rank"]
 
 
 def world_size() -> int:
@@ -118,10 +119,8 @@ def average_gradients(params: list[torch.nn.Parameter], weight: float) -> None:
     grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads]).mul_(weight)
     dist.all_reduce(flat)
-    offset = 0
-    for p, g in zip(params, grads, strict=True):
-        p.grad = flat[offset : offset + g.numel()].view_as(g).clone()
-        offset += g.numel()
+    for p, part in zip(params, flat.split([g.numel() for g in grads]), strict=True):
+        p.grad = part.view_as(p)
 
 
 def broadcast_parameters(module: torch.nn.Module) -> None:

@@ -107,11 +107,7 @@ class ContrastiveDivergence:
                 self._closed_form_gradient(v, v_neg, ph_data)
             if not stats:
                 return None
-            recon = (
-                rbm.visible_mean(ph_data)
-                if isinstance(rbm, GaussianBernoulliRBM)
-                else rbm.visible_probs(ph_data)
-            )
+            recon = rbm.visible_mean(ph_data)
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
 

@@ -158,19 +158,15 @@ class CompletionTask(Task):
         c = self.config
         mrf = self.model(top)
         if c.loss == "cd":
-            with torch.no_grad():
-                frozen = PairwiseMRF(mrf.unary.detach(), mrf.pairwise.detach())
-                answer, _ = annealed_gibbs(
-                    frozen, c.gibbs_sweeps, beta_start=1.0, beta_end=1.0, y0=bottom,
-                    generator=generator,
-                )  # fmt: skip
+            answer, _ = annealed_gibbs(
+                mrf.detach(), c.gibbs_sweeps, beta_start=1.0, beta_end=1.0, y0=bottom,
+                generator=generator,
+            )  # fmt: skip
             loss = (mrf.energy(bottom) - mrf.energy(answer)).mean()
         else:
             margin = c.margin if c.loss == "hinge" else 0.0
             target = mrf.augmented(bottom, margin)
-            with torch.no_grad():
-                frozen = PairwiseMRF(target.unary.detach(), target.pairwise.detach())
-                answer, _ = annealed_gibbs(frozen, c.gibbs_sweeps, generator=generator)
+            answer, _ = annealed_gibbs(target.detach(), c.gibbs_sweeps, generator=generator)
             loss = (mrf.energy(bottom) - target.energy(answer)).clamp_min(0).mean()
         errors = (answer != bottom).double().mean()
         return StepResult(loss, {"contrastive_pixel_diff": float(errors)})

@@ -128,17 +128,12 @@ class RBMTask(Task):
             for s in ("train", split, "test")
         )
         torch.manual_seed(seed)
-        n_chains = distributed.share(config.n_chains)
-        self.dbm = None
         if config.model == "dbm":
             self.model = DeepBoltzmannMachine(
                 self.train.x.shape[1], config.n_hidden, config.n_hidden2
             )
-            with torch.no_grad():
-                self.model.b.copy_(self._visible_logits())
-            self.dbm = DBMLearning(self.model, n_chains, config.k)
-            return
-        if config.model == "gaussian":
+            self.base_biases = self._visible_logits()
+        elif config.model == "gaussian":
             self.train, self.val, self.test = standardised([self.train, self.val, self.test])
             self.model = GaussianBernoulliRBM(self.train.x.shape[1], config.n_hidden)
             self.base_biases = self.train.x.double().mean(0)
@@ -156,13 +151,19 @@ class RBMTask(Task):
             self.base_biases = self._visible_logits()
         with torch.no_grad():
             self.model.b.copy_(self.base_biases)
-        self.cd = ContrastiveDivergence(
-            self.model,
-            config.k,
-            persistent=config.persistent,
-            n_chains=n_chains,
-            sparsity_target=config.sparsity_target or None,
-            sparsity_cost=config.sparsity_cost,
+        n_chains = distributed.share(config.n_chains)
+        self.dbm = DBMLearning(self.model, n_chains, config.k) if config.model == "dbm" else None
+        self.cd = (
+            None
+            if self.dbm is not None
+            else ContrastiveDivergence(
+                self.model,
+                config.k,
+                persistent=config.persistent,
+                n_chains=n_chains,
+                sparsity_target=config.sparsity_target or None,
+                sparsity_cost=config.sparsity_cost,
+            )
         )
 
     def _visible_logits(self) -> torch.Tensor:
