@@ -4,8 +4,20 @@ import pytest
 import torch
 from scipy import stats
 
-from ebmlab.energies import BernoulliRBM, DiagonalGaussian, GaussianMixture
-from ebmlab.partition import ais, raise_, rbm_ais, rbm_exact_samples, rbm_log_partition
+from ebmlab.energies import (
+    BernoulliRBM,
+    DeepBoltzmannMachine,
+    DiagonalGaussian,
+    GaussianMixture,
+)
+from ebmlab.partition import (
+    ais,
+    binary_products,
+    raise_,
+    rbm_ais,
+    rbm_exact_samples,
+    rbm_log_partition,
+)
 from ebmlab.samplers import HMC
 
 
@@ -27,6 +39,74 @@ def test_rbm_ais_is_within_0_03_nats_and_inside_its_interval(scale, seed):
     low, high = est.interval(3.0)
     assert low <= exact <= high
     assert est.method == "ais" and est.cost["ess"] > 10
+
+
+@pytest.mark.parametrize("quantized", [True, False])
+def test_annealing_is_exact_with_int8_and_float_products(quantized, monkeypatch):
+    if quantized and not binary_products.quantized_available():
+        pytest.skip("no int8 kernel on this CPU")
+    monkeypatch.setattr(binary_products, "quantized_available", lambda: quantized)
+    rbm = random_rbm(3.0, 4, d=14, m=10)
+    exact = rbm_log_partition(rbm).log_z
+    for estimate in (
+        rbm_ais(rbm, n_chains=200, n_temperatures=1000, generator=0),
+        raise_(rbm, n_chains=200, n_temperatures=1000, generator=1),
+    ):
+        assert abs(estimate.log_z - exact) < 4 * estimate.stderr + 0.01
+
+
+def test_int8_product_is_exact_for_its_rounded_weights():
+    if not binary_products.quantized_available():
+        pytest.skip("no int8 kernel on this CPU")
+    gen = torch.Generator().manual_seed(0)
+    W = torch.randn(300, 70, generator=gen) * torch.logspace(-3, 1, 70)
+    product = binary_products.QuantizedProduct(W, 16)
+    assert (product.Wq - W.double()).abs().max() <= product.scale / 2 + 1e-12
+    x = torch.rand(16, 300, generator=gen) < 0.5
+    product.load(x)
+    bias = torch.randn(70, generator=gen)
+    want = 0.25 * (x.double() @ product.Wq) + bias.double()
+    torch.testing.assert_close(product(0.25, bias).double(), want, rtol=1e-6, atol=1e-4)
+    u = torch.randint(-(2**31), 2**31 - 1, (16, 300), generator=gen, dtype=torch.int32)
+    threshold = torch.randn(16, 300) * 2**30
+    bits = product.sample(u, threshold)
+    assert torch.equal(bits, u < threshold)
+    assert torch.equal(product.x[:, :300], 128 * bits.to(torch.uint8))
+
+
+def random_dbm(seed, d=16, m1=10, m2=6):
+    torch.manual_seed(seed)
+    dbm = DeepBoltzmannMachine(d, m1, m2, init_std=0.8).double()
+    with torch.no_grad():
+        for bias in (dbm.b, dbm.c1, dbm.c2):
+            bias.normal_(0, 1)
+    return dbm
+
+
+def test_dbm_as_rbm_has_the_same_energy_and_log_partition():
+    dbm = random_dbm(0)
+    rbm = dbm.as_rbm()
+    v, h1, h2 = (torch.randint(0, 2, (50, n)).double() for n in (16, 10, 6))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            rbm.joint_energy(torch.cat([v, h2], 1), h1), dbm.joint_energy(v, h1, h2)
+        )
+        assert rbm_log_partition(rbm).log_z == pytest.approx(float(dbm.log_partition()))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dbm_ais_and_raise_match_exact(seed):
+    dbm = random_dbm(seed)
+    with torch.no_grad():
+        exact = float(dbm.log_partition())
+    data = (torch.rand(100, 16, generator=torch.Generator().manual_seed(seed)) < 0.3).double()
+    for estimate in (
+        ais(dbm, n_chains=100, n_temperatures=1000, data=data, generator=seed),
+        raise_(dbm, n_chains=100, n_temperatures=1000, data=data, generator=seed),
+    ):
+        assert abs(estimate.log_z - exact) < 0.05
+        low, high = estimate.interval(4.0)
+        assert low <= exact <= high
 
 
 def test_ais_and_raise_sandwich_the_truth_in_expectation():

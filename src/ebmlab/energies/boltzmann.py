@@ -433,6 +433,22 @@ class DeepBoltzmannMachine(EnergyModel):
         )
         return torch.logsumexp(terms, 0)
 
+    def as_rbm(self) -> BernoulliRBM:
+        """The same energy as a Bernoulli RBM between h1 and the stacked layer (v, h2).
+
+        The graph v - h1 - h2 is bipartite with h1 on one side, so E(v, h1, h2) is the
+        energy of an RBM with visible units (v, h2), hidden units h1, weights
+        [W1; W2^T] and biases (b, c2) and c1: same log Z, and every RBM method (exact
+        enumeration of the smaller side, AIS, RAISE, Bethe, TRW) applies. The copy is
+        detached from this model's parameters.
+        """
+        rbm = BernoulliRBM(self.n_visible + self.n_hidden2, self.n_hidden1).to(self.W1.dtype)
+        with torch.no_grad():
+            rbm.W.copy_(torch.cat([self.W1, self.W2.T], 0))
+            rbm.b.copy_(torch.cat([self.b, self.c2]))
+            rbm.c.copy_(self.c1)
+        return rbm
+
     def mean_field(self, v: torch.Tensor, n_iter: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
         """Fixed point of mu1 = sigmoid(c1 + v W1 + W2 mu2), mu2 = sigmoid(c2 + mu1 W2)."""
         v = v.flatten(1)

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
 from ebmlab.samplers.tempering import geometric_path
@@ -109,14 +110,15 @@ def ais(
 ) -> LogZEstimate:
     """log Z of ``energy`` by AIS.
 
-    A :class:`~ebmlab.energies.BernoulliRBM` without ``base``/``kernel`` uses
+    A :class:`~ebmlab.energies.BernoulliRBM` or
+    :class:`~ebmlab.energies.DeepBoltzmannMachine` without ``base``/``kernel`` uses
     :func:`rbm_ais` (base-rate model from ``data``, exact Gibbs transitions). Any other
     energy needs ``base`` (an analytic energy with ``sample`` and ``log_partition``,
     e.g. a Gaussian) and an MCMC ``kernel`` from ebmlab.samplers.
     """
-    from ebmlab.energies.boltzmann import BernoulliRBM
+    from ebmlab.energies.boltzmann import BernoulliRBM, DeepBoltzmannMachine
 
-    if isinstance(energy, BernoulliRBM) and base is None and kernel is None:
+    if isinstance(energy, BernoulliRBM | DeepBoltzmannMachine) and base is None and kernel is None:
         return rbm_ais(
             energy,
             n_chains=n_chains,
@@ -181,7 +183,13 @@ def rbm_ais(
     which makes the base close to the target and the estimate far more precise;
     ``base_biases`` gives those biases directly. Pass
     ``schedule=salakhutdinov_schedule()`` for the paper's 14,500 temperatures.
+
+    A two-layer :class:`~ebmlab.energies.DeepBoltzmannMachine` is annealed as its
+    bipartite view (:meth:`~ebmlab.energies.DeepBoltzmannMachine.as_rbm`): the chains
+    hold (v, h2) with h1 summed out, as in Salakhutdinov & Hinton (2009); the base rates
+    of h2 are those of the mean-field posteriors of ``data``.
     """
+    rbm, data = _bipartite(rbm, data)
     _checks.positive_int("n_chains", n_chains)
     gen = _checks.generator("generator", generator)
     betas = _schedule(n_temperatures, schedule)
@@ -191,6 +199,20 @@ def rbm_ais(
         v = _bernoulli(torch.sigmoid(b_a).expand(n_chains, -1), gen)
         log_w = _anneal_rbm(v, betas, W, b, c, b_a, gen)
     return _estimate(log_w, log_z0, "ais", betas, start)
+
+
+def _bipartite(model, data):
+    """A Bernoulli RBM with the model's log Z and ``data`` on its visible layer: a DBM
+    becomes its (v, h2) - h1 RBM, with each datum's mean-field h2 beside v."""
+    from ebmlab.energies.boltzmann import DeepBoltzmannMachine
+
+    if not isinstance(model, DeepBoltzmannMachine):
+        return model, data
+    if data is not None:
+        v = torch.as_tensor(np.asarray(data), dtype=model.W1.dtype).flatten(1)
+        with torch.no_grad():
+            data = torch.cat([v, model.mean_field(v)[1]], 1)
+    return model.as_rbm(), data
 
 
 def _base_rate_model(rbm, data, base_biases):
@@ -208,32 +230,67 @@ def _bernoulli(p: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
     return (torch.rand(p.shape, generator=gen, dtype=p.dtype) < p).to(p.dtype)
 
 
+def _tanh(y: torch.Tensor, ratio: float, out: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(y, out=out) if ratio == 1 else torch.mul(y, ratio, out=out).tanh_()
+
+
 def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
     """Run chains ``v`` along ``betas`` (either direction) through the intermediate RBMs,
     accumulating log p*_k(v) - log p*_{k-1}(v) before each transition.
 
-    With the hidden units summed out, log p*_beta(v) = (1 - beta) b_a.v + beta b.v +
-    sum_j softplus(beta a_j), a = c + v W; the product v W is computed once per
-    temperature and shared by the weight update and the hidden-unit sampling, in the
-    parameters' dtype, while the weights accumulate in float64.
+    With the hidden units summed out, log p*_beta(v) = b_a.v + beta (b - b_a).v +
+    sum_j softplus(beta a_j) + const, a = c + v W. Writing softplus(x) = relu(x) + log 2
+    - log(1 + |tanh(x / 2)|), the weight increment needs tanh(beta_k a / 2), which is also
+    what drawing h at beta_k needs (h_j = 1[u_j < tanh(beta_k a_j / 2)], u uniform on
+    [-1, 1)), plus one more tanh at beta_{k-1}: no softplus in the loop. The products run
+    on :mod:`~ebmlab.partition.binary_products` with weights W_q; a last step from W_q
+    to W at beta = 1 makes the weights refer to W. Uniforms come from 32-bit words of an
+    SFC64 stream seeded by ``gen``; per-temperature sums are kept and combined in float64.
     """
-    log_w = torch.zeros(v.shape[0], dtype=torch.float64)
-    v = v.to(W.dtype)
-    a = v @ W + c
-    bias_gap = v @ (b - b_a)
-    for k in range(1, len(betas)):
-        beta_prev, beta = float(betas[k - 1]), float(betas[k])
-        step = (beta - beta_prev) * bias_gap + (
-            F.softplus(beta * a) - F.softplus(beta_prev * a)
-        ).sum(1)
-        log_w += step.double()
-        if k == len(betas) - 1:
+    n, d = v.shape
+    m = W.shape[1]
+    down, up = binary_products(W, n)
+    words = np.random.SFC64(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    n_words = (n * (m + d) + 1) // 2
+    c32, gap, half_base = c.float(), (b - b_a).float(), b_a.float() / 2
+    bits = v.to(torch.bool)
+    start = bits.clone()
+    down.load(bits)
+    v_now = v.float()
+    t, t_prev, ratio = torch.empty(n, m), torch.empty(n, m), torch.empty(n, m)
+    h_bias, v_bias = torch.empty(m), torch.empty(d)
+    steps = len(betas) - 1
+    sums = torch.empty(3, steps, n)  # log-ratio of (1 + |t|), relu(y), gap . v
+    beta_list = betas.tolist()
+    for k in range(steps):
+        prev, beta = beta_list[k], beta_list[k + 1]
+        top = max(prev, beta)
+        y = down(top / 2, torch.mul(c32, top / 2, out=h_bias))  # top * a / 2
+        _tanh(y, beta / top, t)
+        _tanh(y, prev / top, t_prev).abs_().add_(1)
+        torch.abs(t, out=ratio).add_(1).div_(t_prev).log_()
+        torch.sum(ratio, 1, out=sums[0, k])
+        torch.sum(y.clamp_(min=0), 1, out=sums[1, k])
+        torch.mv(v_now, gap, out=sums[2, k])
+        if k == steps - 1:
             break
-        h = _bernoulli(torch.sigmoid(beta * a), gen)
-        v = _bernoulli(torch.sigmoid((1 - beta) * b_a + beta * (b + h @ W.T)), gen)
-        a = v @ W + c
-        bias_gap = v @ (b - b_a)
-    return log_w
+        u = torch.from_numpy(words.random_raw(n_words).view(np.int32))
+        up.sample(u[: n * m].view(n, m), t.mul_(2.0**31))
+        x = up(beta / 2, torch.add(half_base, gap, alpha=beta / 2, out=v_bias))
+        bits = down.sample(u[n * m : n * (m + d)].view(n, d), x.tanh_().mul_(2.0**31))
+        v_now.copy_(bits)
+    sums = sums.double()
+    top = torch.maximum(betas[1:], betas[:-1])[:, None]
+    log_w = (betas.diff()[:, None] * (sums[2] + 2 / top * sums[1]) - sums[0]).sum(0)
+    if beta_list[-1] == 1:
+        return log_w + _requantization_gap(bits, W, down.Wq, c)
+    return log_w - _requantization_gap(start, W, down.Wq, c)
+
+
+def _requantization_gap(bits, W, Wq, c) -> torch.Tensor:
+    """log p*(v) under weights W minus under W_q, at beta = 1."""
+    v, c = bits.double(), c.double()
+    return (F.softplus(v @ W.double() + c) - F.softplus(v @ Wq + c)).sum(1)
 
 
 def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -272,13 +329,15 @@ def raise_(
     base_biases: torch.Tensor | None = None,
     generator: torch.Generator | int | None = None,
 ) -> LogZEstimate:
-    """Reverse AIS (RAISE, Burda, Grosse & Salakhutdinov 2015) for a Bernoulli RBM.
+    """Reverse AIS (RAISE, Burda, Grosse & Salakhutdinov 2015) for a Bernoulli RBM or DBM.
 
     Chains start at samples of the RBM (``samples``, or exact samples when the smaller
     layer can be enumerated) and anneal back to the base-rate model; the weights
     estimate Z_0 / Z without bias, so log Z = log Z_0 - log mean(w) is biased high on
-    average: with AIS it sandwiches the truth.
+    average: with AIS it sandwiches the truth. A DBM runs as in :func:`rbm_ais`; its
+    ``samples`` are the stacked states (v, h2).
     """
+    rbm, data = _bipartite(rbm, data)
     _checks.positive_int("n_chains", n_chains)
     gen = _checks.generator("generator", generator)
     betas = _schedule(n_temperatures, schedule)

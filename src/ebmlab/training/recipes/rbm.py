@@ -132,11 +132,11 @@ class RBMTask(Task):
             self.model = DeepBoltzmannMachine(
                 self.train.x.shape[1], config.n_hidden, config.n_hidden2
             )
-            self.base_biases = self._visible_logits()
+            visible_biases = self._visible_logits()
         elif config.model == "gaussian":
             self.train, self.val, self.test = standardised([self.train, self.val, self.test])
             self.model = GaussianBernoulliRBM(self.train.x.shape[1], config.n_hidden)
-            self.base_biases = self.train.x.double().mean(0)
+            visible_biases = self.train.x.double().mean(0)
         elif config.model == "categorical":
             self.train, self.val, self.test = (
                 dataclasses.replace(part, x=one_hot_pixels(part))
@@ -145,12 +145,12 @@ class RBMTask(Task):
             groups = self.train.x.shape[1] // GREY_LEVELS
             self.model = CategoricalRBM(groups, GREY_LEVELS, config.n_hidden)
             freq = self.train.x.double().mean(0).view(groups, GREY_LEVELS) + 1e-3
-            self.base_biases = (freq / freq.sum(1, keepdim=True)).log().flatten()
+            visible_biases = (freq / freq.sum(1, keepdim=True)).log().flatten()
         else:
             self.model = BernoulliRBM(self.train.x.shape[1], config.n_hidden)
-            self.base_biases = self._visible_logits()
+            visible_biases = self._visible_logits()
         with torch.no_grad():
-            self.model.b.copy_(self.base_biases)
+            self.model.b.copy_(visible_biases)
         n_chains = distributed.share(config.n_chains)
         self.dbm = DBMLearning(self.model, n_chains, config.k) if config.model == "dbm" else None
         self.cd = (
@@ -195,33 +195,42 @@ class RBMTask(Task):
         self, method: str = "auto", generator: torch.Generator | None = None
     ) -> LogZEstimate:
         """log Z by ``exact``, ``ais``, ``raise``, ``bethe``, ``trw``, ``pam`` (perturb-and-MAP)
-        or ``auto`` (exact when enumerable, else AIS)."""
+        or ``auto`` (exact when enumerable, else AIS). Gaussian and categorical RBMs are
+        exact only; a DBM runs every method on its bipartite view
+        (:meth:`~ebmlab.energies.DeepBoltzmannMachine.as_rbm`)."""
         _checks.one_of("method", method, LOGZ_METHODS)
-        if self.config.model != "bernoulli":
+        if self.config.model not in ("bernoulli", "dbm"):
             if method not in ("auto", "exact"):
-                raise ValueError(f"method {method!r} supports Bernoulli RBMs only; use exact")
+                raise ValueError(
+                    f"method {method!r} supports Bernoulli RBMs and DBMs only; use exact"
+                )
             return exact_log_partition(self.model)
+        rbm = self.model.as_rbm() if self.dbm is not None else self.model
         if method == "auto":
-            small = min(self.model.n_visible, self.model.n_hidden) <= ENUMERATE_UP_TO
-            method = "exact" if small else "ais"
+            method = "exact" if min(rbm.n_visible, rbm.n_hidden) <= ENUMERATE_UP_TO else "ais"
         if method == "exact":
-            return rbm_log_partition(self.model)
+            return rbm_log_partition(rbm)
         if method == "bethe":
-            return bethe_log_partition(self.model)
+            return bethe_log_partition(rbm)
         if method == "trw":
-            return trw_log_partition(self.model)
+            return trw_log_partition(rbm)
         if method == "pam":
-            return perturb_and_map_log_partition(self.model, generator=generator)
+            return perturb_and_map_log_partition(rbm, generator=generator)
         options = {
             "n_chains": self.config.ais_chains,
             "n_temperatures": self.config.ais_temperatures,
-            "base_biases": self.base_biases,
+            "data": self.train.x,
             "generator": generator,
         }
         if method == "ais":
             return rbm_ais(self.model, **options)
-        samples = self.cd.chains if self.cd.chains is not None else None
-        return raise_(self.model, samples=samples, **options)
+        return raise_(self.model, samples=self._chain_states(), **options)
+
+    def _chain_states(self) -> torch.Tensor | None:
+        """The persistent chains as samples of the annealed layer: v, or (v, h2) for a DBM."""
+        if self.dbm is not None:
+            return None if self.dbm.chains is None else torch.cat(self.dbm.chains, 1)
+        return self.cd.chains
 
     def log_likelihood(self, x: torch.Tensor, log_z: LogZEstimate) -> float:
         with torch.no_grad():
