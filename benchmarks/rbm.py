@@ -40,9 +40,15 @@ def sklearn_epoch(x: np.ndarray) -> None:
     SkRBM(n_components=500, learning_rate=0.1, batch_size=100, n_iter=1, random_state=0).fit(x)
 
 
-def ebmlab_epoch(x: np.ndarray) -> None:
-    BernoulliRBM(
-        500, learning_rate=0.1, batch_size=100, n_iter=1, persistent=False, random_state=0
+def ebmlab_epoch(x: np.ndarray, matmul_dtype: str | None = None) -> BernoulliRBM:
+    return BernoulliRBM(
+        500,
+        learning_rate=0.1,
+        batch_size=100,
+        n_iter=1,
+        persistent=False,
+        random_state=0,
+        matmul_dtype=matmul_dtype,
     ).fit(x)
 
 
@@ -72,6 +78,15 @@ def cases() -> list[Case | MetricCase]:
             Case(
                 what="RBM 784 x 500, CD-1, batch 100, one epoch of mnist10k (8000 images)",
                 ebmlab=lambda: ebmlab_epoch(x),
+                anchor=lambda: sklearn_epoch(x),
+                anchor_name="sklearn BernoulliRBM (float64, PCD-1)",
+                repeats=3,
+            )
+        )
+        out.append(
+            Case(
+                what="as above, matrix products in bfloat16 (`matmul_dtype`)",
+                ebmlab=lambda: ebmlab_epoch(x, "bfloat16"),
                 anchor=lambda: sklearn_epoch(x),
                 anchor_name="sklearn BernoulliRBM (float64, PCD-1)",
                 repeats=3,

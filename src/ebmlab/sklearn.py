@@ -35,8 +35,10 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
     ``batch_size``, ``n_iter`` epochs, ``verbose``, ``random_state``; and further
     ``k`` (Gibbs steps), ``persistent`` (PCD, scikit-learn's algorithm; False for CD-k),
     ``momentum``, ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero
-    over the ``n_iter`` epochs, which settles the parameters) and ``dtype``
-    (``"float32"`` or ``"float64"``).
+    over the ``n_iter`` epochs, which settles the parameters), ``dtype``
+    (``"float32"`` or ``"float64"``) and ``matmul_dtype`` (``"bfloat16"`` runs the
+    updates' matrix products in bfloat16 under autocast, several times faster on CPUs
+    with AMX; the parameters stay in ``dtype``).
     Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
     negative values are refused.
     """
@@ -56,6 +58,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         weight_decay: float = 0.0,
         lr_decay: bool = False,
         dtype: str = "float32",
+        matmul_dtype: str | None = None,
     ) -> None:
         self.n_components = n_components
         self.learning_rate = learning_rate
@@ -69,6 +72,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         self.weight_decay = weight_decay
         self.lr_decay = lr_decay
         self.dtype = dtype
+        self.matmul_dtype = matmul_dtype
 
     # ------------------------------------------------------------------ helpers
     def _check_params(self) -> None:
@@ -85,6 +89,8 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+        if self.matmul_dtype not in (None, "bfloat16"):
+            raise ValueError(f"matmul_dtype must be None or 'bfloat16', got {self.matmul_dtype!r}")
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
@@ -102,7 +108,12 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
             self.rbm_.W.normal_(0.0, 0.01, generator=self._generator)
             self._base_biases = torch.logit(data.double().mean(0).clamp(1e-3, 1 - 1e-3))
             self.rbm_.b.copy_(self._base_biases)
-        self._cd = ContrastiveDivergence(self.rbm_, self.k, persistent=self.persistent)
+        self._cd = ContrastiveDivergence(
+            self.rbm_,
+            self.k,
+            persistent=self.persistent,
+            matmul_dtype=None if self.matmul_dtype is None else torch.bfloat16,
+        )
         self._optimizer = torch.optim.SGD(
             self.rbm_.parameters(),
             lr=self.learning_rate,

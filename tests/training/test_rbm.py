@@ -50,6 +50,23 @@ def test_persistent_cd_gradient_approaches_the_exact_gradient():
         assert (got - want).abs().max() < 0.02
 
 
+def test_bfloat16_products_keep_the_pcd_gradient_and_float32_state():
+    rbm = random_rbm().float()
+    gen = torch.Generator().manual_seed(0)
+    v = (torch.rand(50, 6, generator=gen) < 0.5).float()
+    cd = ContrastiveDivergence(
+        rbm, k=50, persistent=True, n_chains=20_000, matmul_dtype=torch.bfloat16
+    )
+    cd.accumulate(v, gen)
+    cd.accumulate(v, gen)
+    assert cd.chains.dtype == torch.float32 and rbm.W.grad.dtype == torch.float32
+    exact = exact_gradient(rbm.double(), v.double())
+    for got, want in zip((rbm.W.grad, rbm.b.grad, rbm.c.grad), exact, strict=True):
+        assert (got.double() - want).abs().max() < 0.03
+    with pytest.raises(ValueError, match="matmul_dtype"):
+        ContrastiveDivergence(rbm, matmul_dtype=torch.int8)
+
+
 def test_cd1_gradient_is_biased_but_pcd_is_not():
     """CD-1 from the data stays near the data; its gradient differs from the exact one."""
     rbm = random_rbm(scale=1.5)

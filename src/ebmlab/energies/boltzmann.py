@@ -24,7 +24,9 @@ from ebmlab.energies.base import EnergyModel
 
 
 def _bernoulli(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype)
+    # uniforms of at least float32 precision, also under bfloat16 autocast
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    u = torch.rand(logits.shape, generator=generator, dtype=dtype)
     return (u < torch.sigmoid(logits)).to(logits.dtype)
 
 

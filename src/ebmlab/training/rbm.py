@@ -45,6 +45,9 @@ class ContrastiveDivergence:
         n_chains: persistent chains (default: the first batch's size).
         sparsity_target, sparsity_cost: optional penalty pulling the mean hidden
             activation towards the target (Lee et al. 2008; Hinton's practical guide).
+        matmul_dtype: run the update under ``torch.autocast`` in this dtype
+            (``torch.bfloat16``: the matrix products use bfloat16 units, several times
+            faster on CPUs with AMX); parameters and gradients keep their own dtype.
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class ContrastiveDivergence:
         n_chains: int | None = None,
         sparsity_target: float | None = None,
         sparsity_cost: float = 0.0,
+        matmul_dtype: torch.dtype | None = None,
     ) -> None:
         self.rbm = rbm
         self.k = _checks.positive_int("k", k)
@@ -70,6 +74,11 @@ class ContrastiveDivergence:
                 "binary or categorical visible units only"
             )
         self.sparsity_cost = _checks.positive("sparsity_cost", sparsity_cost, allow_zero=True)
+        if matmul_dtype not in (None, torch.bfloat16, torch.float16):
+            raise ValueError(
+                f"matmul_dtype must be None, torch.bfloat16 or torch.float16, got {matmul_dtype}"
+            )
+        self.matmul_dtype = matmul_dtype
         self.chains: torch.Tensor | None = None
 
     def negatives(
@@ -79,13 +88,14 @@ class ContrastiveDivergence:
         hidden step reuses p(h | v) of the positive phase) or from persistent chains (PCD)."""
         rbm = self.rbm
         if not self.persistent:
-            h = torch.rand(ph_data.shape, generator=generator, dtype=ph_data.dtype) < ph_data
+            u = torch.rand(ph_data.shape, generator=generator, dtype=v.dtype)
+            h = u < ph_data
             neg = rbm.sample_visible(h.to(ph_data.dtype), generator)
-            return rbm.gibbs(neg, self.k - 1, generator)
+            return rbm.gibbs(neg, self.k - 1, generator).to(v.dtype)
         if self.chains is None:
             n = self.n_chains or v.shape[0]
             self.chains = v[torch.randint(v.shape[0], (n,), generator=generator)].clone()
-        self.chains = rbm.gibbs(self.chains, self.k, generator)
+        self.chains = rbm.gibbs(self.chains, self.k, generator).to(v.dtype)
         return self.chains
 
     def accumulate(
@@ -98,7 +108,8 @@ class ContrastiveDivergence:
         """
         rbm = self.rbm
         v = v.flatten(1).to(rbm.W.dtype)
-        with torch.no_grad():
+        low = self.matmul_dtype is not None
+        with torch.no_grad(), torch.autocast("cpu", self.matmul_dtype, enabled=low):
             ph_data = torch.sigmoid(rbm.hidden_logits(v))
             v_neg = self.negatives(v, ph_data, generator)
             if isinstance(rbm, GaussianBernoulliRBM):
@@ -117,7 +128,7 @@ class ContrastiveDivergence:
             gap = self.rbm.free_energy(v).mean() - self.rbm.free_energy(v_neg).mean()
             grads = torch.autograd.grad(gap, params)
         for param, grad in zip(params, grads, strict=True):
-            param.grad = grad
+            param.grad = grad.to(param.dtype)
 
     def _closed_form_gradient(
         self, v: torch.Tensor, v_neg: torch.Tensor, ph_data: torch.Tensor
@@ -134,7 +145,7 @@ class ContrastiveDivergence:
             grad_c = grad_c + excess
             grad_w = grad_w + v.mean(0)[:, None] * excess[None, :]
         for param, grad in ((rbm.W, grad_w), (rbm.b, grad_b), (rbm.c, grad_c)):
-            param.grad = grad
+            param.grad = grad.to(param.dtype)
 
 
 def classification_rbm_loss(
