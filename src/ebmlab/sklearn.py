@@ -9,9 +9,13 @@ and ``score_samples`` returns the log-likelihood log p(v) rather than a
 pseudo-likelihood (which stays available as :meth:`BernoulliRBM.pseudo_likelihood`):
 the partition function is exact (enumeration over the smaller layer) for small
 models and estimated by annealed importance sampling otherwise.
+:class:`GaussianBernoulliRBM` is the same estimator for real-valued (standardised)
+features, and :class:`DBN` stacks Bernoulli RBMs greedily.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import torch
@@ -19,8 +23,15 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
-from ebmlab.energies import boltzmann
-from ebmlab.partition import LogZEstimate, rbm_ais, rbm_log_partition
+from ebmlab.energies import DiagonalGaussian, boltzmann
+from ebmlab.partition import (
+    LogZEstimate,
+    ais,
+    exact_log_partition,
+    rbm_ais,
+    rbm_log_partition,
+)
+from ebmlab.samplers import HMC
 from ebmlab.training.rbm import ContrastiveDivergence
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -28,20 +39,9 @@ ENUMERATE_UP_TO = 20
 _NUMPY = {"float32": np.float32, "float64": np.float64}
 
 
-class BernoulliRBM(TransformerMixin, BaseEstimator):
-    """Bernoulli RBM trained by (persistent) contrastive divergence.
-
-    Args mirror scikit-learn's: ``n_components`` hidden units, ``learning_rate``,
-    ``batch_size``, ``n_iter`` epochs, ``verbose``, ``random_state``; and further
-    ``k`` (Gibbs steps), ``persistent`` (PCD, scikit-learn's algorithm; False for CD-k),
-    ``momentum``, ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero
-    over the ``n_iter`` epochs, which settles the parameters), ``dtype``
-    (``"float32"`` or ``"float64"``) and ``matmul_dtype`` (``"bfloat16"`` runs the
-    updates' matrix products in bfloat16 under autocast, several times faster on CPUs
-    with AMX; the parameters stay in ``dtype``).
-    Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
-    negative values are refused.
-    """
+class _RBMEstimator(TransformerMixin, BaseEstimator):
+    """Training and scoring shared by the RBM estimators; subclasses build the energy
+    (:meth:`_build`), validate inputs (:meth:`_check_X`) and give log Z."""
 
     def __init__(
         self,
@@ -74,7 +74,6 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         self.dtype = dtype
         self.matmul_dtype = matmul_dtype
 
-    # ------------------------------------------------------------------ helpers
     def _check_params(self) -> None:
         for name in ("n_components", "batch_size", "n_iter", "k"):
             value = getattr(self, name)
@@ -92,22 +91,10 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         if self.matmul_dtype not in (None, "bfloat16"):
             raise ValueError(f"matmul_dtype must be None or 'bfloat16', got {self.matmul_dtype!r}")
 
-    def _check_X(self, X, reset: bool) -> torch.Tensor:
-        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
-        check_non_negative(X, "BernoulliRBM (expects values in [0, 1])")
-        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
-
     def _init_model(self, data: torch.Tensor) -> None:
-        """Small random weights; visible biases at the log-odds of the data means (Hinton's
-        practical guide, section 8), so the model starts from the independent-pixel fit."""
         rng = check_random_state(self.random_state)
         self._generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)))
-        dtype = _DTYPES[self.dtype]
-        self.rbm_ = boltzmann.BernoulliRBM(data.shape[1], self.n_components, init_std=0.0).to(dtype)
-        with torch.no_grad():
-            self.rbm_.W.normal_(0.0, 0.01, generator=self._generator)
-            self._base_biases = torch.logit(data.double().mean(0).clamp(1e-3, 1 - 1e-3))
-            self.rbm_.b.copy_(self._base_biases)
+        self.rbm_ = self._build(data).to(_DTYPES[self.dtype])
         self._cd = ContrastiveDivergence(
             self.rbm_,
             self.k,
@@ -135,7 +122,7 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         self._optimizer.step()
 
     # ---------------------------------------------------------------- public API
-    def fit(self, X, y=None) -> BernoulliRBM:
+    def fit(self, X, y=None) -> _RBMEstimator:
         """Train for ``n_iter`` epochs of mini-batches over X (n_samples, n_features)."""
         self._check_params()
         data = self._check_X(X, reset=True)
@@ -149,11 +136,11 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
             for idx in perm.split(self.batch_size):
                 self._step(data[idx])
             if self.verbose:
-                print(f"[BernoulliRBM] iteration {epoch + 1}/{self.n_iter}")
+                print(f"[{type(self).__name__}] iteration {epoch + 1}/{self.n_iter}")
         self._sync_attributes()
         return self
 
-    def partial_fit(self, X, y=None) -> BernoulliRBM:
+    def partial_fit(self, X, y=None) -> _RBMEstimator:
         """One update on the mini-batch X (initialises the model on first call)."""
         first = not hasattr(self, "rbm_")
         if first:
@@ -178,6 +165,48 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         data = self._check_X(v, reset=False)
         return self.rbm_.gibbs(data, 1, self._generator).numpy().astype(np.float64)
 
+    def score_samples(self, X) -> np.ndarray:
+        """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
+        :meth:`log_partition` (exact for small models, AIS otherwise)."""
+        check_is_fitted(self)
+        data = self._check_X(X, reset=False)
+        model = copy.deepcopy(self.rbm_).double()  # a row's score does not depend on its batch
+        with torch.no_grad():
+            free = model.free_energy(data.double())
+        return (-free - self.log_partition().log_z).numpy()
+
+
+class BernoulliRBM(_RBMEstimator):
+    """Bernoulli RBM trained by (persistent) contrastive divergence.
+
+    Args mirror scikit-learn's: ``n_components`` hidden units, ``learning_rate``,
+    ``batch_size``, ``n_iter`` epochs, ``verbose``, ``random_state``; and further
+    ``k`` (Gibbs steps), ``persistent`` (PCD, scikit-learn's algorithm; False for CD-k),
+    ``momentum``, ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero
+    over the ``n_iter`` epochs, which settles the parameters), ``dtype``
+    (``"float32"`` or ``"float64"``) and ``matmul_dtype`` (``"bfloat16"`` runs the
+    updates' matrix products in bfloat16 under autocast, several times faster on CPUs
+    with AMX; the parameters stay in ``dtype``).
+    Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
+    negative values are refused.
+    """
+
+    def _check_X(self, X, reset: bool) -> torch.Tensor:
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+        check_non_negative(X, "BernoulliRBM (expects values in [0, 1])")
+        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
+
+    def _build(self, data: torch.Tensor) -> boltzmann.BernoulliRBM:
+        """Small random weights; visible biases at the log-odds of the data means (Hinton's
+        practical guide, section 8), so the model starts from the independent-pixel fit."""
+        gen = self._generator
+        rbm = boltzmann.BernoulliRBM(data.shape[1], self.n_components, init_std=0.0)
+        with torch.no_grad():
+            rbm.W.normal_(0.0, 0.01, generator=gen)
+            self._base_biases = torch.logit(data.double().mean(0).clamp(1e-3, 1 - 1e-3))
+            rbm.b.copy_(self._base_biases)
+        return rbm
+
     def log_partition(self) -> LogZEstimate:
         """log Z: exact by enumeration over the smaller layer when min(D, M) <= 20, else
         annealed importance sampling from the training data's base rates (1000
@@ -186,18 +215,6 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         if min(self.rbm_.n_visible, self.n_components) <= ENUMERATE_UP_TO:
             return rbm_log_partition(self.rbm_)
         return rbm_ais(self.rbm_, base_biases=self._base_biases, generator=self._generator)
-
-    def score_samples(self, X) -> np.ndarray:
-        """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
-        :meth:`log_partition` (exact for small models, AIS otherwise)."""
-        check_is_fitted(self)
-        data = self._check_X(X, reset=False)
-        rbm = self.rbm_
-        with torch.no_grad():  # float64, so a row's score does not depend on its batch
-            v = data.double()
-            logits = v @ rbm.W.double() + rbm.c.double()
-            free = -(v @ rbm.b.double()) - torch.nn.functional.softplus(logits).sum(1)
-        return (-free - self.log_partition().log_z).numpy()
 
     def pseudo_likelihood(self, X) -> np.ndarray:
         """sum_i log p(v_i | v_-i) of binarised rows (Besag 1975), exact over all sites."""
@@ -216,6 +233,72 @@ class BernoulliRBM(TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True
         return tags
+
+
+class GaussianBernoulliRBM(_RBMEstimator):
+    """Gaussian-Bernoulli RBM for real-valued features, trained by (persistent) CD.
+
+    The arguments are :class:`BernoulliRBM`'s plus ``sigma`` (the visible units' standard
+    deviation, 1 for standardised features) and ``learn_sigma`` (learn one sigma per
+    feature). Visible biases start at the feature means. ``score_samples`` is the exact
+    log-density when ``n_components <= 20`` (the hidden states are enumerated and the
+    visible units integrated analytically); beyond, log Z comes from annealed importance
+    sampling from the model without weights, N(b, diag(sigma^2)), with HMC transitions.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 256,
+        *,
+        learning_rate: float = 0.01,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        verbose: int = 0,
+        random_state=None,
+        k: int = 1,
+        persistent: bool = True,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        lr_decay: bool = False,
+        dtype: str = "float32",
+        matmul_dtype: str | None = None,
+        sigma: float = 1.0,
+        learn_sigma: bool = False,
+    ) -> None:
+        super().__init__(
+            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
+            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
+            momentum=momentum, weight_decay=weight_decay, lr_decay=lr_decay, dtype=dtype,
+            matmul_dtype=matmul_dtype,
+        )  # fmt: skip
+        self.sigma = sigma
+        self.learn_sigma = learn_sigma
+
+    def _check_X(self, X, reset: bool) -> torch.Tensor:
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
+
+    def _build(self, data: torch.Tensor) -> boltzmann.GaussianBernoulliRBM:
+        if not (np.isfinite(self.sigma) and self.sigma > 0):
+            raise ValueError(f"sigma must be a finite number > 0, got {self.sigma!r}")
+        rbm = boltzmann.GaussianBernoulliRBM(
+            data.shape[1], self.n_components, sigma=self.sigma, learn_sigma=self.learn_sigma
+        )
+        with torch.no_grad():
+            rbm.W.normal_(0.0, 0.01, generator=self._generator)
+            rbm.b.copy_(data.mean(0))
+        return rbm
+
+    def log_partition(self) -> LogZEstimate:
+        """log Z: exact when ``n_components <= 20``; else AIS (1000 temperatures, 100
+        chains) from the model without weights, N(b, diag(sigma^2)), with HMC transitions."""
+        check_is_fitted(self)
+        if self.n_components <= ENUMERATE_UP_TO:
+            return exact_log_partition(self.rbm_)
+        with torch.no_grad():
+            mean, std = self.rbm_.b.detach().clone(), self.rbm_.sigma.detach().clone()
+        kernel = HMC(0.2, 10, inv_mass=std.float() ** 2)
+        return ais(self.rbm_, DiagonalGaussian(mean, std), kernel, generator=self._generator)
 
 
 class DBN(TransformerMixin, BaseEstimator):

@@ -7,6 +7,7 @@ import torch
 from ebmlab.energies import BernoulliRBM
 from ebmlab.partition import binary_states, enumerate_log_partition, rbm_log_partition
 from ebmlab.sklearn import BernoulliRBM as SkRBM
+from ebmlab.sklearn import GaussianBernoulliRBM as SkGaussianRBM
 from ebmlab.training.rbm import ContrastiveDivergence
 
 
@@ -104,9 +105,33 @@ def test_sklearn_estimator_passes_check_estimator():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        results = check_estimator(SkRBM(n_components=8, n_iter=3, random_state=0), on_fail=None)
-    failed = [r["check_name"] for r in results if r["status"] == "failed"]
-    assert not failed, failed
+        for estimator in (
+            SkRBM(n_components=8, n_iter=3, random_state=0),
+            SkGaussianRBM(n_components=8, n_iter=3, random_state=0),
+        ):
+            results = check_estimator(estimator, on_fail=None)
+            failed = [r["check_name"] for r in results if r["status"] == "failed"]
+            assert not failed, (type(estimator).__name__, failed)
+
+
+def test_gaussian_rbm_estimator_scores_exact_and_by_ais():
+    from sklearn.datasets import load_digits
+
+    x = load_digits().data[:300]
+    x = (x - x.mean(0)) / (x.std(0) + 1e-3)
+    small = SkGaussianRBM(n_components=12, n_iter=5, random_state=0).fit(x)
+    exact = small.log_partition()
+    assert exact.method.startswith(("enumeration", "exact"))
+    assert small.transform(x[:4]).shape == (4, 12)
+    # the same model beyond the enumeration limit: AIS with HMC from the data's Gaussian
+    small.n_components = 21
+    estimate = small.log_partition()
+    small.n_components = 12
+    assert estimate.method == "ais"
+    assert abs(estimate.log_z - exact.log_z) < 4 * estimate.stderr + 0.1
+    assert np.isfinite(small.score_samples(x[:5])).all()
+    with pytest.raises(ValueError, match="sigma"):
+        SkGaussianRBM(sigma=0.0).fit(x)
 
 
 def test_drop_in_attributes_and_methods():
