@@ -278,7 +278,7 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
         up.sample(u[: n * m].view(n, m), t.mul_(2.0**31))
         x = up(beta / 2, torch.add(half_base, gap, alpha=beta / 2, out=v_bias))
         bits = down.sample(u[n * m : n * (m + d)].view(n, d), x.tanh_().mul_(2.0**31))
-        v_now.copy_(bits)
+        v_now.copy_(bits.view(torch.uint8))
     sums = sums.double()
     top = torch.maximum(betas[1:], betas[:-1])[:, None]
     log_w = (betas.diff()[:, None] * (sums[2] + 2 / top * sums[1]) - sums[0]).sum(0)

@@ -36,7 +36,7 @@ class FloatProduct:
     def sample(self, u: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
         """Store x = 1[u < threshold] and return it as bool."""
         bits = torch.lt(u, threshold, out=self._bits)
-        self.x.copy_(bits)
+        self.x.copy_(bits.view(torch.uint8))
         return bits
 
     def load(self, x: torch.Tensor) -> None:
