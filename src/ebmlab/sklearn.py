@@ -295,8 +295,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
         check_is_fitted(self)
         if self.n_components <= ENUMERATE_UP_TO:
             return exact_log_partition(self.rbm_)
-        with torch.no_grad():
-            mean, std = self.rbm_.b.detach().clone(), self.rbm_.sigma.detach().clone()
+        mean, std = self.rbm_.b.detach().clone(), self.rbm_.sigma.detach()
         kernel = HMC(0.2, 10, inv_mass=std.float() ** 2)
         return ais(self.rbm_, DiagonalGaussian(mean, std), kernel, generator=self._generator)
 

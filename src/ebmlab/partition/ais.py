@@ -189,13 +189,12 @@ def rbm_ais(
     hold (v, h2) with h1 summed out, as in Salakhutdinov & Hinton (2009); the base rates
     of h2 are those of the mean-field posteriors of ``data``.
     """
-    rbm, data = _bipartite(rbm, data)
     _checks.positive_int("n_chains", n_chains)
     gen = _checks.generator("generator", generator)
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
-        W, b, c, b_a, log_z0 = _base_rate_model(rbm, data, base_biases)
+        _, (W, b, c, b_a, log_z0) = _base_rate_model(rbm, data, base_biases)
         v = _bernoulli(torch.sigmoid(b_a).expand(n_chains, -1), gen)
         log_w = _anneal_rbm(v, betas, W, b, c, b_a, gen)
     return _estimate(log_w, log_z0, "ais", betas, start)
@@ -215,15 +214,17 @@ def _bipartite(model, data):
     return model.as_rbm(), data
 
 
-def _base_rate_model(rbm, data, base_biases):
-    """The target's parameters, the base model's visible biases and its exact log Z_0.
+def _base_rate_model(model, data, base_biases):
+    """The RBM to anneal (a DBM's bipartite view) and its parameters, the base model's
+    visible biases and its exact log Z_0.
 
     The base RBM has no weights and zero hidden biases: Z_0 = 2^M prod_i (1 + e^{b_a,i}).
     """
+    rbm, data = _bipartite(model, data)
     W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
     b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
     log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
-    return W, b, c, b_a.to(W.dtype), log_z0
+    return rbm, (W, b, c, b_a.to(W.dtype), log_z0)
 
 
 def _bernoulli(p: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
@@ -254,7 +255,6 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
     n_words = (n * (m + d) + 1) // 2
     c32, gap, half_base = c.float(), (b - b_a).float(), b_a.float() / 2
     bits = v.to(torch.bool)
-    start = bits.clone()
     down.load(bits)
     v_now = v.float()
     t, t_prev, ratio = torch.empty(n, m), torch.empty(n, m), torch.empty(n, m)
@@ -284,12 +284,12 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
     log_w = (betas.diff()[:, None] * (sums[2] + 2 / top * sums[1]) - sums[0]).sum(0)
     if beta_list[-1] == 1:
         return log_w + _requantization_gap(bits, W, down.Wq, c)
-    return log_w - _requantization_gap(start, W, down.Wq, c)
+    return log_w - _requantization_gap(v, W, down.Wq, c)
 
 
-def _requantization_gap(bits, W, Wq, c) -> torch.Tensor:
+def _requantization_gap(v, W, Wq, c) -> torch.Tensor:
     """log p*(v) under weights W minus under W_q, at beta = 1."""
-    v, c = bits.double(), c.double()
+    v, c = v.double(), c.double()
     return (F.softplus(v @ W.double() + c) - F.softplus(v @ Wq + c)).sum(1)
 
 
@@ -337,13 +337,12 @@ def raise_(
     average: with AIS it sandwiches the truth. A DBM runs as in :func:`rbm_ais`; its
     ``samples`` are the stacked states (v, h2).
     """
-    rbm, data = _bipartite(rbm, data)
     _checks.positive_int("n_chains", n_chains)
     gen = _checks.generator("generator", generator)
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
-        W, b, c, b_a, log_z0 = _base_rate_model(rbm, data, base_biases)
+        rbm, (W, b, c, b_a, log_z0) = _base_rate_model(rbm, data, base_biases)
         if samples is None:
             v = rbm_exact_samples(rbm, n_chains, gen)
         else:

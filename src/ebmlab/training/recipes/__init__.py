@@ -15,8 +15,31 @@ from typing import Any
 
 import torch
 
+from ebmlab.samplers import ReplayBuffer
+from ebmlab.training import distributed
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import Task, TrainerConfig
+
+
+class BufferTask(Task):
+    """A task whose negatives live in a replay buffer, this rank's share of the chains;
+    the buffer is the task's checkpointed state."""
+
+    def _replay_buffer(
+        self, size: int, init: Callable[..., torch.Tensor], reinit_prob: float, seed: int
+    ) -> ReplayBuffer:
+        return ReplayBuffer(
+            distributed.share(size),
+            init,
+            reinit_prob,
+            torch.Generator().manual_seed(distributed.rank_seed(seed)),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": self.buffer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer.load_state_dict(state["buffer"])
 
 
 @dataclass

@@ -30,11 +30,10 @@ from ebmlab.losses import (
 )
 from ebmlab.partition import grid_points, quadrature_log_partition
 from ebmlab.plotting import density_panels, scatter_panels
-from ebmlab.samplers import Langevin, ReplayBuffer
-from ebmlab.training import distributed
-from ebmlab.training.recipes import Recipe, Setup, register
+from ebmlab.samplers import Langevin
+from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
-from ebmlab.training.trainer import StepResult, Task, TrainerConfig
+from ebmlab.training.trainer import StepResult, TrainerConfig
 
 
 @dataclass
@@ -72,7 +71,7 @@ class DensityConfig:
 METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce")
 
 
-class DensityTask(Task):
+class DensityTask(BufferTask):
     """A toy density learned by one of several principles, validated by exact NLL.
 
     ``pcd``: contrastive divergence with persistent Langevin chains (replay buffer);
@@ -94,12 +93,7 @@ class DensityTask(Task):
         def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
             return low + span * torch.rand(n, 2, generator=generator)
 
-        self.buffer = ReplayBuffer(
-            distributed.share(config.buffer_size),
-            init,
-            config.reinit_prob,
-            torch.Generator().manual_seed(distributed.rank_seed(seed)),
-        )
+        self.buffer = self._replay_buffer(config.buffer_size, init, config.reinit_prob, seed)
         self.init = init
         self.sampler = Langevin(config.step_size)
         self.val = load_dataset(config.data, "val").x
@@ -160,12 +154,6 @@ class DensityTask(Task):
                 run.samples / "buffer.png",
                 bounds=self.toy.bounds,
             )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"buffer": self.buffer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffer.load_state_dict(state["buffer"])
 
 
 def build(config: DensityConfig, trainer: TrainerConfig) -> Setup:

@@ -42,11 +42,10 @@ from ebmlab.evaluation import (
     uniform_noise,
 )
 from ebmlab.plotting import image_grid
-from ebmlab.samplers import Langevin, ReplayBuffer, uniform_init
-from ebmlab.training import distributed
-from ebmlab.training.recipes import Recipe, Setup, register
+from ebmlab.samplers import Langevin, uniform_init
+from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
-from ebmlab.training.trainer import DivergenceError, StepResult, Task, TrainerConfig
+from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
 
 
 @dataclass
@@ -115,7 +114,7 @@ def random_shift(
 MAX_EVAL_SAMPLES = 500  # chains run for the sample-quality metrics (and test images compared)
 
 
-class JEMTask(Task):
+class JEMTask(BufferTask):
     """Cross-entropy plus the contrastive generative term, with SGLD negatives."""
 
     def __init__(self, config: JEMConfig, seed: int) -> None:
@@ -134,11 +133,8 @@ class JEMTask(Task):
         self.model = ClassifierEnergy(net, 10)
         self.model.grad_dtype = None if config.sampler_dtype == "float32" else torch.bfloat16
         self.init_fn = uniform_init((dim,), *self.train.value_range)
-        self.buffer = ReplayBuffer(
-            distributed.share(config.buffer_size),
-            self.init_fn,
-            config.reinit_prob,
-            torch.Generator().manual_seed(distributed.rank_seed(seed)),
+        self.buffer = self._replay_buffer(
+            config.buffer_size, self.init_fn, config.reinit_prob, seed
         )
         self.sampler = Langevin(
             config.step_size,
@@ -226,12 +222,6 @@ class JEMTask(Task):
                 run.samples / "buffer.png",
                 f"replay buffer, epoch {epoch}",
             )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"buffer": self.buffer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffer.load_state_dict(state["buffer"])
 
 
 def build(config: JEMConfig, trainer: TrainerConfig) -> Setup:
