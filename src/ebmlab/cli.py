@@ -197,6 +197,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             setup.task, setup.train_data, trainer_config, run, run_config(recipe, config)
         )
         summary = trainer.fit(resume=args.resume)
+        distributed.barrier()  # no rank leaves the group while another still writes or talks
     finally:
         distributed.shutdown()
     if trainer.main:
