@@ -142,3 +142,47 @@ def test_categorical_rbm_gibbs_matches_the_exact_distribution_over_one_hot_group
     codes = x.view(-1, 2, 3).argmax(2)
     emp = torch.bincount(codes[:, 0] * 3 + codes[:, 1], minlength=9).double() / len(x)
     assert 0.5 * (emp - p).abs().sum() < 0.03
+
+
+def test_subspace_log_partition_enumerates_either_side():
+    from ebmlab.partition import exact_log_partition
+
+    m = subspace_model()  # D = 3 < M K = 4: enumerates x
+    x = binary_states(3).double()
+    h, s = all_hidden(m)
+    joint = torch.stack([m.joint_energy(xi.expand(len(h), -1), h, s) for xi in x])
+    brute = float(torch.logsumexp(-joint.flatten(), 0).detach())
+    assert abs(exact_log_partition(m).log_z - brute) < 1e-9
+    torch.manual_seed(1)
+    wide = SubspaceRBM(5, 2, 1, init_std=1.0).double()  # D = 5 > M K = 2: enumerates h s
+    with torch.no_grad():
+        wide.c.normal_()
+        wide.D.normal_()
+    brute = float(torch.logsumexp(-wide.free_energy(binary_states(5).double()), 0).detach())
+    assert abs(exact_log_partition(wide).log_z - brute) < 1e-9
+
+
+def test_classification_rbm_log_partition_sums_inputs_labels_and_hidden_units():
+    from ebmlab.energies import ClassificationRBM
+    from ebmlab.partition import exact_log_partition
+
+    torch.manual_seed(2)
+    m = ClassificationRBM(4, 3, 3, init_std=1.0).double()
+    with torch.no_grad():
+        for p in (m.b, m.c, m.d):
+            p.normal_()
+    x = binary_states(4).double().repeat_interleave(3, 0)
+    y = torch.arange(3).repeat(16)
+    brute = float(torch.logsumexp(-m.free_energy(x, y), 0).detach())
+    assert abs(exact_log_partition(m).log_z - brute) < 1e-9
+
+
+def test_subspace_reconstruction_is_the_mean_field_visible_probability():
+    m = subspace_model()
+    x = binary_states(3).double()
+    h, s = all_hidden(m)
+    for row in x:
+        p = torch.softmax(-m.joint_energy(row.expand(len(h), -1), h, s), 0)
+        on = (p[:, None, None] * h[:, :, None] * s).sum(0)
+        want = torch.sigmoid(torch.einsum("ijk,jk->i", m.W, on) + m.b)
+        torch.testing.assert_close(m.reconstruction(row[None])[0], want)

@@ -92,13 +92,16 @@ def test_bad_nproc_is_a_usage_error(tmp_path, nproc):
     assert result.stderr.strip().count("\n") == 0 and "--nproc" in result.stderr
 
 
-def test_rbm_and_dbm_recipes_train_with_two_processes(tmp_path):
-    for model in ("bernoulli", "dbm"):
+def test_rbm_dbm_and_dbn_recipes_train_with_two_processes(tmp_path):
+    for model in ("bernoulli", "dbm", "dbn"):
         out = tmp_path / model
         cmd = [sys.executable, "-m", "ebmlab", "train", "rbm", "--model", model, "--nproc", "2",
-               "--epochs", "1", "--n-hidden", "8", "--n-chains", "21", "--out", str(out),
+               "--epochs", "2", "--n-hidden", "8", "--n-chains", "21", "--out", str(out),
                "--no-progress"]  # fmt: skip
         result = subprocess.run(cmd, env=ENV, timeout=300, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         chains = load_checkpoint(out / "checkpoints" / "last.pt")["task"]["chains"]
+        if model == "dbn":  # two epochs: the top RBM's chains live on its 8 inputs
+            assert chains["layer1"].shape == (21, 8)
+            chains = chains["layer0"]
         assert chains.shape == (21, 64)  # 11 + 10 persistent chains, one share per rank

@@ -71,7 +71,7 @@ def test_categorical_rbm_on_grey_levels(tmp_path, capsys):
     assert result["n_visible"] == 64 * 17 and result["log_z"]["method"] == "enumeration"
     assert result["train_log_likelihood"] < 0
     assert main(["logz", str(run), "--method", "trw"]) == 2
-    assert "Bernoulli RBMs and DBMs only" in capsys.readouterr().err
+    assert "Bernoulli RBMs, DBNs and DBMs only" in capsys.readouterr().err
 
 
 def _log_likelihoods(run, capsys):
@@ -114,7 +114,58 @@ def test_gaussian_rbm_and_dbm_train_beyond_independent_pixels(
 def test_rbm_recipe_rejects_models_it_cannot_evaluate():
     from ebmlab.training.recipes.rbm import RBMConfig
 
-    with pytest.raises(ValueError, match="n_hidden <= 20"):
+    with pytest.raises(ValueError, match="at most 20"):
         RBMConfig(model="dbm", n_hidden=64)
     with pytest.raises(ValueError, match="sparsity_target is not available"):
         RBMConfig(model="gaussian", sparsity_target=0.1)
+
+
+def _train_and_evaluate(run, capsys, *args):
+    assert (
+        main(["train", "rbm", "--out", str(run), "--no-progress", "--val-every", "4", *args]) == 0
+    )
+    return _log_likelihoods(run, capsys)
+
+
+# the independent-pixel (base-rate) model scores -24.9 nats per binary digit
+def test_subspace_rbm_learns_digits_and_its_log_partition_is_exact_only(tmp_path, capsys):
+    run = tmp_path / "subspace"
+    args = ["--model", "subspace", "--n-hidden", "5", "--n-subspace", "4", "--epochs", "8"]
+    result = _train_and_evaluate(run, capsys, *args)
+    assert result["log_z"]["cost"]["terms"] == 2**20  # the 5 x 4 gate-subspace products
+    assert result["train_log_likelihood"] > -22.0, result  # -20.7 reached
+    assert (run / "filters.png").is_file() and (run / "samples" / "chains.png").is_file()
+    assert main(["logz", str(run), "--method", "ais"]) == 2
+
+
+def test_greedy_pretraining_gives_the_dbm_a_head_start(tmp_path, capsys):
+    args = ["--model", "dbm", "--lr", "0.05", "--n-hidden", "8", "--n-hidden2", "4",
+            "--epochs", "2"]  # fmt: skip
+    plain = _train_and_evaluate(tmp_path / "plain", capsys, *args)
+    pretrained = _train_and_evaluate(tmp_path / "pre", capsys, *args, "--pretrain-epochs", "10")
+    # -24.9 without, -23.4 with pretraining
+    assert pretrained["train_log_likelihood"] > plain["train_log_likelihood"] + 0.8
+
+
+def test_classification_rbm_recipe_reports_error_and_joint_likelihood(tmp_path, capsys):
+    run = tmp_path / "cls"
+    result = _train_and_evaluate(run, capsys, "--model", "classification", "--epochs", "8",
+                                 "--k", "1")  # fmt: skip
+    assert result["test_error"] < 0.3 and result["test_class_nll"] < 1.5  # 21% after 8 epochs
+    assert result["train_log_likelihood"] > -24.5, result  # log p(x, y): -23.5
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    vals = [m for m in metrics if m["split"] == "val"]
+    assert len(vals) == 2 and all({"val_error", "val_class_nll", "val_nll"} <= set(m) for m in vals)
+    assert main(["sample", str(run), "--n", "4", "--steps", "2"]) == 0
+
+
+def test_dbn_trains_layer_by_layer_and_reports_its_bound(tmp_path, capsys):
+    run = tmp_path / "dbn"
+    args = ["--model", "dbn", "--epochs", "8", "--n-hidden", "16", "--n-hidden2", "8"]
+    result = _train_and_evaluate(run, capsys, *args)
+    assert result["log_z"]["cost"]["terms"] == 2**8  # the top RBM, 16 x 8
+    assert result["train_log_likelihood"] > -24.0, result  # the stack's bound: -22.9
+    records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert len([r for r in records if "val_nll" in r]) == 2  # bottom RBM at epoch 4, bound at 8
+    assert main(["sample", str(run), "--n", "4", "--steps", "5"]) == 0
+    assert main(["logz", str(run), "--method", "ais"]) == 0

@@ -17,6 +17,7 @@ from ebmlab.energies.base import (
     energy_and_grad,
     score,
 )
+from ebmlab.energies.belief import DeepBeliefNetwork
 from ebmlab.energies.boltzmann import (
     BernoulliRBM,
     BoltzmannMachine,
@@ -39,6 +40,7 @@ __all__ = [
     "ClassificationRBM",
     "ClassifierEnergy",
     "ConvNet",
+    "DeepBeliefNetwork",
     "DeepBoltzmannMachine",
     "DiagonalGaussian",
     "DoubleWell",

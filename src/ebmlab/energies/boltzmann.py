@@ -89,6 +89,10 @@ class _RBM(EnergyModel):
     def hidden_probs(self, v: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.hidden_logits(v))
 
+    def reconstruction(self, v: torch.Tensor) -> torch.Tensor:
+        """Mean-field reconstruction E[v' | h = p(h | v)]."""
+        return self.visible_mean(self.hidden_probs(v))
+
     def sample_hidden(
         self, v: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
@@ -298,6 +302,12 @@ class SubspaceRBM(EnergyModel):
     def visible_logits(self, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """log-odds of p(x_i = 1 | h, S) = sum_jk W_ijk h_j s_jk + b_i (6.45)."""
         return torch.einsum("ijk,bjk->bi", self.W, h[:, :, None] * s) + self.b
+
+    def reconstruction(self, x: torch.Tensor) -> torch.Tensor:
+        """Mean-field reconstruction p(x' = 1 | E[h_j s_jk | x]), with
+        E[h_j s_jk | x] = p(h_j = 1 | x) sigmoid(a_jk) from (6.46)-(6.47)."""
+        on = self.gate_probs(x)[:, :, None] * torch.sigmoid(self.subspace_inputs(x))
+        return torch.sigmoid(torch.einsum("ijk,bjk->bi", self.W, on) + self.b)
 
     def gibbs(
         self, x: torch.Tensor, k: int = 1, generator: torch.Generator | None = None

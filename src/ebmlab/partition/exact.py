@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable
@@ -86,6 +87,10 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
       visible layer integrated (Gaussian) or summed per softmax group in closed form;
     - :class:`~ebmlab.energies.BoltzmannMachine`: enumeration of all 2^D states;
     - :class:`~ebmlab.energies.DeepBoltzmannMachine`: enumeration of the first hidden layer;
+    - :class:`~ebmlab.energies.SubspaceRBM`: enumeration of the products h_j s_jk (or of x
+      when it is shorter);
+    - :class:`~ebmlab.energies.ClassificationRBM`: enumeration of the hidden layer, x and
+      the label summed out;
     - analytic energies (Gaussians, mixtures, ...): their closed form;
     - any energy on R or R^2 given ``bounds``: quadrature with an error estimate.
     """
@@ -94,13 +99,17 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
         BernoulliRBM,
         BoltzmannMachine,
         CategoricalRBM,
+        ClassificationRBM,
         DeepBoltzmannMachine,
         GaussianBernoulliRBM,
+        SubspaceRBM,
     )
     from ebmlab.partition.quadrature import quadrature_log_partition
 
-    if isinstance(model, GaussianBernoulliRBM | CategoricalRBM):
+    if isinstance(model, GaussianBernoulliRBM | CategoricalRBM | ClassificationRBM):
         return _hidden_enumeration(model)
+    if isinstance(model, SubspaceRBM):
+        return _subspace_enumeration(model)
     if isinstance(model, BernoulliRBM):
         return rbm_log_partition(model)
     if isinstance(model, BoltzmannMachine):
@@ -124,28 +133,65 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
 
 
 def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
-    """log Z of a Gaussian-Bernoulli or categorical RBM, enumerating its hidden units.
+    """log Z of a Gaussian-Bernoulli, categorical or classification RBM, enumerating its
+    hidden units.
 
     Given h, a Gaussian visible layer integrates to
     (2 pi)^{D/2} prod sigma exp(b.(W h) / sigma + |W h|^2 / 2) (completing the square),
-    and a categorical one sums to prod_groups sum_k exp(b_gk + (W h)_gk).
+    a categorical one sums to prod_groups sum_k exp(b_gk + (W h)_gk), and binary inputs
+    with a one-hot label to prod_i (1 + exp(b_i + (W h)_i)) sum_y exp(d_y + U_y. h).
     """
-    from ebmlab.energies.boltzmann import GaussianBernoulliRBM
+    from ebmlab.energies.boltzmann import ClassificationRBM, GaussianBernoulliRBM
 
     _check_bits(rbm.n_hidden, "the hidden layer")
     W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
-    if isinstance(rbm, GaussianBernoulliRBM):
+    offset = 0.0
+    if isinstance(rbm, ClassificationRBM):
+        U, d = rbm.U.detach().double(), rbm.d.detach().double()
+
+        def visible(h: torch.Tensor) -> torch.Tensor:
+            return F.softplus(h @ W.T + b).sum(1) + torch.logsumexp(h @ U.T + d, 1)
+
+    elif isinstance(rbm, GaussianBernoulliRBM):
         sigma = rbm.sigma.detach().double()
         offset = 0.5 * rbm.n_visible * math.log(2 * math.pi) + float(torch.log(sigma).sum())
 
-        def visible(wh: torch.Tensor) -> torch.Tensor:
+        def visible(h: torch.Tensor) -> torch.Tensor:
+            wh = h @ W.T
             return (wh * (b / sigma)).sum(1) + 0.5 * (wh**2).sum(1)
 
     else:
-        offset = 0.0
 
-        def visible(wh: torch.Tensor) -> torch.Tensor:
-            logits = (wh + b).view(len(wh), rbm.n_groups, rbm.n_categories)
+        def visible(h: torch.Tensor) -> torch.Tensor:
+            logits = (h @ W.T + b).view(len(h), rbm.n_groups, rbm.n_categories)
             return torch.logsumexp(logits, 2).sum(1)
 
-    return _enumerate(rbm.n_hidden, lambda h: h @ c + visible(h @ W.T), chunk=chunk, offset=offset)
+    return _enumerate(rbm.n_hidden, lambda h: h @ c + visible(h), chunk=chunk, offset=offset)
+
+
+def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:
+    """log Z of a subspace RBM (seed 002, eq. 6.44).
+
+    x sees the hidden units only through z_jk = h_j s_jk. Summing (h_j, s_j) for a fixed
+    z_j leaves the weight exp(c_j + D_j. z_j), plus 2^K for a closed gate when z_j = 0,
+    so log Z = logsumexp_z [sum_j (c_j + D_j. z_j + [z_j = 0] log(1 + 2^K e^{-c_j}))
+    + sum_i softplus(b_i + sum_jk W_ijk z_jk)] over the M K bits of z; when x is
+    shorter, log Z = logsumexp_x [-F(x)] instead.
+    """
+    m, k = model.n_gates, model.n_subspace
+    if model.n_visible <= m * k:
+        _check_bits(model.n_visible, "the visible layer")
+        double = copy.deepcopy(model).double()
+        return _enumerate(model.n_visible, lambda x: -double.free_energy(x), chunk=chunk)
+    _check_bits(m * k, "the gate-subspace products")
+    W = model.W.detach().double().reshape(model.n_visible, m * k)
+    b, c, D = (p.detach().double() for p in (model.b, model.c, model.D))
+    closed = F.softplus(k * math.log(2.0) - c)  # log(1 + 2^K e^{-c_j})
+
+    def log_terms(z: torch.Tensor) -> torch.Tensor:
+        zs = z.view(len(z), m, k)
+        off = (zs.sum(2) == 0).double()
+        gates = (c + (zs * D).sum(2) + off * closed).sum(1)
+        return gates + F.softplus(z @ W.T + b).sum(1)
+
+    return _enumerate(m * k, log_terms, chunk=chunk)

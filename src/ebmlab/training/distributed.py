@@ -112,15 +112,18 @@ def average_gradients(params: list[torch.nn.Parameter], weight: float) -> None:
     """Replace each ``.grad`` by the ``weight``-weighted average over ranks (one all-reduce).
 
     ``weight`` is this rank's share of the global batch (they sum to 1), so the result
-    is the gradient of the global mean loss.
+    is the gradient of the global mean loss. A parameter without a gradient on every rank
+    (a frozen layer) keeps none, so optimizers skip it as a single process would.
     """
     if not active():
         return
     grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads]).mul_(weight)
+    present = torch.tensor([float(p.grad is not None) for p in params], dtype=grads[0].dtype)
+    flat = torch.cat([*(g.reshape(-1) for g in grads), present]).mul_(weight)
     dist.all_reduce(flat)
-    for p, part in zip(params, flat.split([g.numel() for g in grads]), strict=True):
-        p.grad = part.view_as(p)
+    parts = flat.split([*(g.numel() for g in grads), len(params)])
+    for p, part, seen in zip(params, parts[:-1], parts[-1].tolist(), strict=True):
+        p.grad = part.view_as(p) if seen > 0 else None
 
 
 def broadcast_parameters(module: torch.nn.Module) -> None:

@@ -14,7 +14,8 @@ computed with a few matrix products and written into the parameters' ``.grad``
 as the gradient of the negative log-likelihood, so any torch optimizer applies
 them (SGD with momentum and weight decay is the classic choice). For RBMs with
 Gaussian visible units the same CD gradient, d/dtheta [F(v_data) - F(v_model)], is
-taken by autograd through the free energy.
+taken by autograd through the free energy; the same holds for the subspace RBM
+(eqs. 6.44-6.47), whose negatives come from its three-block Gibbs sampler.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.boltzmann import BernoulliRBM, GaussianBernoulliRBM
+from ebmlab.energies.boltzmann import BernoulliRBM, GaussianBernoulliRBM, SubspaceRBM
 
 
 @dataclass
@@ -36,7 +37,7 @@ class CDStats:
 
 
 class ContrastiveDivergence:
-    """CD-k or persistent CD for a Bernoulli, categorical or Gaussian-Bernoulli RBM.
+    """CD-k or persistent CD for a Bernoulli, categorical, Gaussian-Bernoulli or subspace RBM.
 
     Args:
         rbm: the model whose ``.grad`` fields are written.
@@ -52,7 +53,7 @@ class ContrastiveDivergence:
 
     def __init__(
         self,
-        rbm: BernoulliRBM | GaussianBernoulliRBM,
+        rbm: BernoulliRBM | GaussianBernoulliRBM | SubspaceRBM,
         k: int = 1,
         *,
         persistent: bool = False,
@@ -68,7 +69,7 @@ class ContrastiveDivergence:
         if sparsity_target is not None:
             _checks.probability("sparsity_target", sparsity_target)
         self.sparsity_target = sparsity_target
-        if sparsity_target is not None and isinstance(rbm, GaussianBernoulliRBM):
+        if sparsity_target is not None and not isinstance(rbm, BernoulliRBM):
             raise ValueError(
                 "sparsity_target is supported for binary-hidden RBMs with "
                 "binary or categorical visible units only"
@@ -82,11 +83,14 @@ class ContrastiveDivergence:
         self.chains: torch.Tensor | None = None
 
     def negatives(
-        self, v: torch.Tensor, ph_data: torch.Tensor, generator: torch.Generator | None
+        self, v: torch.Tensor, ph_data: torch.Tensor | None, generator: torch.Generator | None
     ) -> torch.Tensor:
-        """Negative visible samples after k block-Gibbs steps, from the data (CD-k; its first
-        hidden step reuses p(h | v) of the positive phase) or from persistent chains (PCD)."""
+        """Negative visible samples after k block-Gibbs steps, from the data (CD-k; given
+        p(h | v) of the positive phase, the first hidden step reuses it) or from persistent
+        chains (PCD)."""
         rbm = self.rbm
+        if not self.persistent and ph_data is None:
+            return rbm.gibbs(v, self.k, generator).to(v.dtype)
         if not self.persistent:
             u = torch.rand(ph_data.shape, generator=generator, dtype=v.dtype)
             h = u < ph_data
@@ -110,15 +114,16 @@ class ContrastiveDivergence:
         v = v.flatten(1).to(rbm.W.dtype)
         low = self.matmul_dtype is not None
         with torch.no_grad(), torch.autocast("cpu", self.matmul_dtype, enabled=low):
-            ph_data = torch.sigmoid(rbm.hidden_logits(v))
-            v_neg = self.negatives(v, ph_data, generator)
-            if isinstance(rbm, GaussianBernoulliRBM):
-                self._free_energy_gradient(v, v_neg)
-            else:
+            if isinstance(rbm, BernoulliRBM):
+                ph_data = torch.sigmoid(rbm.hidden_logits(v))
+                v_neg = self.negatives(v, ph_data, generator)
                 self._closed_form_gradient(v, v_neg, ph_data)
+            else:
+                v_neg = self.negatives(v, None, generator)
+                self._free_energy_gradient(v, v_neg)
             if not stats:
                 return None
-            recon = rbm.visible_mean(ph_data)
+            recon = rbm.reconstruction(v)
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
 
@@ -214,3 +219,84 @@ class DBMLearning:
                 param.grad = grad
             recon = torch.sigmoid(mu1 @ dbm.W1.T + dbm.b)
             return float(((v - recon) ** 2).sum(1).mean())
+
+
+def _train_doubled_rbm(
+    data: torch.Tensor,
+    n_hidden: int,
+    *,
+    double_up: bool,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    momentum: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """CD-1 for an RBM whose upward (``double_up``) or downward input is doubled, the
+    modified RBMs of Salakhutdinov & Hinton (2009, section 3.1); returns (W, b, c)."""
+    n, d = data.shape
+    W = torch.randn(d, n_hidden, generator=generator, dtype=data.dtype) * 0.01
+    b = torch.logit(data.mean(0).clamp(1e-3, 1 - 1e-3))
+    c = torch.zeros(n_hidden, dtype=data.dtype)
+    up, down = (2.0, 1.0) if double_up else (1.0, 2.0)
+    velocity = [torch.zeros_like(p) for p in (W, b, c)]
+
+    def bernoulli(p: torch.Tensor) -> torch.Tensor:
+        return (torch.rand(p.shape, generator=generator, dtype=p.dtype) < p).to(p.dtype)
+
+    for _ in range(epochs):
+        for idx in torch.randperm(n, generator=generator).split(batch_size):
+            v = data[idx]
+            ph = torch.sigmoid(up * (v @ W + c))
+            v_neg = torch.sigmoid(down * (bernoulli(ph) @ W.T + b))
+            ph_neg = torch.sigmoid(up * (v_neg @ W + c))
+            grads = (
+                (v.T @ ph - v_neg.T @ ph_neg) / len(v),
+                (v - v_neg).mean(0),
+                (ph - ph_neg).mean(0),
+            )
+            for param, vel, grad in zip((W, b, c), velocity, grads, strict=True):
+                vel.mul_(momentum).add_(grad, alpha=lr)
+                param.add_(vel)
+    return W, b, c
+
+
+def pretrain_dbm(
+    dbm,
+    data: torch.Tensor,
+    epochs: int,
+    *,
+    batch_size: int = 100,
+    lr: float = 0.05,
+    momentum: float = 0.5,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Greedy layer-wise initialisation of a two-layer DBM (Salakhutdinov & Hinton 2009).
+
+    In the DBM, h1 hears both v and h2, while each RBM of a greedy stack sees one
+    neighbour only. The bottom RBM therefore doubles its upward input
+    p(h1 | v) = sigmoid(2 (v W1 + c1')) and the top RBM, trained on the bottom one's
+    p(h1 | v), doubles its downward input p(h1 | h2) = sigmoid(2 (W2 h2 + b2')). Their
+    weights become W1 and W2 of the DBM and h1's bias the sum c1' + b2' of the two halves,
+    so that each layer's total input matches what the RBMs learned. Trains ``epochs``
+    epochs of CD-1 per layer and writes the DBM's parameters in place.
+    """
+    _checks.positive_int("epochs", epochs)
+    options = dict(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum)
+    with torch.no_grad():
+        v = data.flatten(1).to(dbm.W1.dtype)
+        W1, b, c1 = _train_doubled_rbm(
+            v, dbm.n_hidden1, double_up=True, generator=generator, **options
+        )
+        codes = torch.sigmoid(2 * (v @ W1 + c1))
+        W2, b2, c2 = _train_doubled_rbm(
+            codes, dbm.n_hidden2, double_up=False, generator=generator, **options
+        )
+        for param, value in (
+            (dbm.W1, W1),
+            (dbm.W2, W2),
+            (dbm.b, b),
+            (dbm.c1, c1 + b2),
+            (dbm.c2, c2),
+        ):
+            param.copy_(value)

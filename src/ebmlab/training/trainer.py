@@ -329,6 +329,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
         failure = None
+        self.optimizer.zero_grad(set_to_none=True)  # a parameter the step leaves alone stays still
         try:
             result = self.task.training_step(batch, self.generator)
         except DivergenceError as err:
@@ -344,7 +345,6 @@ class Trainer:
         for name, value in out.items():
             self._check("the loss" if name == "loss" else f"metric '{name}'", value)
         if not result.grads_ready:
-            self.optimizer.zero_grad(set_to_none=True)
             result.loss.backward()
         distributed.average_gradients(self._params, weight)
         # The gradient norm costs a pass over all gradients: it is taken when clipping and once

@@ -7,15 +7,26 @@
 - ``categorical``: the digits' 17 grey levels, each pixel a softmax group;
 - ``gaussian``: Gaussian-Bernoulli RBM on standardised grey levels (unit variance per
   pixel, sigma = 1), CD through the free energy; use a smaller ``--lr`` (0.01);
+- ``subspace``: the subspace RBM (eqs. 6.44-6.47) with ``n_hidden`` gates of
+  ``n_subspace`` units each, CD through the free energy;
+- ``classification``: the joint RBM over images and labels (Larochelle & Bengio 2008),
+  trained ``discriminative``-ly, ``generative``-ly or as a ``hybrid`` (``--objective``);
+  validation reports the exact error rate and -log p(y | x), and the joint likelihood
+  while ``n_hidden <= 20`` (monitor ``val_error`` for wider models);
+- ``dbn``: a two-layer deep belief network trained greedily: the first half of the
+  epochs trains the bottom RBM, the second half the top RBM on the bottom one's
+  p(h1 | v); validation reports the exact (or AIS) likelihood of the bottom RBM, then
+  the variational bound of the stack;
 - ``dbm``: a two-layer deep Boltzmann machine (``n_hidden`` and ``n_hidden2`` units),
   mean-field positive phase and persistent Gibbs negative phase
-  (:class:`~ebmlab.training.rbm.DBMLearning`).
+  (:class:`~ebmlab.training.rbm.DBMLearning`), after ``pretrain_epochs`` of greedy
+  layer-wise pre-training (:func:`~ebmlab.training.rbm.pretrain_dbm`).
 
 The trainer's optimizer steps the gradients (SGD with momentum by default, learning
-rate decaying linearly). Validation reports the exact average log-likelihood when the
-model can be enumerated (the smaller RBM layer, the DBM's first hidden layer), else an
-AIS estimate. The run directory gets the weight filters and samples from the persistent
-chains as PNG grids.
+rate decaying linearly). Validation reports the exact average negative log-likelihood
+``val_nll`` when the model can be enumerated (the smaller RBM layer, the DBM's first
+hidden layer, the subspace RBM's gate-subspace products), else an AIS estimate. The run
+directory gets the weight filters and samples from the persistent chains as PNG grids.
 """
 
 from __future__ import annotations
@@ -33,8 +44,11 @@ from ebmlab.data import load_dataset
 from ebmlab.energies import (
     BernoulliRBM,
     CategoricalRBM,
+    ClassificationRBM,
+    DeepBeliefNetwork,
     DeepBoltzmannMachine,
     GaussianBernoulliRBM,
+    SubspaceRBM,
 )
 from ebmlab.partition import (
     LogZEstimate,
@@ -48,14 +62,22 @@ from ebmlab.partition import (
 )
 from ebmlab.plotting import image_grid
 from ebmlab.training import distributed
-from ebmlab.training.rbm import ContrastiveDivergence, DBMLearning
+from ebmlab.training.rbm import (
+    ContrastiveDivergence,
+    DBMLearning,
+    classification_rbm_loss,
+    pretrain_dbm,
+)
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 
 ENUMERATE_UP_TO = 20
-MODELS = ["bernoulli", "categorical", "gaussian", "dbm"]
+MODELS = ["bernoulli", "categorical", "gaussian", "subspace", "classification", "dbn", "dbm"]
+BINARY = ("bernoulli", "subspace", "classification", "dbn", "dbm")
+BIPARTITE_METHODS = ("bernoulli", "dbn", "dbm")  # every log Z method applies
 LOGZ_METHODS = ["auto", "exact", "ais", "raise", "bethe", "trw", "pam"]
+OBJECTIVES = ["discriminative", "generative", "hybrid"]
 
 
 @dataclass
@@ -67,11 +89,15 @@ class RBMConfig:
     model: str = "bernoulli"
     n_hidden: int = 16
     n_hidden2: int = 16
+    n_subspace: int = 1
     k: int = 5
     persistent: bool = True
     n_chains: int = 100
     sparsity_target: float = 0.0
     sparsity_cost: float = 0.0
+    objective: str = "hybrid"
+    alpha: float = 0.01
+    pretrain_epochs: int = 0
     ais_chains: int = 100
     ais_temperatures: int = 1000
 
@@ -84,17 +110,30 @@ class RBMConfig:
             )
         _checks.positive_int("n_hidden", self.n_hidden)
         _checks.positive_int("n_hidden2", self.n_hidden2)
-        if self.model in ("gaussian", "dbm") and self.n_hidden > ENUMERATE_UP_TO:
+        _checks.positive_int("n_subspace", self.n_subspace)
+        enumerated = {
+            "gaussian": ("hidden units", self.n_hidden),
+            "dbm": ("hidden units", self.n_hidden),
+            "subspace": ("gate-subspace products n_hidden * n_subspace",
+                         self.n_hidden * self.n_subspace),
+        }  # fmt: skip
+        if self.model in enumerated and enumerated[self.model][1] > ENUMERATE_UP_TO:
+            what, count = enumerated[self.model]
             raise ValueError(
                 f"model {self.model!r} evaluates its likelihood exactly, by enumerating "
-                f"{self.n_hidden} hidden units; use n_hidden <= {ENUMERATE_UP_TO}"
+                f"{count} {what}; use at most {ENUMERATE_UP_TO}"
             )
-        if self.sparsity_target and self.model in ("gaussian", "dbm"):
+        if self.sparsity_target and self.model not in ("bernoulli", "categorical", "dbn"):
             raise ValueError(f"sparsity_target is not available for model {self.model!r}")
         _checks.positive_int("k", self.k)
         _checks.positive_int("n_chains", self.n_chains)
         _checks.probability("sparsity_target", self.sparsity_target)
         _checks.positive("sparsity_cost", self.sparsity_cost, allow_zero=True)
+        _checks.one_of("objective", self.objective, OBJECTIVES)
+        _checks.positive("alpha", self.alpha, allow_zero=True)
+        _checks.positive_int("pretrain_epochs", self.pretrain_epochs, allow_zero=True)
+        if self.pretrain_epochs and self.model != "dbm":
+            raise ValueError("pretrain_epochs applies to model 'dbm' only")
         _checks.positive_int("ais_chains", self.ais_chains)
         _checks.positive_int("ais_temperatures", self.ais_temperatures)
 
@@ -115,27 +154,82 @@ def standardised(parts):
     return [dataclasses.replace(part, x=(part.x - mean) / std) for part in parts]
 
 
-class RBMTask(Task):
-    """Closed-form (or free-energy) CD updates; the trainer only steps the optimizer."""
+def base_rate_logits(x: torch.Tensor) -> torch.Tensor:
+    """Biases of the independent-unit model fitted to binary data ``x``."""
+    return torch.logit(x.double().mean(0).clamp(1e-3, 1 - 1e-3))
 
-    def __init__(self, config: RBMConfig, seed: int) -> None:
+
+def bipartite_log_partition(
+    rbm: BernoulliRBM,
+    method: str,
+    config: RBMConfig,
+    data: torch.Tensor,
+    samples: torch.Tensor | None,
+    generator: torch.Generator | None,
+    annealed=None,
+) -> LogZEstimate:
+    """log Z of a Bernoulli RBM (or a DBM's bipartite view) by ``method``; AIS and RAISE
+    anneal ``annealed`` (default ``rbm``) from the base rates of ``data``."""
+    if method == "auto":
+        method = "exact" if min(rbm.n_visible, rbm.n_hidden) <= ENUMERATE_UP_TO else "ais"
+    if method == "exact":
+        return rbm_log_partition(rbm)
+    if method == "bethe":
+        return bethe_log_partition(rbm)
+    if method == "trw":
+        return trw_log_partition(rbm)
+    if method == "pam":
+        return perturb_and_map_log_partition(rbm, generator=generator)
+    options = {
+        "n_chains": config.ais_chains,
+        "n_temperatures": config.ais_temperatures,
+        "data": data,
+        "generator": generator,
+    }
+    annealed = rbm if annealed is None else annealed
+    if method == "ais":
+        return rbm_ais(annealed, **options)
+    return raise_(annealed, samples=samples, **options)
+
+
+def cd_step(cd: ContrastiveDivergence, x: torch.Tensor, generator: torch.Generator) -> StepResult:
+    """One CD update with its reconstruction error and free-energy gap as metrics."""
+    stats = cd.accumulate(x, generator, stats=True)
+    metrics = {
+        "reconstruction_error": stats.reconstruction_error,
+        "free_energy_gap": stats.free_energy_gap,
+    }
+    return StepResult(torch.tensor(stats.free_energy_gap), metrics, grads_ready=True)
+
+
+class RBMTask(Task):
+    """Bernoulli, categorical, Gaussian and subspace RBMs and the DBM: closed-form or
+    free-energy CD updates written into ``.grad``; the trainer only steps the optimizer."""
+
+    def __init__(self, config: RBMConfig, trainer: TrainerConfig) -> None:
         self.config = config
         root = config.data_root or None
         split = "val" if config.data == "digits" else "test"
-        transform = "binary" if config.model in ("bernoulli", "dbm") else "raw"
+        transform = "binary" if config.model in BINARY else "raw"
         self.train, self.val, self.test = (
             load_dataset(config.data, s, root=root, transform=transform)
             for s in ("train", split, "test")
         )
-        torch.manual_seed(seed)
+        torch.manual_seed(trainer.seed)
+        self.n_chains = distributed.share(config.n_chains)
+        self.build_model()
+
+    def build_model(self) -> None:
+        config, d = self.config, self.train.x.shape[1]
+        self.dbm = self.cd = None
         if config.model == "dbm":
-            self.model = DeepBoltzmannMachine(
-                self.train.x.shape[1], config.n_hidden, config.n_hidden2
-            )
-            visible_biases = self._visible_logits()
+            self.model = DeepBoltzmannMachine(d, config.n_hidden, config.n_hidden2)
+            self.dbm = DBMLearning(self.model, self.n_chains, config.k)
+            self.pretrained = not config.pretrain_epochs
+            visible_biases = base_rate_logits(self.train.x)
         elif config.model == "gaussian":
             self.train, self.val, self.test = standardised([self.train, self.val, self.test])
-            self.model = GaussianBernoulliRBM(self.train.x.shape[1], config.n_hidden)
+            self.model = GaussianBernoulliRBM(d, config.n_hidden)
             visible_biases = self.train.x.double().mean(0)
         elif config.model == "categorical":
             self.train, self.val, self.test = (
@@ -146,29 +240,27 @@ class RBMTask(Task):
             self.model = CategoricalRBM(groups, GREY_LEVELS, config.n_hidden)
             freq = self.train.x.double().mean(0).view(groups, GREY_LEVELS) + 1e-3
             visible_biases = (freq / freq.sum(1, keepdim=True)).log().flatten()
+        elif config.model == "subspace":
+            self.model = SubspaceRBM(d, config.n_hidden, config.n_subspace)
+            visible_biases = base_rate_logits(self.train.x)
         else:
-            self.model = BernoulliRBM(self.train.x.shape[1], config.n_hidden)
-            visible_biases = self._visible_logits()
+            self.model = BernoulliRBM(d, config.n_hidden)
+            visible_biases = base_rate_logits(self.train.x)
         with torch.no_grad():
             self.model.b.copy_(visible_biases)
-        n_chains = distributed.share(config.n_chains)
-        self.dbm = DBMLearning(self.model, n_chains, config.k) if config.model == "dbm" else None
-        self.cd = (
-            None
-            if self.dbm is not None
-            else ContrastiveDivergence(
-                self.model,
-                config.k,
-                persistent=config.persistent,
-                n_chains=n_chains,
-                sparsity_target=config.sparsity_target or None,
-                sparsity_cost=config.sparsity_cost,
-            )
-        )
+        if self.dbm is None:
+            self.cd = self.contrastive_divergence(self.model)
 
-    def _visible_logits(self) -> torch.Tensor:
-        """Biases of the independent-pixel model fitted to the training data."""
-        return torch.logit(self.train.x.double().mean(0).clamp(1e-3, 1 - 1e-3))
+    def contrastive_divergence(self, rbm) -> ContrastiveDivergence:
+        config = self.config
+        return ContrastiveDivergence(
+            rbm,
+            config.k,
+            persistent=config.persistent,
+            n_chains=self.n_chains,
+            sparsity_target=config.sparsity_target or None,
+            sparsity_cost=config.sparsity_cost,
+        )
 
     @property
     def chains(self) -> torch.Tensor | None:
@@ -180,51 +272,34 @@ class RBMTask(Task):
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
     ) -> StepResult:
-        (x,) = batch
+        x = batch[0]
         if self.dbm is not None:
+            if not self.pretrained:
+                pretrain_dbm(self.model, self.train.x, self.config.pretrain_epochs,
+                             generator=generator)  # fmt: skip
+                self.pretrained = True
             error = self.dbm.accumulate(x, generator)
             return StepResult(torch.tensor(error), {"reconstruction_error": error}, True)
-        stats = self.cd.accumulate(x, generator, stats=True)
-        metrics = {
-            "reconstruction_error": stats.reconstruction_error,
-            "free_energy_gap": stats.free_energy_gap,
-        }
-        return StepResult(torch.tensor(stats.free_energy_gap), metrics, grads_ready=True)
+        return cd_step(self.cd, x, generator)
 
     def log_partition(
         self, method: str = "auto", generator: torch.Generator | None = None
     ) -> LogZEstimate:
         """log Z by ``exact``, ``ais``, ``raise``, ``bethe``, ``trw``, ``pam`` (perturb-and-MAP)
-        or ``auto`` (exact when enumerable, else AIS). Gaussian and categorical RBMs are
-        exact only; a DBM runs every method on its bipartite view
+        or ``auto`` (exact when enumerable, else AIS). Gaussian, categorical, subspace and
+        classification RBMs are exact only; a DBM runs every method on its bipartite view
         (:meth:`~ebmlab.energies.DeepBoltzmannMachine.as_rbm`)."""
         _checks.one_of("method", method, LOGZ_METHODS)
-        if self.config.model not in ("bernoulli", "dbm"):
+        if self.config.model not in BIPARTITE_METHODS:
             if method not in ("auto", "exact"):
                 raise ValueError(
-                    f"method {method!r} supports Bernoulli RBMs and DBMs only; use exact"
+                    f"method {method!r} supports Bernoulli RBMs, DBNs and DBMs only; use exact"
                 )
             return exact_log_partition(self.model)
         rbm = self.model.as_rbm() if self.dbm is not None else self.model
-        if method == "auto":
-            method = "exact" if min(rbm.n_visible, rbm.n_hidden) <= ENUMERATE_UP_TO else "ais"
-        if method == "exact":
-            return rbm_log_partition(rbm)
-        if method == "bethe":
-            return bethe_log_partition(rbm)
-        if method == "trw":
-            return trw_log_partition(rbm)
-        if method == "pam":
-            return perturb_and_map_log_partition(rbm, generator=generator)
-        options = {
-            "n_chains": self.config.ais_chains,
-            "n_temperatures": self.config.ais_temperatures,
-            "data": self.train.x,
-            "generator": generator,
-        }
-        if method == "ais":
-            return rbm_ais(self.model, **options)
-        return raise_(self.model, samples=self._chain_states(), **options)
+        return bipartite_log_partition(
+            rbm, method, self.config, self.train.x, self._chain_states(), generator, self.model
+        )
 
     def _chain_states(self) -> torch.Tensor | None:
         """The persistent chains as samples of the annealed layer: v, or (v, h2) for a DBM."""
@@ -232,13 +307,39 @@ class RBMTask(Task):
             return None if self.dbm.chains is None else torch.cat(self.dbm.chains, 1)
         return self.cd.chains
 
-    def log_likelihood(self, x: torch.Tensor, log_z: LogZEstimate) -> float:
+    def log_likelihood(self, part, log_z: LogZEstimate) -> float:
+        """Mean log-likelihood of a data split given log Z."""
         with torch.no_grad():
-            return float(-self.model.free_energy(x).double().mean() - log_z.log_z)
+            return float(-self.model.free_energy(part.x).double().mean() - log_z.log_z)
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         log_z = self.log_partition("auto", generator)
-        return {"val_nll": -self.log_likelihood(self.val.x, log_z)}
+        return {"val_nll": -self.log_likelihood(self.val, log_z)}
+
+    def evaluate(self) -> dict[str, Any]:
+        """Train and test log-likelihood with the partition function used."""
+        log_z = self.log_partition("auto", torch.Generator().manual_seed(0))
+        return {
+            "log_z": log_z.to_dict(),
+            "train_log_likelihood": self.log_likelihood(self.train, log_z),
+            "test_log_likelihood": self.log_likelihood(self.test, log_z),
+        }
+
+    def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` visible samples after ``steps`` Gibbs steps from the persistent chains (or
+        from training images)."""
+        pool = self.chains if self.chains is not None else self.train.x
+        start = pool[torch.randint(len(pool), (n,), generator=generator)]
+        if self.dbm is not None:
+            top = torch.zeros(n, self.model.n_hidden2)
+            return self.model.gibbs(start, top, steps, generator)[0]
+        return self.model.gibbs(start, steps, generator)
+
+    def filters(self) -> torch.Tensor:
+        """The first layer's weights, one column per hidden unit (D x M)."""
+        if self.dbm is not None:
+            return self.model.W1
+        return self.model.W.flatten(1)  # a subspace RBM's D x M x K as D x (M K)
 
     def images(self, v: torch.Tensor, soft: bool = False) -> torch.Tensor:
         """Visible vectors as pixel intensities in [0, 1] (grey level / 16 for categorical
@@ -258,15 +359,14 @@ class RBMTask(Task):
 
     def grids(self, run: RunDirectory, epoch: int | None = None) -> None:
         shape = self.train.image_shape
-        weights = self.model.W1 if self.dbm is not None else self.model.W
-        filters = self.images(weights.detach().T[:100], soft=True)
+        filters = self.images(self.filters().detach().T[:100], soft=True)
         lo, hi = float(filters.min()), float(filters.max())
         image_grid(
             filters,
             run.path / "filters.png",
             image_shape=shape,
             value_range=(lo, hi),
-            title="filters (W columns)",
+            title="filters (first-layer weights)",
         )
         if self.chains is not None:
             title = "persistent chains" + ("" if epoch is None else f", epoch {epoch}")
@@ -287,49 +387,183 @@ class RBMTask(Task):
     def state_dict(self) -> dict[str, Any]:
         if self.dbm is not None:
             v, h2 = self.dbm.chains or (None, None)
-            return {"chains": v, "top": h2}
+            return {"chains": v, "top": h2, "pretrained": self.pretrained}
         return {"chains": self.cd.chains}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.dbm is not None:
             v, h2 = state["chains"], state["top"]
             self.dbm.chains = None if v is None else (v, h2)
+            self.pretrained = state.get("pretrained", True)
         else:
             self.cd.chains = state["chains"]
 
 
+class ClassificationRBMTask(RBMTask):
+    """The joint RBM over images and labels, trained through autograd on
+    :func:`~ebmlab.training.rbm.classification_rbm_loss`."""
+
+    def build_model(self) -> None:
+        self.dbm = self.cd = None
+        self.model = ClassificationRBM(
+            self.train.x.shape[1], self.config.n_hidden, self.train.num_classes, init_std=0.1
+        )  # larger weights than an RBM's break the symmetry between labels sooner
+        with torch.no_grad():
+            self.model.b.copy_(base_rate_logits(self.train.x))
+
+    @property
+    def chains(self) -> None:
+        return None  # negatives start at the data
+
+    def training_step(
+        self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
+    ) -> StepResult:
+        x, y = batch
+        c = self.config
+        loss = classification_rbm_loss(
+            self.model, x, y, mode=c.objective, alpha=c.alpha, k=c.k, generator=generator
+        )
+        return StepResult(loss)
+
+    def log_likelihood(self, part, log_z: LogZEstimate) -> float:
+        """Mean joint log-likelihood log p(x, y) of a split."""
+        with torch.no_grad():
+            return float(-self.model.free_energy(part.x, part.y).double().mean() - log_z.log_z)
+
+    def classification(self, part) -> dict[str, float]:
+        """Exact error rate and mean -log p(y | x) of a split."""
+        with torch.no_grad():
+            scores = self.model.class_scores(part.x)
+            nll = float(F.cross_entropy(scores.double(), part.y))
+            error = float((scores.argmax(1) != part.y).double().mean())
+        return {"error": error, "class_nll": nll}
+
+    @property
+    def enumerable(self) -> bool:
+        """Whether log Z, hence the joint likelihood, is exact (enumerating h)."""
+        return self.config.n_hidden <= ENUMERATE_UP_TO
+
+    def validate(self, generator: torch.Generator) -> dict[str, float]:
+        out = {f"val_{k}": v for k, v in self.classification(self.val).items()}
+        return {**(super().validate(generator) if self.enumerable else {}), **out}
+
+    def evaluate(self) -> dict[str, Any]:
+        out = {f"test_{k}": v for k, v in self.classification(self.test).items()}
+        return {**(super().evaluate() if self.enumerable else {}), **out}
+
+    def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
+        """Images after ``steps`` joint Gibbs steps over (x, y) from training pairs."""
+        idx = torch.randint(len(self.train.x), (n,), generator=generator)
+        return self.model.gibbs(self.train.x[idx], self.train.y[idx], steps, generator)[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+class DBNTask(RBMTask):
+    """Greedy layer-wise training of a two-layer deep belief network: the bottom RBM for
+    the first half of the epochs, then the top RBM on the bottom one's p(h1 | v)."""
+
+    def __init__(self, config: RBMConfig, trainer: TrainerConfig) -> None:
+        self.epochs_per_layer = max(1, trainer.epochs // 2)
+        self.layer = 0
+        super().__init__(config, trainer)
+
+    def build_model(self) -> None:
+        self.dbm = self.cd = None
+        c = self.config
+        self.model = DeepBeliefNetwork(self.train.x.shape[1], (c.n_hidden, c.n_hidden2))
+        with torch.no_grad():
+            self.model.layers[0].b.copy_(base_rate_logits(self.train.x))
+        self.cds = [self.contrastive_divergence(rbm) for rbm in self.model.layers]
+
+    @property
+    def chains(self) -> torch.Tensor | None:
+        return self.cds[0].chains
+
+    def training_step(
+        self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
+    ) -> StepResult:
+        with torch.no_grad():
+            codes = self.model.up(batch[0], self.layer)
+        return cd_step(self.cds[self.layer], codes, generator)
+
+    def on_epoch_end(
+        self, run: RunDirectory | None, epoch: int, generator: torch.Generator
+    ) -> None:
+        self.layer = min(len(self.cds) - 1, (epoch + 1) // self.epochs_per_layer)
+        super().on_epoch_end(run, epoch, generator)
+
+    def log_partition(
+        self, method: str = "auto", generator: torch.Generator | None = None
+    ) -> LogZEstimate:
+        """log Z of the RBM being trained (the bottom one, then the top one) by ``method``."""
+        _checks.one_of("method", method, LOGZ_METHODS)
+        rbm = self.model.layers[self.layer]
+        with torch.no_grad():
+            data = self.model.up(self.train.x, self.layer)
+        return bipartite_log_partition(
+            rbm, method, self.config, data, self.cds[self.layer].chains, generator
+        )
+
+    def log_likelihood(self, part, log_z: LogZEstimate) -> float:
+        """The bottom RBM's mean log-likelihood, or once the top RBM trains, the stack's
+        variational lower bound (10 draws per image)."""
+        if self.layer == 0:
+            with torch.no_grad():
+                return float(
+                    -self.model.layers[0].free_energy(part.x).double().mean() - log_z.log_z
+                )
+        gen = torch.Generator().manual_seed(0)
+        return self.model.log_likelihood_bound(part.x, log_z.log_z, 10, gen)[0]
+
+    def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
+        if self.layer == 0:
+            return super().draw(n, steps, generator)
+        return self.model.sample(n, steps, generator)
+
+    def filters(self) -> torch.Tensor:
+        return self.model.layers[0].W
+
+    def state_dict(self) -> dict[str, Any]:
+        chains = {f"layer{i}": cd.chains for i, cd in enumerate(self.cds)}
+        return {"chains": chains, "layer": self.layer}  # a dict: ranks merge it per layer
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for i, cd in enumerate(self.cds):
+            cd.chains = state["chains"][f"layer{i}"]
+        self.layer = state["layer"]
+
+
+TASKS = {"classification": ClassificationRBMTask, "dbn": DBNTask}
+
+
 def build(config: RBMConfig, trainer: TrainerConfig) -> Setup:
-    task = RBMTask(config, trainer.seed)
-    return Setup(task, (task.train.x,))
+    task = TASKS.get(config.model, RBMTask)(config, trainer)
+    data = (task.train.x, task.train.y) if config.model == "classification" else (task.train.x,)
+    return Setup(task, data)
 
 
 def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
     """Train and test log-likelihood with the partition function used, filters and samples."""
     task: RBMTask = setup.task  # type: ignore[assignment]
-    log_z = task.log_partition("auto", torch.Generator().manual_seed(0))
     task.grids(run)
     return {
         "data": task.config.data,
-        "n_visible": task.model.n_visible,
+        "n_visible": task.train.x.shape[1],
         "model": task.config.model,
         "n_hidden": task.config.n_hidden,
-        "log_z": log_z.to_dict(),
-        "train_log_likelihood": task.log_likelihood(task.train.x, log_z),
-        "test_log_likelihood": task.log_likelihood(task.test.x, log_z),
+        **task.evaluate(),
     }
 
 
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
-    """``n`` samples after ``steps`` block-Gibbs steps from the persistent chains (or data)."""
+    """``n`` samples after ``steps`` Gibbs steps (see each task's ``draw``)."""
     task: RBMTask = setup.task  # type: ignore[assignment]
-    gen = torch.Generator().manual_seed(seed)
-    pool = task.chains if task.chains is not None else task.train.x
-    start = pool[torch.randint(len(pool), (n,), generator=gen)]
-    if task.dbm is not None:
-        top = torch.zeros(n, task.model.n_hidden2)
-        x = task.model.gibbs(start, top, steps, gen)[0]
-    else:
-        x = task.model.gibbs(start, steps, gen)
+    x = task.draw(n, steps, torch.Generator().manual_seed(seed))
     image_grid(
         task.images(x),
         out,
@@ -348,7 +582,7 @@ def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
 register(
     Recipe(
         name="rbm",
-        help="RBMs (bernoulli, categorical, gaussian) and DBMs by CD-k / persistent CD",
+        help="RBMs (bernoulli, categorical, gaussian, subspace, classification), DBNs and DBMs",
         config_cls=RBMConfig,
         build=build,
         evaluate=evaluate,
