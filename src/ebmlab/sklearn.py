@@ -10,7 +10,8 @@ pseudo-likelihood (which stays available as :meth:`BernoulliRBM.pseudo_likelihoo
 the partition function is exact (enumeration over the smaller layer) for small
 models and estimated by annealed importance sampling otherwise.
 :class:`GaussianBernoulliRBM` is the same estimator for real-valued (standardised)
-features, and :class:`DBN` stacks Bernoulli RBMs greedily.
+features, :class:`ClassificationRBM` a classifier that models p(x, y) with an exact
+p(y | x), and :class:`DBN` stacks Bernoulli RBMs greedily.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import copy
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
 from ebmlab.energies import DiagonalGaussian, boltzmann
@@ -31,12 +33,38 @@ from ebmlab.partition import (
     rbm_ais,
     rbm_log_partition,
 )
+from ebmlab.partition.ais import base_rate_biases
+from ebmlab.partition.exact import label_sum_log_partition
 from ebmlab.samplers import HMC
-from ebmlab.training.rbm import ContrastiveDivergence
+from ebmlab.training.rbm import ContrastiveDivergence, classification_rbm_loss
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ENUMERATE_UP_TO = 20
 _NUMPY = {"float32": np.float32, "float64": np.float64}
+
+
+def _check_numbers(
+    est: BaseEstimator,
+    integers: tuple[str, ...],
+    positive: tuple[str, ...],
+    non_negative: tuple[str, ...],
+) -> None:
+    """Refuse hyperparameters out of range, naming the parameter and the range, and an
+    unknown ``dtype``."""
+    for name in integers:
+        value = getattr(est, name)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    for name in positive:
+        value = getattr(est, name)
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    for name in non_negative:
+        value = getattr(est, name)
+        if not np.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if est.dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {est.dtype!r}")
 
 
 class _RBMEstimator(TransformerMixin, BaseEstimator):
@@ -75,19 +103,8 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self.matmul_dtype = matmul_dtype
 
     def _check_params(self) -> None:
-        for name in ("n_components", "batch_size", "n_iter", "k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("learning_rate",):
-            if not np.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
-        for name in ("momentum", "weight_decay"):
-            value = getattr(self, name)
-            if not np.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+        _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"), ("learning_rate",),
+                       ("momentum", "weight_decay"))  # fmt: skip
         if self.matmul_dtype not in (None, "bfloat16"):
             raise ValueError(f"matmul_dtype must be None or 'bfloat16', got {self.matmul_dtype!r}")
 
@@ -298,6 +315,194 @@ class GaussianBernoulliRBM(_RBMEstimator):
         mean, std = self.rbm_.b.detach().clone(), self.rbm_.sigma.detach()
         kernel = HMC(0.2, 10, inv_mass=std.float() ** 2)
         return ais(self.rbm_, DiagonalGaussian(mean, std), kernel, generator=self._generator)
+
+
+class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
+    """Classification RBM (Larochelle & Bengio 2008): an RBM over inputs and a one-hot
+    label whose p(y | x) is exact, softmax_y(-F(x, y)).
+
+    Args:
+        n_components: hidden units.
+        objective: ``"discriminative"`` (minimise -log p(y | x)), ``"generative"``
+            (contrastive divergence on -log p(x, y)) or ``"hybrid"`` (the first plus
+            ``alpha`` times the second, the regulariser of the paper).
+        alpha: weight of the generative term in the hybrid objective.
+        learning_rate, batch_size, n_iter: Adam step size, mini-batch size and epochs.
+        k: Gibbs steps of the generative term's negatives.
+        weight_decay: L2 penalty.
+        random_state, verbose, dtype: as for :class:`BernoulliRBM`.
+
+    Inputs are values in [0, 1]. ``score_samples`` is log p(x) = log sum_y p(x, y),
+    with log Z exact when min(n_features, n_components) <= 20 and otherwise a sum over
+    labels of AIS estimates, each annealed from that label's base rates.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 100,
+        *,
+        objective: str = "hybrid",
+        alpha: float = 0.01,
+        learning_rate: float = 0.01,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        k: int = 1,
+        weight_decay: float = 0.0,
+        verbose: int = 0,
+        random_state=None,
+        dtype: str = "float32",
+    ) -> None:
+        self.n_components = n_components
+        self.objective = objective
+        self.alpha = alpha
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.n_iter = n_iter
+        self.k = k
+        self.weight_decay = weight_decay
+        self.verbose = verbose
+        self.random_state = random_state
+        self.dtype = dtype
+
+    def _check_X(self, X, reset: bool) -> torch.Tensor:
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+        check_non_negative(X, "ClassificationRBM (expects values in [0, 1])")
+        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
+
+    def _check_Xy(self, X, y, reset: bool, classes=None) -> tuple[torch.Tensor, torch.Tensor]:
+        X, y = validate_data(self, X, y, reset=reset, dtype=(np.float64, np.float32))
+        check_non_negative(X, "ClassificationRBM (expects values in [0, 1])")
+        check_classification_targets(y)
+        if reset:
+            self.classes_ = np.unique(y if classes is None else classes)
+            if len(self.classes_) < 2:
+                raise ValueError("ClassificationRBM needs y with 2 or more classes, got 1 class")
+        if not np.isin(y, self.classes_).all():
+            raise ValueError(f"y has labels outside the known classes {self.classes_}")
+        labels = torch.from_numpy(np.searchsorted(self.classes_, y).astype(np.int64))
+        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype])), labels
+
+    def _init_model(self, X: torch.Tensor) -> None:
+        _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"),
+                       ("learning_rate",), ("alpha", "weight_decay"))  # fmt: skip
+        if self.objective not in ("discriminative", "generative", "hybrid"):
+            raise ValueError(
+                "objective must be 'discriminative', 'generative' or 'hybrid', "
+                f"got {self.objective!r}"
+            )
+        rng = check_random_state(self.random_state)
+        self._generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)))
+        model = boltzmann.ClassificationRBM(
+            X.shape[1], self.n_components, len(self.classes_), init_std=0.0
+        )
+        with torch.no_grad():
+            for weights in (model.W, model.U):  # symmetry between labels breaks sooner
+                weights.normal_(0.0, 0.1, generator=self._generator)
+            model.b.copy_(torch.logit(X.double().mean(0).clamp(1e-3, 1 - 1e-3)))
+        self.model_ = model.to(_DTYPES[self.dtype])
+        self._optimizer = torch.optim.Adam(
+            self.model_.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay
+        )
+
+    def _step(self, X: torch.Tensor, y: torch.Tensor) -> None:
+        loss = classification_rbm_loss(
+            self.model_, X, y, mode=self.objective, alpha=self.alpha, k=self.k,
+            generator=self._generator,
+        )  # fmt: skip
+        self._optimizer.zero_grad()
+        loss.backward()
+        self._optimizer.step()
+
+    def _sync_attributes(self) -> None:
+        m = self.model_
+        self.components_ = m.W.detach().T.numpy().astype(np.float64)
+        self.class_components_ = m.U.detach().numpy().astype(np.float64)
+        self.intercept_hidden_ = m.c.detach().numpy().astype(np.float64)
+        self.intercept_visible_ = m.b.detach().numpy().astype(np.float64)
+        self.intercept_class_ = m.d.detach().numpy().astype(np.float64)
+
+    def fit(self, X, y) -> ClassificationRBM:
+        """Train for ``n_iter`` epochs of mini-batches over (X, y)."""
+        X, labels = self._check_Xy(X, y, reset=True)
+        self._init_model(X)
+        self._train_X, self._train_y = X, labels  # each label's base rates, for AIS
+        for epoch in range(self.n_iter):
+            for idx in torch.randperm(len(X), generator=self._generator).split(self.batch_size):
+                self._step(X[idx], labels[idx])
+            if self.verbose:
+                print(f"[ClassificationRBM] iteration {epoch + 1}/{self.n_iter}")
+        self._sync_attributes()
+        return self
+
+    def partial_fit(self, X, y, classes=None) -> ClassificationRBM:
+        """One update on (X, y); ``classes`` (every label) is required on the first call."""
+        if hasattr(self, "model_"):
+            X, labels = self._check_Xy(X, y, reset=False)
+        else:
+            if classes is None:
+                raise ValueError("classes must be given on the first call to partial_fit")
+            X, labels = self._check_Xy(X, y, reset=True, classes=classes)
+            self._init_model(X)
+            self._train_X, self._train_y = X, labels
+        self._step(X, labels)
+        self._sync_attributes()
+        return self
+
+    def _float64(self, X) -> tuple[boltzmann.ClassificationRBM, torch.Tensor]:
+        """A float64 copy of the model and the checked inputs: a row's result does not
+        depend on the batch it comes in."""
+        check_is_fitted(self)
+        return copy.deepcopy(self.model_).double(), self._check_X(X, reset=False).double()
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """Exact log p(y | x) (n_samples, n_classes), columns in the order of ``classes_``."""
+        model, x = self._float64(X)
+        with torch.no_grad():
+            return torch.log_softmax(model.class_scores(x), 1).numpy()
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Exact p(y | x) (n_samples, n_classes), columns in the order of ``classes_``."""
+        return np.exp(self.predict_log_proba(X))
+
+    def predict(self, X) -> np.ndarray:
+        best = self.predict_log_proba(X).argmax(1)
+        return self.classes_[best]
+
+    def transform(self, X) -> np.ndarray:
+        """Hidden activation probabilities averaged over the label posterior,
+        sum_y p(y | x) p(h = 1 | x, y), (n_samples, n_components)."""
+        m, x = self._float64(X)
+        with torch.no_grad():
+            p_y = m.predict_proba(x)
+            p_h = torch.sigmoid((x @ m.W + m.c)[:, None, :] + m.U[None])  # (n, K, M)
+            return (p_y[:, :, None] * p_h).sum(1).numpy()
+
+    def log_partition(self) -> LogZEstimate:
+        """log Z of p(x, y): exact when min(n_features, n_components) <= 20, else the sum
+        over labels of AIS estimates (1000 temperatures, 100 chains each) started from the
+        base rates of that label's training inputs."""
+        check_is_fitted(self)
+        if min(self.model_.n_visible, self.n_components) <= ENUMERATE_UP_TO:
+            return label_sum_log_partition(self.model_)
+
+        def by_ais(rbm, y: int) -> LogZEstimate:
+            rows = self._train_X[self._train_y == y]
+            base = base_rate_biases(rows if len(rows) else None, rbm.n_visible)
+            return rbm_ais(rbm, base_biases=base, generator=self._generator)
+
+        return label_sum_log_partition(self.model_, by_ais)
+
+    def score_samples(self, X) -> np.ndarray:
+        """log p(x) = log sum_y exp(-F(x, y)) - log Z of each row."""
+        model, x = self._float64(X)
+        with torch.no_grad():
+            energy = model.energy(x)
+        return (-energy - self.log_partition().log_z).numpy()
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        return tags
 
 
 class DBN(TransformerMixin, BaseEstimator):

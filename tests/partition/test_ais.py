@@ -189,3 +189,17 @@ def test_exact_log_partition_of_gaussian_and_categorical_rbms():
     assert exact_log_partition(cat).log_z == pytest.approx(
         float(torch.logsumexp(-cat.free_energy(v), 0)), abs=1e-9
     )
+
+
+def test_classification_rbm_log_partition_by_ais_per_label_matches_enumeration():
+    from ebmlab.energies import ClassificationRBM
+    from ebmlab.partition.exact import label_sum_log_partition
+
+    torch.manual_seed(3)
+    model = ClassificationRBM(12, 10, 3, init_std=0.5).double()
+    exact = label_sum_log_partition(model)
+    gen = torch.Generator().manual_seed(0)
+    ais = label_sum_log_partition(model, lambda rbm, y: rbm_ais(rbm, n_chains=64, generator=gen))
+    assert exact.method == "enumeration" and ais.method == "ais" and ais.cost["parts"] == 3
+    assert 0 < ais.stderr < 0.05
+    assert abs(ais.log_z - exact.log_z) < 4 * ais.stderr + 1e-3

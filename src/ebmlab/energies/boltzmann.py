@@ -359,6 +359,16 @@ class ClassificationRBM(EnergyModel):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         return self.energy(x, y)
 
+    def label_rbm(self, y: int) -> BernoulliRBM:
+        """The Bernoulli RBM over x with the label clamped to ``y`` (hidden biases
+        c + U_y); its free energy is F(x, y) + d_y. A detached copy."""
+        rbm = BernoulliRBM(self.n_visible, self.n_hidden).to(self.W.dtype)
+        with torch.no_grad():
+            rbm.W.copy_(self.W)
+            rbm.b.copy_(self.b)
+            rbm.c.copy_(self.c + self.U[y])
+        return rbm
+
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
         """Exact p(y | x) = softmax_y(-F(x, y))."""
         return torch.softmax(self.class_scores(x), 1)

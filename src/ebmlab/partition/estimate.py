@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 
 @dataclass(frozen=True)
 class LogZEstimate:
@@ -31,3 +33,29 @@ class LogZEstimate:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def log_sum(parts: list[LogZEstimate], offsets: list[float], method: str) -> LogZEstimate:
+    """log sum_k exp(offsets_k + log Z_k) for independent estimates of log Z_k.
+
+    The standard error follows by the delta method, sqrt(sum_k w_k^2 stderr_k^2) with
+    w = softmax(offsets + log Z); the bounds combine term by term.
+    """
+    f64 = torch.float64
+    shift = torch.tensor(offsets, dtype=f64)
+    values = shift + torch.tensor([p.log_z for p in parts], dtype=f64)
+    weights = torch.softmax(values, 0)
+    stderr = float(torch.tensor([p.stderr for p in parts], dtype=f64).mul(weights).norm())
+
+    def combine(bounds: list[float]) -> float:
+        return float(torch.logsumexp(torch.tensor(bounds, dtype=f64) + shift, 0))
+
+    seconds = sum(p.cost.get("seconds", 0.0) for p in parts)
+    return LogZEstimate(
+        log_z=float(torch.logsumexp(values, 0)),
+        stderr=stderr,
+        lower=combine([p.lower for p in parts]),
+        upper=combine([p.upper for p in parts]),
+        method=method,
+        cost={"parts": len(parts), "seconds": seconds},
+    )

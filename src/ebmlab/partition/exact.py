@@ -6,13 +6,14 @@ import copy
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyLike, as_energy_fn
-from ebmlab.partition.estimate import LogZEstimate
+from ebmlab.partition.estimate import LogZEstimate, log_sum
 
 MAX_ENUMERATION_BITS = 26
 
@@ -89,8 +90,8 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     - :class:`~ebmlab.energies.DeepBoltzmannMachine`: enumeration of the first hidden layer;
     - :class:`~ebmlab.energies.SubspaceRBM`: enumeration of the products h_j s_jk (or of x
       when it is shorter);
-    - :class:`~ebmlab.energies.ClassificationRBM`: enumeration of the hidden layer, x and
-      the label summed out;
+    - :class:`~ebmlab.energies.ClassificationRBM`: a sum over labels of Bernoulli RBMs
+      (:func:`label_sum_log_partition`);
     - analytic energies (Gaussians, mixtures, ...): their closed form;
     - any energy on R or R^2 given ``bounds``: quadrature with an error estimate.
     """
@@ -106,8 +107,10 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     )
     from ebmlab.partition.quadrature import quadrature_log_partition
 
-    if isinstance(model, GaussianBernoulliRBM | CategoricalRBM | ClassificationRBM):
+    if isinstance(model, GaussianBernoulliRBM | CategoricalRBM):
         return _hidden_enumeration(model)
+    if isinstance(model, ClassificationRBM):
+        return label_sum_log_partition(model)
     if isinstance(model, SubspaceRBM):
         return _subspace_enumeration(model)
     if isinstance(model, BernoulliRBM):
@@ -133,26 +136,18 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
 
 
 def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
-    """log Z of a Gaussian-Bernoulli, categorical or classification RBM, enumerating its
-    hidden units.
+    """log Z of a Gaussian-Bernoulli or categorical RBM, enumerating its hidden units.
 
     Given h, a Gaussian visible layer integrates to
     (2 pi)^{D/2} prod sigma exp(b.(W h) / sigma + |W h|^2 / 2) (completing the square),
-    a categorical one sums to prod_groups sum_k exp(b_gk + (W h)_gk), and binary inputs
-    with a one-hot label to prod_i (1 + exp(b_i + (W h)_i)) sum_y exp(d_y + U_y. h).
+    and a categorical one sums to prod_groups sum_k exp(b_gk + (W h)_gk).
     """
-    from ebmlab.energies.boltzmann import ClassificationRBM, GaussianBernoulliRBM
+    from ebmlab.energies.boltzmann import GaussianBernoulliRBM
 
     _check_bits(rbm.n_hidden, "the hidden layer")
     W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
     offset = 0.0
-    if isinstance(rbm, ClassificationRBM):
-        U, d = rbm.U.detach().double(), rbm.d.detach().double()
-
-        def visible(h: torch.Tensor) -> torch.Tensor:
-            return F.softplus(h @ W.T + b).sum(1) + torch.logsumexp(h @ U.T + d, 1)
-
-    elif isinstance(rbm, GaussianBernoulliRBM):
+    if isinstance(rbm, GaussianBernoulliRBM):
         sigma = rbm.sigma.detach().double()
         offset = 0.5 * rbm.n_visible * math.log(2 * math.pi) + float(torch.log(sigma).sum())
 
@@ -195,3 +190,20 @@ def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:
         return gates + F.softplus(z @ W.T + b).sum(1)
 
     return _enumerate(m * k, log_terms, chunk=chunk)
+
+
+def label_sum_log_partition(
+    model, estimate: Callable[[Any, int], LogZEstimate] | None = None
+) -> LogZEstimate:
+    """log Z of a :class:`~ebmlab.energies.ClassificationRBM` as a sum over labels.
+
+    Fixing the label y leaves a Bernoulli RBM over x with hidden biases c + U_y
+    (:meth:`~ebmlab.energies.ClassificationRBM.label_rbm`), so
+    Z = sum_y exp(d_y) Z_y. ``estimate(rbm, y)`` gives log Z_y (default: exact
+    enumeration of the smaller layer; pass an AIS call for wide models).
+    """
+    estimate = estimate or (lambda rbm, y: rbm_log_partition(rbm))
+    labels = range(model.num_classes)
+    parts = [estimate(model.label_rbm(y), y) for y in labels]
+    method = parts[0].method if len({p.method for p in parts}) == 1 else "mixed"
+    return log_sum(parts, model.d.detach().double().tolist(), method)
