@@ -222,3 +222,27 @@ def test_classification_rbm_estimator_classifies_digits_and_scores_inputs():
     assert set(small.predict(x_test[:20])) <= {"zero", "one"}
     scores = small.score_samples(x_test[:50])
     assert small.log_partition().method == "enumeration" and np.all(scores < 0)
+
+
+def test_subspace_rbm_pcd_gradient_approaches_the_exact_gradient():
+    from ebmlab.energies import SubspaceRBM
+
+    torch.manual_seed(0)
+    model = SubspaceRBM(6, 2, 2, init_std=0.5).double()
+    with torch.no_grad():
+        model.c.normal_()
+        model.D.normal_()
+    gen = torch.Generator().manual_seed(0)
+    v = (torch.rand(50, 6, generator=gen) < 0.5).double()
+    states = binary_states(6).double()
+    with torch.no_grad():
+        p_model = torch.softmax(-model.free_energy(states), 0)
+    # exact gradient of the mean NLL: <dF/dtheta>_data - <dF/dtheta>_model (eq. 6.41)
+    objective = model.free_energy(v).mean() - (p_model * model.free_energy(states)).sum()
+    exact = torch.autograd.grad(objective, list(model.parameters()))
+    cd = ContrastiveDivergence(model, k=30, persistent=True, n_chains=20_000)
+    cd.accumulate(v, gen)  # burn in the persistent chains
+    cd.accumulate(v, gen)
+    for param, want in zip(model.parameters(), exact, strict=True):
+        assert (param.grad - want).abs().max() < 0.03
+        assert want.abs().max() > 0.05  # the check has something to compare
