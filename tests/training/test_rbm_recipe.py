@@ -11,9 +11,12 @@ def test_rbm_recipe_trains_evaluates_and_estimates_log_z(tmp_path, capsys):
     assert main(args) == 0
     for png in ("filters.png", "samples/chains.png", "curves.png"):
         assert (run / png).is_file(), png
+    summary = json.loads((run / "summary.json").read_text())  # reported when training ends
+    assert summary["log_z"]["method"] == "enumeration" and summary["test_log_likelihood"] < 0
     capsys.readouterr()
     assert main(["evaluate", str(run)]) == 0
     result = json.loads(capsys.readouterr().out)
+    assert result["test_log_likelihood"] == summary["test_log_likelihood"]
     assert result["log_z"]["method"] == "enumeration"
     assert -40 < result["test_log_likelihood"] < result["train_log_likelihood"] + 5
     assert main(["logz", str(run), "--method", "ais"]) == 0

@@ -149,6 +149,11 @@ class Task:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
 
+    def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
+        """Measurements of the trained model for the run's summary, when affordable
+        (e.g. the test log-likelihood of an RBM)."""
+        return {}
+
 
 class Trainer:
     """Runs a :class:`Task` over in-memory tensors ``train_data`` for ``config.epochs``."""
@@ -448,7 +453,7 @@ class Trainer:
                     bar.update(self.step)
         finally:
             bar.close()
-        return self._finish(status, start)
+        return self._finish(status, start, final=self.task.final_metrics(self.generator))
 
     def _restart_after(self, err: DivergenceError) -> bool:
         """Opt-in recovery: reload the last good checkpoint with a lower learning rate."""
@@ -505,7 +510,13 @@ class Trainer:
             status = "max_steps"
         return status
 
-    def _finish(self, status: str, start: float, error: str | None = None) -> dict[str, Any]:
+    def _finish(
+        self,
+        status: str,
+        start: float,
+        error: str | None = None,
+        final: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         last = {k: v for k, v in self.history[-1].items()} if self.history else {}
         summary = {
             "status": status,
@@ -515,6 +526,7 @@ class Trainer:
             "best": {self.config.monitor: self.best} if math.isfinite(self.best) else {},
             "restarts": self.restarts,
             "last_record": last,
+            **(final or {}),
         }
         if error:
             summary["error"] = error

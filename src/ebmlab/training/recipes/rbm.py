@@ -50,6 +50,7 @@ from ebmlab.energies import (
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
+from ebmlab.evaluation import log_likelihood
 from ebmlab.partition import (
     LogZEstimate,
     bethe_log_partition,
@@ -309,8 +310,14 @@ class RBMTask(Task):
 
     def log_likelihood(self, part, log_z: LogZEstimate) -> float:
         """Mean log-likelihood of a data split given log Z."""
-        with torch.no_grad():
-            return float(-self.model.free_energy(part.x).double().mean() - log_z.log_z)
+        return log_likelihood(self.model, part.x, log_z).mean
+
+    def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
+        """The test log-likelihood at the end of training, with the log Z used (exact when
+        enumerable, else AIS with ``ais_temperatures``)."""
+        log_z = self.log_partition("auto", generator)
+        return {"test_log_likelihood": self.log_likelihood(self.test, log_z),
+                "log_z": log_z.to_dict()}  # fmt: skip
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         log_z = self.log_partition("auto", generator)
@@ -451,6 +458,10 @@ class ClassificationRBMTask(RBMTask):
         out = {f"test_{k}": v for k, v in self.classification(self.test).items()}
         return {**(super().evaluate() if self.enumerable else {}), **out}
 
+    def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
+        out = {f"test_{k}": v for k, v in self.classification(self.test).items()}
+        return {**(super().final_metrics(generator) if self.enumerable else {}), **out}
+
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
         """Images after ``steps`` joint Gibbs steps over (x, y) from training pairs."""
         idx = torch.randint(len(self.train.x), (n,), generator=generator)
@@ -513,10 +524,7 @@ class DBNTask(RBMTask):
         """The bottom RBM's mean log-likelihood, or once the top RBM trains, the stack's
         variational lower bound (10 draws per image)."""
         if self.layer == 0:
-            with torch.no_grad():
-                return float(
-                    -self.model.layers[0].free_energy(part.x).double().mean() - log_z.log_z
-                )
+            return log_likelihood(self.model.layers[0], part.x, log_z).mean
         gen = torch.Generator().manual_seed(0)
         return self.model.log_likelihood_bound(part.x, log_z.log_z, 10, gen)[0]
 
