@@ -67,6 +67,14 @@ def _check_numbers(
         raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {est.dtype!r}")
 
 
+def _to_tensor(est: BaseEstimator, X: np.ndarray, unit_interval: bool) -> torch.Tensor:
+    """A validated array as a tensor in the estimator's ``dtype``; ``unit_interval``
+    refuses negative values (binary units read values in [0, 1])."""
+    if unit_interval:
+        check_non_negative(X, f"{type(est).__name__} (expects values in [0, 1])")
+    return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[est.dtype]))
+
+
 class _RBMEstimator(TransformerMixin, BaseEstimator):
     """Training and scoring shared by the RBM estimators; subclasses build the energy
     (:meth:`_build`), validate inputs (:meth:`_check_X`) and give log Z."""
@@ -210,8 +218,7 @@ class BernoulliRBM(_RBMEstimator):
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
-        check_non_negative(X, "BernoulliRBM (expects values in [0, 1])")
-        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
+        return _to_tensor(self, X, unit_interval=True)
 
     def _build(self, data: torch.Tensor) -> boltzmann.BernoulliRBM:
         """Small random weights; visible biases at the log-odds of the data means (Hinton's
@@ -220,7 +227,7 @@ class BernoulliRBM(_RBMEstimator):
         rbm = boltzmann.BernoulliRBM(data.shape[1], self.n_components, init_std=0.0)
         with torch.no_grad():
             rbm.W.normal_(0.0, 0.01, generator=gen)
-            self._base_biases = torch.logit(data.double().mean(0).clamp(1e-3, 1 - 1e-3))
+            self._base_biases = boltzmann.base_rate_logits(data)
             rbm.b.copy_(self._base_biases)
         return rbm
 
@@ -293,7 +300,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
-        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
+        return _to_tensor(self, X, unit_interval=False)
 
     def _build(self, data: torch.Tensor) -> boltzmann.GaussianBernoulliRBM:
         if not (np.isfinite(self.sigma) and self.sigma > 0):
@@ -366,12 +373,11 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
-        check_non_negative(X, "ClassificationRBM (expects values in [0, 1])")
-        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype]))
+        return _to_tensor(self, X, unit_interval=True)
 
     def _check_Xy(self, X, y, reset: bool, classes=None) -> tuple[torch.Tensor, torch.Tensor]:
         X, y = validate_data(self, X, y, reset=reset, dtype=(np.float64, np.float32))
-        check_non_negative(X, "ClassificationRBM (expects values in [0, 1])")
+        data = _to_tensor(self, X, unit_interval=True)
         check_classification_targets(y)
         if reset:
             self.classes_ = np.unique(y if classes is None else classes)
@@ -380,7 +386,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         if not np.isin(y, self.classes_).all():
             raise ValueError(f"y has labels outside the known classes {self.classes_}")
         labels = torch.from_numpy(np.searchsorted(self.classes_, y).astype(np.int64))
-        return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[self.dtype])), labels
+        return data, labels
 
     def _init_model(self, X: torch.Tensor) -> None:
         _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"),
@@ -398,7 +404,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         with torch.no_grad():
             for weights in (model.W, model.U):  # symmetry between labels breaks sooner
                 weights.normal_(0.0, 0.1, generator=self._generator)
-            model.b.copy_(torch.logit(X.double().mean(0).clamp(1e-3, 1 - 1e-3)))
+            model.b.copy_(boltzmann.base_rate_logits(X))
         self.model_ = model.to(_DTYPES[self.dtype])
         self._optimizer = torch.optim.Adam(
             self.model_.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ebmlab import _checks
-from ebmlab.energies.boltzmann import BernoulliRBM
+from ebmlab.energies.boltzmann import BernoulliRBM, _bernoulli
 
 
 def _log_bernoulli(x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -91,10 +91,7 @@ class DeepBeliefNetwork(nn.Module):
             total = torch.zeros(len(x), dtype=torch.float64)
             for rbm in self.layers[:-1]:
                 logits = rbm.hidden_logits(x)
-                h = (
-                    torch.rand(logits.shape, generator=generator, dtype=x.dtype)
-                    < torch.sigmoid(logits)
-                ).to(x.dtype)
+                h = _bernoulli(logits, generator)
                 total += (
                     _log_bernoulli(x, rbm.visible_logits(h)) - _log_bernoulli(h, logits)
                 ).double()

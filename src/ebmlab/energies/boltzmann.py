@@ -23,6 +23,13 @@ from ebmlab import _checks
 from ebmlab.energies.base import EnergyModel
 
 
+def base_rate_logits(x: torch.Tensor) -> torch.Tensor:
+    """Visible biases of the independent-unit model fitted to binary (or [0, 1]) rows
+    ``x``: the log-odds of the column means, clamped to [1e-3, 1 - 1e-3], in float64.
+    The usual starting biases of an RBM (Hinton's practical guide, section 8)."""
+    return torch.logit(x.double().mean(0).clamp(1e-3, 1 - 1e-3))
+
+
 def _bernoulli(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     # uniforms of at least float32 precision, also under bfloat16 autocast
     dtype = torch.promote_types(logits.dtype, torch.float32)

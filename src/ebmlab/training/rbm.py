@@ -25,7 +25,13 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.boltzmann import BernoulliRBM, GaussianBernoulliRBM, SubspaceRBM
+from ebmlab.energies.boltzmann import (
+    BernoulliRBM,
+    GaussianBernoulliRBM,
+    SubspaceRBM,
+    _bernoulli,
+    base_rate_logits,
+)
 
 
 @dataclass
@@ -236,19 +242,16 @@ def _train_doubled_rbm(
     modified RBMs of Salakhutdinov & Hinton (2009, section 3.1); returns (W, b, c)."""
     n, d = data.shape
     W = torch.randn(d, n_hidden, generator=generator, dtype=data.dtype) * 0.01
-    b = torch.logit(data.mean(0).clamp(1e-3, 1 - 1e-3))
+    b = base_rate_logits(data).to(data.dtype)
     c = torch.zeros(n_hidden, dtype=data.dtype)
     up, down = (2.0, 1.0) if double_up else (1.0, 2.0)
     velocity = [torch.zeros_like(p) for p in (W, b, c)]
-
-    def bernoulli(p: torch.Tensor) -> torch.Tensor:
-        return (torch.rand(p.shape, generator=generator, dtype=p.dtype) < p).to(p.dtype)
-
     for _ in range(epochs):
         for idx in torch.randperm(n, generator=generator).split(batch_size):
             v = data[idx]
-            ph = torch.sigmoid(up * (v @ W + c))
-            v_neg = torch.sigmoid(down * (bernoulli(ph) @ W.T + b))
+            logits = up * (v @ W + c)
+            ph = torch.sigmoid(logits)
+            v_neg = torch.sigmoid(down * (_bernoulli(logits, generator) @ W.T + b))
             ph_neg = torch.sigmoid(up * (v_neg @ W + c))
             grads = (
                 (v.T @ ph - v_neg.T @ ph_neg) / len(v),

@@ -50,6 +50,7 @@ from ebmlab.energies import (
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
+from ebmlab.energies.boltzmann import base_rate_logits
 from ebmlab.evaluation import log_likelihood
 from ebmlab.partition import (
     LogZEstimate,
@@ -155,22 +156,17 @@ def standardised(parts):
     return [dataclasses.replace(part, x=(part.x - mean) / std) for part in parts]
 
 
-def base_rate_logits(x: torch.Tensor) -> torch.Tensor:
-    """Biases of the independent-unit model fitted to binary data ``x``."""
-    return torch.logit(x.double().mean(0).clamp(1e-3, 1 - 1e-3))
-
-
 def bipartite_log_partition(
-    rbm: BernoulliRBM,
+    model: BernoulliRBM | DeepBoltzmannMachine,
     method: str,
     config: RBMConfig,
     data: torch.Tensor,
     samples: torch.Tensor | None,
     generator: torch.Generator | None,
-    annealed=None,
 ) -> LogZEstimate:
-    """log Z of a Bernoulli RBM (or a DBM's bipartite view) by ``method``; AIS and RAISE
-    anneal ``annealed`` (default ``rbm``) from the base rates of ``data``."""
+    """log Z of a Bernoulli RBM or a DBM (through its bipartite view) by ``method``; AIS
+    and RAISE anneal from the base rates of ``data``."""
+    rbm = model.as_rbm() if isinstance(model, DeepBoltzmannMachine) else model
     if method == "auto":
         method = "exact" if min(rbm.n_visible, rbm.n_hidden) <= ENUMERATE_UP_TO else "ais"
     if method == "exact":
@@ -187,10 +183,9 @@ def bipartite_log_partition(
         "data": data,
         "generator": generator,
     }
-    annealed = rbm if annealed is None else annealed
     if method == "ais":
-        return rbm_ais(annealed, **options)
-    return raise_(annealed, samples=samples, **options)
+        return rbm_ais(model, **options)
+    return raise_(model, samples=samples, **options)
 
 
 def cd_step(cd: ContrastiveDivergence, x: torch.Tensor, generator: torch.Generator) -> StepResult:
@@ -297,9 +292,8 @@ class RBMTask(Task):
                     f"method {method!r} supports Bernoulli RBMs, DBNs and DBMs only; use exact"
                 )
             return exact_log_partition(self.model)
-        rbm = self.model.as_rbm() if self.dbm is not None else self.model
         return bipartite_log_partition(
-            rbm, method, self.config, self.train.x, self._chain_states(), generator, self.model
+            self.model, method, self.config, self.train.x, self._chain_states(), generator
         )
 
     def _chain_states(self) -> torch.Tensor | None:
