@@ -120,6 +120,7 @@ class ContrastiveDivergence:
         v = v.flatten(1).to(rbm.W.dtype)
         low = self.matmul_dtype is not None
         with torch.no_grad(), torch.autocast("cpu", self.matmul_dtype, enabled=low):
+            ph_data = None
             if isinstance(rbm, BernoulliRBM):
                 ph_data = torch.sigmoid(rbm.hidden_logits(v))
                 v_neg = self.negatives(v, ph_data, generator)
@@ -129,7 +130,8 @@ class ContrastiveDivergence:
                 self._free_energy_gradient(v, v_neg)
             if not stats:
                 return None
-            recon = rbm.reconstruction(v)
+            # the positive phase's p(h | v) already holds half of a Bernoulli reconstruction
+            recon = rbm.reconstruction(v) if ph_data is None else rbm.visible_mean(ph_data)
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
 
