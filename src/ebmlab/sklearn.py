@@ -159,7 +159,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
                     group["lr"] = self.learning_rate * (1 - epoch / self.n_iter)
             perm = torch.randperm(n, generator=self._generator)
             for idx in perm.split(self.batch_size):
-                self._step(data[idx])
+                self._step(data.index_select(0, idx))
             if self.verbose:
                 print(f"[{type(self).__name__}] iteration {epoch + 1}/{self.n_iter}")
         self._sync_attributes()
@@ -210,8 +210,8 @@ class BernoulliRBM(_RBMEstimator):
     ``momentum``, ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero
     over the ``n_iter`` epochs, which settles the parameters), ``dtype``
     (``"float32"`` or ``"float64"``) and ``matmul_dtype`` (``"bfloat16"`` runs the
-    updates' matrix products in bfloat16 under autocast, several times faster on CPUs
-    with AMX; the parameters stay in ``dtype``).
+    updates' matrix products in bfloat16, several times faster on CPUs with AMX; the
+    parameters stay in ``dtype``).
     Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
     negative values are refused.
     """

@@ -186,3 +186,22 @@ def test_subspace_reconstruction_is_the_mean_field_visible_probability():
         on = (p[:, None, None] * h[:, :, None] * s).sum(0)
         want = torch.sigmoid(torch.einsum("ijk,jk->i", m.W, on) + m.b)
         torch.testing.assert_close(m.reconstruction(row[None])[0], want)
+
+
+def test_bernoulli_draws_match_their_probabilities_in_every_dtype():
+    """Frequencies are within 4 standard errors of p, for float32 uniforms and for the
+    16-bit uniforms used with bfloat16 probabilities (p = 0 and 1 stay exact)."""
+    from ebmlab.energies.boltzmann import bernoulli_draw
+
+    gen = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.0, 1e-3, 0.1, 0.3, 0.5, 0.77, 0.999, 1.0])
+    n = 200_000
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        probs = p.to(dtype).expand(n, -1).contiguous()
+        draws = bernoulli_draw(probs, gen)
+        assert draws.dtype == dtype and set(draws.unique().tolist()) <= {0.0, 1.0}
+        exact = probs[0].double()
+        freq = draws.double().mean(0)
+        stderr = (exact * (1 - exact) / n).sqrt()
+        assert ((freq - exact).abs() <= 4 * stderr + 2**-17).all(), (dtype, freq, exact)
+        assert freq[0] == 0 and freq[-1] == 1

@@ -25,16 +25,33 @@ from ebmlab.energies.base import EnergyModel
 
 def base_rate_logits(x: torch.Tensor) -> torch.Tensor:
     """Visible biases of the independent-unit model fitted to binary (or [0, 1]) rows
-    ``x``: the log-odds of the column means, clamped to [1e-3, 1 - 1e-3], in float64.
+    ``x``: the log-odds of the column means (summed in x's dtype, exact for 0/1 float32
+    rows), clamped to [1e-3, 1 - 1e-3], in float64.
     The usual starting biases of an RBM (Hinton's practical guide, section 8)."""
-    return torch.logit(x.double().mean(0).clamp(1e-3, 1 - 1e-3))
+    return torch.logit(x.mean(0).double().clamp(1e-3, 1 - 1e-3))
+
+
+def bernoulli_draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """0/1 draws with the given probabilities, in their dtype.
+
+    Float32 and float64 probabilities are compared with float32 (or float64) uniforms.
+    For 16-bit probabilities (bfloat16 products) the uniforms are (k + 1/2) / 2^16, four
+    cut from each 64-bit random word, a quarter of the generator's work: a draw's
+    probability is then p rounded to a multiple of 2^-16, an error of at most 2^-17,
+    below bfloat16's own rounding of any p above 2^-9.
+    """
+    out = torch.empty_like(probs)  # comparing into the output dtype skips a bool copy
+    if probs.dtype.itemsize == 2:
+        words = torch.empty((probs.numel() + 3) // 4, dtype=torch.int64)
+        words.random_(-(2**63), None, generator=generator)
+        k = words.view(torch.int16)[: probs.numel()].view(probs.shape)  # k - 2^15, uniform
+        return torch.lt(k, probs.float().mul_(2.0**16).sub_(2.0**15 + 0.5), out=out)
+    u = torch.rand(probs.shape, generator=generator, dtype=probs.dtype)
+    return torch.lt(u, probs, out=out)
 
 
 def _bernoulli(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    # uniforms of at least float32 precision, also under bfloat16 autocast
-    dtype = torch.promote_types(logits.dtype, torch.float32)
-    u = torch.rand(logits.shape, generator=generator, dtype=dtype)
-    return (u < torch.sigmoid(logits)).to(logits.dtype)
+    return bernoulli_draw(torch.sigmoid(logits), generator)
 
 
 class BoltzmannMachine(EnergyModel):
@@ -152,7 +169,13 @@ class BernoulliRBM(_RBM):
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        return _bernoulli(self.visible_logits(h), generator)
+        return self.sample_visible_from_logits(self.visible_logits(h), generator)
+
+    def sample_visible_from_logits(
+        self, logits: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """v ~ p(v | h) given the visible logits b + W h."""
+        return _bernoulli(logits, generator)
 
 
 class CategoricalRBM(BernoulliRBM):
@@ -174,14 +197,13 @@ class CategoricalRBM(BernoulliRBM):
     def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self._grouped(self.visible_logits(h)), 2).flatten(1)
 
-    def sample_visible(
-        self, h: torch.Tensor, generator: torch.Generator | None = None
+    def sample_visible_from_logits(
+        self, logits: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        probs = torch.softmax(self._grouped(self.visible_logits(h)), 2).reshape(
-            -1, self.n_categories
-        )
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        probs = torch.softmax(self._grouped(wide), 2).reshape(-1, self.n_categories)
         idx = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        return F.one_hot(idx, self.n_categories).to(probs.dtype).view(h.shape[0], -1)
+        return F.one_hot(idx, self.n_categories).to(logits.dtype).view(logits.shape[0], -1)
 
 
 class GaussianBernoulliRBM(_RBM):

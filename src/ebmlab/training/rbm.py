@@ -31,6 +31,7 @@ from ebmlab.energies.boltzmann import (
     SubspaceRBM,
     _bernoulli,
     base_rate_logits,
+    bernoulli_draw,
 )
 
 
@@ -52,9 +53,9 @@ class ContrastiveDivergence:
         n_chains: persistent chains (default: the first batch's size).
         sparsity_target, sparsity_cost: optional penalty pulling the mean hidden
             activation towards the target (Lee et al. 2008; Hinton's practical guide).
-        matmul_dtype: run the update under ``torch.autocast`` in this dtype
-            (``torch.bfloat16``: the matrix products use bfloat16 units, several times
-            faster on CPUs with AMX); parameters and gradients keep their own dtype.
+        matmul_dtype: do the matrix products in this dtype (``torch.bfloat16`` uses the
+            bfloat16 units, several times faster on CPUs with AMX); parameters,
+            gradients and the uniforms of every draw keep at least float32.
     """
 
     def __init__(
@@ -88,26 +89,6 @@ class ContrastiveDivergence:
         self.matmul_dtype = matmul_dtype
         self.chains: torch.Tensor | None = None
 
-    def negatives(
-        self, v: torch.Tensor, ph_data: torch.Tensor | None, generator: torch.Generator | None
-    ) -> torch.Tensor:
-        """Negative visible samples after k block-Gibbs steps, from the data (CD-k; given
-        p(h | v) of the positive phase, the first hidden step reuses it) or from persistent
-        chains (PCD)."""
-        rbm = self.rbm
-        if not self.persistent and ph_data is None:
-            return rbm.gibbs(v, self.k, generator).to(v.dtype)
-        if not self.persistent:
-            u = torch.rand(ph_data.shape, generator=generator, dtype=v.dtype)
-            h = u < ph_data
-            neg = rbm.sample_visible(h.to(ph_data.dtype), generator)
-            return rbm.gibbs(neg, self.k - 1, generator).to(v.dtype)
-        if self.chains is None:
-            n = self.n_chains or v.shape[0]
-            self.chains = v[torch.randint(v.shape[0], (n,), generator=generator)].clone()
-        self.chains = rbm.gibbs(self.chains, self.k, generator).to(v.dtype)
-        return self.chains
-
     def accumulate(
         self, v: torch.Tensor, generator: torch.Generator | None = None, *, stats: bool = False
     ) -> CDStats | None:
@@ -118,22 +99,37 @@ class ContrastiveDivergence:
         """
         rbm = self.rbm
         v = v.flatten(1).to(rbm.W.dtype)
-        low = self.matmul_dtype is not None
-        with torch.no_grad(), torch.autocast("cpu", self.matmul_dtype, enabled=low):
+        with torch.no_grad():
             ph_data = None
             if isinstance(rbm, BernoulliRBM):
-                ph_data = torch.sigmoid(rbm.hidden_logits(v))
-                v_neg = self.negatives(v, ph_data, generator)
-                self._closed_form_gradient(v, v_neg, ph_data)
+                ph_data, v_neg = self._closed_form_gradient(v, generator)
             else:
-                v_neg = self.negatives(v, None, generator)
-                self._free_energy_gradient(v, v_neg)
+                low = self.matmul_dtype is not None
+                with torch.autocast("cpu", self.matmul_dtype, enabled=low):
+                    v_neg = self._start(v, generator)
+                    v_neg = rbm.gibbs(v_neg, self.k, generator).to(v.dtype)
+                    self._keep(v_neg)
+                    self._free_energy_gradient(v, v_neg)
             if not stats:
                 return None
             # the positive phase's p(h | v) already holds half of a Bernoulli reconstruction
             recon = rbm.reconstruction(v) if ph_data is None else rbm.visible_mean(ph_data)
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
+
+    def _start(self, v: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Where the negative chains start: the data (CD) or the persistent chains (PCD),
+        which begin at random data rows."""
+        if not self.persistent:
+            return v
+        if self.chains is None:
+            n = self.n_chains or v.shape[0]
+            self.chains = v[torch.randint(v.shape[0], (n,), generator=generator)].clone()
+        return self.chains
+
+    def _keep(self, v_neg: torch.Tensor) -> None:
+        if self.persistent:
+            self.chains = v_neg
 
     def _free_energy_gradient(self, v: torch.Tensor, v_neg: torch.Tensor) -> None:
         params = [p for p in self.rbm.parameters() if p.requires_grad]
@@ -144,21 +140,70 @@ class ContrastiveDivergence:
             param.grad = grad.to(param.dtype)
 
     def _closed_form_gradient(
-        self, v: torch.Tensor, v_neg: torch.Tensor, ph_data: torch.Tensor
-    ) -> None:
+        self, v: torch.Tensor, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gradient of a binary-hidden RBM from its conditionals (eqs. 6.38, 6.39, 6.41).
+
+        W, b and c are cast to ``matmul_dtype`` once per update, so every product of
+        the k Gibbs steps runs on the low-precision units without further copies. The
+        last step's p(h | v_neg) is the negative hidden statistic, and a CD chain's
+        first hidden draw reuses the positive phase's p(h | v). Returns p(h | v) of the
+        data and the negatives.
+        """
         rbm = self.rbm
-        ph_neg = torch.sigmoid(rbm.hidden_logits(v_neg))
-        n_pos, n_neg = v.shape[0], v_neg.shape[0]
-        # both phases in one product: [v_neg; v]^T [ph_neg / n_neg; -ph_data / n_pos]
-        grad_w = torch.cat([v_neg, v]).T @ torch.cat([ph_neg / n_neg, ph_data / -n_pos])
-        grad_b = v_neg.mean(0) - v.mean(0)
-        grad_c = ph_neg.mean(0) - ph_data.mean(0)
+        dtype = self.matmul_dtype or v.dtype
+        W, b, c = (p.detach().to(dtype) for p in (rbm.W, rbm.b, rbm.c))
+
+        def hidden_probs(x: torch.Tensor) -> torch.Tensor:
+            return torch.sigmoid(torch.addmm(c, x.to(dtype), W))
+
+        ph_data = hidden_probs(v)
+        start = self._start(v, generator)
+        v_neg, ph_neg = start, ph_data if start is v else hidden_probs(start)
+        for _ in range(self.k):
+            h = bernoulli_draw(ph_neg, generator)
+            v_neg = rbm.sample_visible_from_logits(torch.addmm(b, h, W.T), generator)
+            ph_neg = hidden_probs(v_neg)
+        self._keep(v_neg.to(v.dtype))
+        grad_w, grad_b, grad_c = _phase_difference(v_neg, ph_neg, v, ph_data)
         if self.sparsity_target is not None and self.sparsity_cost:
-            excess = self.sparsity_cost * (ph_data.mean(0) - self.sparsity_target)
+            excess = self.sparsity_cost * (ph_data.mean(0, dtype=v.dtype) - self.sparsity_target)
             grad_c = grad_c + excess
             grad_w = grad_w + v.mean(0)[:, None] * excess[None, :]
         for param, grad in ((rbm.W, grad_w), (rbm.b, grad_b), (rbm.c, grad_c)):
-            param.grad = grad.to(param.dtype)
+            param.grad = grad.to(param.dtype).contiguous()
+        return ph_data.to(v.dtype), v_neg.to(v.dtype)
+
+
+def _phase_difference(
+    v_neg: torch.Tensor, ph_neg: torch.Tensor, v: torch.Tensor, ph_data: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """<v h^T>, <v> and <h> of the negatives minus those of the data (eq. 6.41), from
+    one matrix product in the dtype of ``ph_data``:
+
+        [v_neg^T  v^T]   [ph_neg / n_neg    1 / n_neg]   [dW   db]
+        [ 1 ...   1  ] @ [ph_data / -n_pos -1 / n_pos] = [dc^T  0]
+
+    The left factor is laid out contiguously and the right one padded with zero columns
+    to a multiple of 32, the shapes the matrix-product kernel runs fastest.
+    """
+    dtype = ph_data.dtype
+    n_neg, n_pos = v_neg.shape[0], v.shape[0]
+    n_visible, n_hidden = v.shape[1], ph_data.shape[1]
+    rows = torch.ones(n_neg + n_pos, n_visible + 1, dtype=dtype)
+    rows[:n_neg, :n_visible] = v_neg
+    rows[n_neg:, :n_visible] = v
+    right = torch.zeros(n_neg + n_pos, -(-(n_hidden + 1) // 32) * 32, dtype=dtype)
+    torch.div(ph_neg, n_neg, out=right[:n_neg, :n_hidden])
+    torch.div(ph_data, -n_pos, out=right[n_neg:, :n_hidden])
+    right[:n_neg, n_hidden] = 1 / n_neg
+    right[n_neg:, n_hidden] = -1 / n_pos
+    product = rows.T.contiguous() @ right
+    return (
+        product[:n_visible, :n_hidden],
+        product[:n_visible, n_hidden],
+        product[n_visible, :n_hidden],
+    )
 
 
 def classification_rbm_loss(
