@@ -18,7 +18,15 @@ from benchmarks.harness import Case, MetricCase
 from ebmlab.data import DataNotFoundError, load_dataset
 from ebmlab.sklearn import BernoulliRBM
 
-RECOMMENDED = {"k": 5, "momentum": 0.5, "lr_decay": True, "learning_rate": 0.1, "batch_size": 10}
+RECOMMENDED = {
+    "k": 1,
+    "n_chains": 100,
+    "centering": True,
+    "momentum": 0.9,
+    "learning_rate": 0.05,
+    "lr_decay": True,
+    "batch_size": 10,
+}
 MNIST_DIR = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "mnist"
 
 

@@ -79,6 +79,8 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
     """Training and scoring shared by the RBM estimators; subclasses build the energy
     (:meth:`_build`), validate inputs (:meth:`_check_X`) and give log Z."""
 
+    centering = False  # a parameter of the estimators whose model supports it
+
     def __init__(
         self,
         n_components: int = 256,
@@ -90,6 +92,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         random_state=None,
         k: int = 1,
         persistent: bool = True,
+        n_chains: int | None = None,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
         lr_decay: bool = False,
@@ -104,6 +107,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.k = k
         self.persistent = persistent
+        self.n_chains = n_chains
         self.momentum = momentum
         self.weight_decay = weight_decay
         self.lr_decay = lr_decay
@@ -124,7 +128,9 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
             self.rbm_,
             self.k,
             persistent=self.persistent,
+            n_chains=self.n_chains,
             matmul_dtype=None if self.matmul_dtype is None else torch.bfloat16,
+            centering=self.centering,
         )
         self._optimizer = torch.optim.SGD(
             self.rbm_.parameters(),
@@ -207,14 +213,46 @@ class BernoulliRBM(_RBMEstimator):
     Args mirror scikit-learn's: ``n_components`` hidden units, ``learning_rate``,
     ``batch_size``, ``n_iter`` epochs, ``verbose``, ``random_state``; and further
     ``k`` (Gibbs steps), ``persistent`` (PCD, scikit-learn's algorithm; False for CD-k),
-    ``momentum``, ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero
-    over the ``n_iter`` epochs, which settles the parameters), ``dtype``
-    (``"float32"`` or ``"float64"``) and ``matmul_dtype`` (``"bfloat16"`` runs the
-    updates' matrix products in bfloat16, several times faster on CPUs with AMX; the
-    parameters stay in ``dtype``).
+    ``n_chains`` (persistent chains; default one per batch row), ``momentum``,
+    ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero over the
+    ``n_iter`` epochs, which settles the parameters), ``dtype`` (``"float32"`` or
+    ``"float64"``), ``matmul_dtype`` (``"bfloat16"`` runs the updates' matrix products
+    in bfloat16, several times faster on CPUs with AMX; the parameters stay in
+    ``dtype``) and ``centering`` (the centred-RBM update of
+    :class:`~ebmlab.training.rbm.ContrastiveDivergence`).
     Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
     negative values are refused.
+
+    The defaults are scikit-learn's. For likelihood, ``k=1, n_chains=100,
+    centering=True, momentum=0.9, learning_rate=0.05, lr_decay=True`` is recommended.
     """
+
+    def __init__(
+        self,
+        n_components: int = 256,
+        *,
+        learning_rate: float = 0.1,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        verbose: int = 0,
+        random_state=None,
+        k: int = 1,
+        persistent: bool = True,
+        n_chains: int | None = None,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        lr_decay: bool = False,
+        dtype: str = "float32",
+        matmul_dtype: str | None = None,
+        centering: bool = False,
+    ) -> None:
+        super().__init__(
+            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
+            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
+            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
+            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype,
+        )  # fmt: skip
+        self.centering = centering
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
@@ -281,6 +319,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
         random_state=None,
         k: int = 1,
         persistent: bool = True,
+        n_chains: int | None = None,
         momentum: float = 0.0,
         weight_decay: float = 0.0,
         lr_decay: bool = False,
@@ -292,8 +331,8 @@ class GaussianBernoulliRBM(_RBMEstimator):
         super().__init__(
             n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
             verbose=verbose, random_state=random_state, k=k, persistent=persistent,
-            momentum=momentum, weight_decay=weight_decay, lr_decay=lr_decay, dtype=dtype,
-            matmul_dtype=matmul_dtype,
+            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
+            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype,
         )  # fmt: skip
         self.sigma = sigma
         self.learn_sigma = learn_sigma

@@ -56,6 +56,14 @@ class ContrastiveDivergence:
         matmul_dtype: do the matrix products in this dtype (``torch.bfloat16`` uses the
             bfloat16 units, several times faster on CPUs with AMX); parameters,
             gradients and the uniforms of every draw keep at least float32.
+        centering: descend along the gradient of the centred RBM (Montavon & Mueller
+            2012; Melchior, Fischer & Wiskott 2016), whose energy
+            -(v - mu)^T W (h - lam) - b'^T v - c'^T h describes the same model with
+            offsets mu and lam at the data means of v and p(h | v) (exponential averages
+            at ``centering_rate``). The offsets decouple the weight gradient from the
+            biases, a better-conditioned descent that reaches a higher likelihood in the
+            same number of updates; the model and its parameters W, b, c are unchanged.
+            Binary-hidden RBMs with binary or categorical visible units only.
     """
 
     def __init__(
@@ -68,6 +76,8 @@ class ContrastiveDivergence:
         sparsity_target: float | None = None,
         sparsity_cost: float = 0.0,
         matmul_dtype: torch.dtype | None = None,
+        centering: bool = False,
+        centering_rate: float = 0.01,
     ) -> None:
         self.rbm = rbm
         self.k = _checks.positive_int("k", k)
@@ -76,11 +86,16 @@ class ContrastiveDivergence:
         if sparsity_target is not None:
             _checks.probability("sparsity_target", sparsity_target)
         self.sparsity_target = sparsity_target
-        if sparsity_target is not None and not isinstance(rbm, BernoulliRBM):
-            raise ValueError(
-                "sparsity_target is supported for binary-hidden RBMs with "
-                "binary or categorical visible units only"
-            )
+        for name, used in (("sparsity_target", sparsity_target is not None),
+                           ("centering", centering)):  # fmt: skip
+            if used and not isinstance(rbm, BernoulliRBM):
+                raise ValueError(
+                    f"{name} is supported for binary-hidden RBMs with "
+                    "binary or categorical visible units only"
+                )
+        self.centering = centering
+        self.centering_rate = _checks.probability("centering_rate", centering_rate)
+        self.offsets: tuple[torch.Tensor, torch.Tensor] | None = None
         self.sparsity_cost = _checks.positive("sparsity_cost", sparsity_cost, allow_zero=True)
         if matmul_dtype not in (None, torch.bfloat16, torch.float16):
             raise ValueError(
@@ -170,9 +185,33 @@ class ContrastiveDivergence:
             excess = self.sparsity_cost * (ph_data.mean(0, dtype=v.dtype) - self.sparsity_target)
             grad_c = grad_c + excess
             grad_w = grad_w + v.mean(0)[:, None] * excess[None, :]
+        if self.centering:
+            grad_w, grad_b, grad_c = self._centred(grad_w, grad_b, grad_c, v, ph_data)
         for param, grad in ((rbm.W, grad_w), (rbm.b, grad_b), (rbm.c, grad_c)):
             param.grad = grad.to(param.dtype).contiguous()
         return ph_data.to(v.dtype), v_neg.to(v.dtype)
+
+    def _centred(
+        self,
+        grad_w: torch.Tensor,
+        grad_b: torch.Tensor,
+        grad_c: torch.Tensor,
+        v: torch.Tensor,
+        ph_data: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The centred update mapped back to W, b, c. With W = W', b = b' - W lam and
+        c = c' - W^T mu, a gradient step on (W', b', c') moves W by
+        dW' = dW - mu dc^T - db lam^T, b by db - dW' lam and c by dc - dW'^T mu."""
+        grad_w, grad_b, grad_c = (g.to(v.dtype) for g in (grad_w, grad_b, grad_c))
+        means = (v.mean(0), ph_data.mean(0, dtype=v.dtype))
+        if self.offsets is None:
+            self.offsets = means
+        else:
+            for offset, mean in zip(self.offsets, means, strict=True):
+                offset.lerp_(mean, self.centering_rate)
+        mu, lam = self.offsets
+        grad_w = grad_w - torch.outer(mu, grad_c) - torch.outer(grad_b, lam)
+        return grad_w, grad_b - grad_w @ lam, grad_c - grad_w.T @ mu
 
 
 def _phase_difference(

@@ -97,6 +97,7 @@ class RBMConfig:
     n_chains: int = 100
     sparsity_target: float = 0.0
     sparsity_cost: float = 0.0
+    centering: bool = False
     objective: str = "hybrid"
     alpha: float = 0.01
     pretrain_epochs: int = 0
@@ -256,6 +257,7 @@ class RBMTask(Task):
             n_chains=self.n_chains,
             sparsity_target=config.sparsity_target or None,
             sparsity_cost=config.sparsity_cost,
+            centering=config.centering,
         )
 
     @property
