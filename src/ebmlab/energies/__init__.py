@@ -27,7 +27,8 @@ from ebmlab.energies.boltzmann import (
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
-from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy, ConvNet
+from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy
+from ebmlab.energies.conv import ConvEnergy, ConvNet
 from ebmlab.energies.mlp import FeedForward, MLPEnergy
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "ClassConditionalEnergy",
     "ClassificationRBM",
     "ClassifierEnergy",
+    "ConvEnergy",
     "ConvNet",
     "DeepBeliefNetwork",
     "DeepBoltzmannMachine",

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyModel
-from ebmlab.energies.mlp import ACTIVATIONS, FeedForward
+from ebmlab.energies.mlp import FeedForward
 
 
 class ClassifierEnergy(EnergyModel):
@@ -97,43 +97,3 @@ class ClassConditionalEnergy(EnergyModel):
 
             return self.model.net.value_and_input_grad(x, head, self.model.grad_dtype)
         return super().energy_and_grad(x)
-
-
-class ConvNet(nn.Module):
-    """A small convolutional classifier for (B, 1, H, W) images (H, W divisible by 4).
-
-    Two blocks of two 3x3 convolutions with a smooth activation and 2x2 average
-    pooling, then a linear layer to K logits: enough for MNIST-scale data on a CPU.
-    """
-
-    def __init__(
-        self,
-        image_shape: tuple[int, int, int],
-        num_classes: int,
-        width: int = 32,
-        activation: str = "silu",
-    ):
-        super().__init__()
-        _checks.one_of("activation", activation, list(ACTIVATIONS))
-        c, h, w = image_shape
-        if h % 4 or w % 4:
-            raise ValueError(f"image height and width must be divisible by 4, got {h}x{w}")
-        act = ACTIVATIONS[activation]
-        self.image_shape = image_shape
-        self.features = nn.Sequential(
-            nn.Conv2d(c, width, 3, padding=1),
-            act(),
-            nn.Conv2d(width, width, 3, padding=1),
-            act(),
-            nn.AvgPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1),
-            act(),
-            nn.Conv2d(2 * width, 2 * width, 3, padding=1),
-            act(),
-            nn.AvgPool2d(2),
-        )
-        self.head = nn.Linear(2 * width * (h // 4) * (w // 4), num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.view(x.shape[0], *self.image_shape)
-        return self.head(self.features(x).flatten(1))
