@@ -14,6 +14,7 @@ def test_conv_energy_reads_images_and_rows_and_checks_its_shape():
     assert energy(x).shape == (5,)
     e, g = energy.energy_and_grad(x)
     e_ref, g_ref = _autograd_energy_and_grad(energy.energy, x)
+    torch.testing.assert_close(e, e_ref)
     torch.testing.assert_close(g, g_ref)
     assert g.shape == x.shape
     with pytest.raises(ValueError, match="divisible by 4"):
