@@ -142,6 +142,15 @@ class BernoulliRBM(_RBM):
     def __init__(self, n_visible: int, n_hidden: int, init_std: float = 0.01) -> None:
         super().__init__(n_visible, n_hidden, init_std)
 
+    @staticmethod
+    def from_parameters(W: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> BernoulliRBM:
+        """A Bernoulli RBM holding copies of W (D x M), b and c, detached, in W's dtype."""
+        rbm = BernoulliRBM(*W.shape).to(W.dtype)
+        with torch.no_grad():
+            for param, value in ((rbm.W, W), (rbm.b, b), (rbm.c, c)):
+                param.copy_(value)
+        return rbm
+
     def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(v, h) = -v^T W h - b^T v - c^T h (eq. 6.33)."""
         v = v.flatten(1)
@@ -391,12 +400,7 @@ class ClassificationRBM(EnergyModel):
     def label_rbm(self, y: int) -> BernoulliRBM:
         """The Bernoulli RBM over x with the label clamped to ``y`` (hidden biases
         c + U_y); its free energy is F(x, y) + d_y. A detached copy."""
-        rbm = BernoulliRBM(self.n_visible, self.n_hidden).to(self.W.dtype)
-        with torch.no_grad():
-            rbm.W.copy_(self.W)
-            rbm.b.copy_(self.b)
-            rbm.c.copy_(self.c + self.U[y])
-        return rbm
+        return BernoulliRBM.from_parameters(self.W, self.b, self.c + self.U[y])
 
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
         """Exact p(y | x) = softmax_y(-F(x, y))."""
@@ -493,12 +497,9 @@ class DeepBoltzmannMachine(EnergyModel):
         enumeration of the smaller side, AIS, RAISE, Bethe, TRW) applies. The copy is
         detached from this model's parameters.
         """
-        rbm = BernoulliRBM(self.n_visible + self.n_hidden2, self.n_hidden1).to(self.W1.dtype)
-        with torch.no_grad():
-            rbm.W.copy_(torch.cat([self.W1, self.W2.T], 0))
-            rbm.b.copy_(torch.cat([self.b, self.c2]))
-            rbm.c.copy_(self.c1)
-        return rbm
+        return BernoulliRBM.from_parameters(
+            torch.cat([self.W1, self.W2.T], 0), torch.cat([self.b, self.c2]), self.c1
+        )
 
     def mean_field(self, v: torch.Tensor, n_iter: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
         """Fixed point of mu1 = sigmoid(c1 + v W1 + W2 mu2), mu2 = sigmoid(c2 + mu1 W2)."""

@@ -127,8 +127,11 @@ class ContrastiveDivergence:
                     self._free_energy_gradient(v, v_neg)
             if not stats:
                 return None
+            v_neg = v_neg.to(v.dtype)
             # the positive phase's p(h | v) already holds half of a Bernoulli reconstruction
-            recon = rbm.reconstruction(v) if ph_data is None else rbm.visible_mean(ph_data)
+            recon = (
+                rbm.reconstruction(v) if ph_data is None else rbm.visible_mean(ph_data.to(v.dtype))
+            )
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
 
@@ -143,8 +146,9 @@ class ContrastiveDivergence:
         return self.chains
 
     def _keep(self, v_neg: torch.Tensor) -> None:
+        """Store the negatives as the persistent chains, in the model's dtype (PCD)."""
         if self.persistent:
-            self.chains = v_neg
+            self.chains = v_neg.to(self.rbm.W.dtype)
 
     def _free_energy_gradient(self, v: torch.Tensor, v_neg: torch.Tensor) -> None:
         params = [p for p in self.rbm.parameters() if p.requires_grad]
@@ -163,7 +167,7 @@ class ContrastiveDivergence:
         the k Gibbs steps runs on the low-precision units without further copies. The
         last step's p(h | v_neg) is the negative hidden statistic, and a CD chain's
         first hidden draw reuses the positive phase's p(h | v). Returns p(h | v) of the
-        data and the negatives.
+        data and the negatives, both in the products' dtype.
         """
         rbm = self.rbm
         dtype = self.matmul_dtype or v.dtype
@@ -179,7 +183,7 @@ class ContrastiveDivergence:
             h = bernoulli_draw(ph_neg, generator)
             v_neg = rbm.sample_visible_from_logits(torch.addmm(b, h, W.T), generator)
             ph_neg = hidden_probs(v_neg)
-        self._keep(v_neg.to(v.dtype))
+        self._keep(v_neg)
         grad_w, grad_b, grad_c = _phase_difference(v_neg, ph_neg, v, ph_data)
         if self.sparsity_target is not None and self.sparsity_cost:
             excess = self.sparsity_cost * (ph_data.mean(0, dtype=v.dtype) - self.sparsity_target)
@@ -189,7 +193,7 @@ class ContrastiveDivergence:
             grad_w, grad_b, grad_c = self._centred(grad_w, grad_b, grad_c, v, ph_data)
         for param, grad in ((rbm.W, grad_w), (rbm.b, grad_b), (rbm.c, grad_c)):
             param.grad = grad.to(param.dtype).contiguous()
-        return ph_data.to(v.dtype), v_neg.to(v.dtype)
+        return ph_data, v_neg
 
     def _centred(
         self,
