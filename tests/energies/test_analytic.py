@@ -56,6 +56,25 @@ def test_samples_have_the_moments_of_the_density(name):
     assert_mean_close(x**2, (w[:, None] * pts**2).sum(0) / w.sum(), what="second moment")
 
 
+def test_normalized_mixture_has_the_given_component_weights():
+    """log p(x) = log sum_k pi_k N(x; mu_k, Sigma_k), against scipy's normal densities."""
+    from scipy.stats import multivariate_normal
+
+    pi = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    means = torch.tensor([[-2.0, 0.0], [2.0, 1.0], [0.0, -3.0]], dtype=torch.float64)
+    covs = torch.stack(
+        [torch.eye(2) * 0.1, torch.tensor([[1.0, 0.3], [0.3, 0.5]]), torch.eye(2) * 4.0]
+    ).double()
+    mix = GaussianMixture.normalized(pi, means, covs)
+    x = torch.randn(50, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2
+    expected = sum(
+        float(p) * multivariate_normal(m.numpy(), c.numpy()).pdf(x.numpy())
+        for p, m, c in zip(pi, means, covs, strict=True)
+    )
+    torch.testing.assert_close(mix.log_prob(x), torch.from_numpy(expected).log())
+    torch.testing.assert_close(mix.mixture_weights(), pi)
+
+
 def test_gaussian_sample_covariance():
     g = correlated_gaussian()
     x = g.sample(200_000, torch.Generator().manual_seed(0))

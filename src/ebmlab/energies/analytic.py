@@ -144,6 +144,8 @@ class GaussianMixture(AnalyticEnergy):
         self.register_buffer("weights", weights / weights.sum())
         self.register_buffer("means", means)
         self.register_buffer("chol", chol)
+        eye = torch.eye(d, dtype=chol.dtype).expand_as(chol)
+        self.register_buffer("chol_inv", torch.linalg.solve_triangular(chol, eye, upper=False))
 
     @classmethod
     def isotropic(cls, means: torch.Tensor, std: float, weights: torch.Tensor | None = None):
@@ -154,12 +156,24 @@ class GaussianMixture(AnalyticEnergy):
         cov = torch.eye(d, dtype=means.dtype).expand(k, d, d) * std**2
         return cls(w, means, cov.contiguous())
 
+    @classmethod
+    def normalized(
+        cls, mixture_weights: torch.Tensor, means: torch.Tensor, covariances: torch.Tensor
+    ):
+        """The mixture sum_k pi_k N(mu_k, Sigma_k) with the given mixture weights pi_k
+        (the constructor's ``weights`` multiply unnormalised components instead)."""
+        covariances = _checks.tensor("covariances", covariances, ndim=3, floating=True)
+        half_logdet = 0.5 * torch.linalg.slogdet(covariances).logabsdet
+        weights = mixture_weights * torch.exp(half_logdet.max() - half_logdet)
+        return cls(weights, means, covariances)
+
     def _log_components(self, x: torch.Tensor) -> torch.Tensor:
-        diff = (x[:, None, :] - self.means[None]).unsqueeze(-1)  # (B, K, D, 1)
-        z = torch.linalg.solve_triangular(
-            self.chol.expand(x.shape[0], -1, -1, -1), diff, upper=False
-        )
-        return torch.log(self.weights) - 0.5 * (z.squeeze(-1) ** 2).sum(-1)
+        # z_k = L_k^{-1} x - L_k^{-1} mu_k for all k in one matrix product: (B, K, D)
+        k, d = self.means.shape
+        whiten = self.chol_inv.reshape(k * d, d)
+        offset = (self.chol_inv @ self.means.unsqueeze(-1)).reshape(k * d)
+        z = (x @ whiten.T - offset).reshape(x.shape[0], k, d)
+        return torch.log(self.weights) - 0.5 * (z**2).sum(-1)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         self._check_x(x)

@@ -14,7 +14,7 @@ from ebmlab.partition.exact import (
     exact_log_partition,
     rbm_log_partition,
 )
-from ebmlab.partition.quadrature import grid_points, quadrature_log_partition
+from ebmlab.partition.quadrature import grid_points, quadrature_log_partition, quadrature_sample
 from ebmlab.partition.variational import (
     bethe_log_partition,
     perturb_and_map_log_partition,
@@ -31,6 +31,7 @@ __all__ = [
     "grid_points",
     "perturb_and_map_log_partition",
     "quadrature_log_partition",
+    "quadrature_sample",
     "raise_",
     "rbm_ais",
     "rbm_exact_samples",
