@@ -1,11 +1,12 @@
 """Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching or NCE).
 
-The energy is an MLP; negatives come from persistent Langevin chains kept in a
-replay buffer (persistent CD, Tieleman 2008) and the loss is the CD surrogate of
-seed 001. Because the data are two-dimensional, log Z is computed by quadrature,
-so the run reports an exact test NLL next to the true density's (its entropy,
-the floor no model can beat), KL(true || model) on the grid, and the kernel MMD^2
-between long-run model samples and test data.
+The energy is an MLP trained by the chosen principle: the CD surrogate of seed 001
+with negatives from persistent Langevin chains kept in a replay buffer (PCD,
+Tieleman 2008) or from short runs started in noise (CD), exact, sliced or denoising
+score matching, or NCE. Because the data are two-dimensional, log Z is computed by
+quadrature, so the run reports an exact test NLL next to the true density's (its
+entropy, the floor no model can beat), KL(true || model) on the grid, and the kernel
+MMD^2 between model samples and test data.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class DensityConfig:
     method: str = "pcd"
     sigma: float = 0.1
     nce_noise_ratio: int = 4
-    nce_noise: str = "gaussian"
+    nce_noise: str = "kde"
 
     def __post_init__(self) -> None:
         _checks.one_of("data", self.data, list(TOYS))
@@ -256,7 +257,7 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
 register(
     Recipe(
         name="density",
-        help="learn a 2-D toy density by persistent contrastive divergence with Langevin negatives",
+        help="learn a 2-D toy density (PCD, CD, score matching or NCE), exact NLL by quadrature",
         config_cls=DensityConfig,
         build=build,
         evaluate=evaluate,
