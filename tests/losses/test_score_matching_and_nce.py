@@ -89,3 +89,28 @@ def test_nce_recovers_the_gaussian_and_its_log_partition_function():
     assert (model.log_s.exp() - DATA_STD).abs().max() < 0.06
     true_log_z = float(torch.log(model.log_s.detach().exp() * math.sqrt(2 * math.pi)).sum())
     assert abs(float(c.detach()) - true_log_z) < 0.05
+
+
+def test_contrastive_divergence_with_an_exact_sampler_reaches_the_maximum_likelihood_estimate():
+    """1-D Gaussian family: with exact model samples the CD surrogate's gradient is the
+    log-likelihood gradient, so training ends at the sample mean and the (biased) sample
+    standard deviation of the data."""
+    from ebmlab.losses import contrastive_divergence_loss
+
+    x = 1.5 + 0.7 * torch.randn(500, 1, generator=torch.Generator().manual_seed(3))
+    model = LearnableGaussian(1)
+    gen = torch.Generator().manual_seed(4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    steps = 1500
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1 / (1 + t / 50))
+    for _ in range(steps):
+        with torch.no_grad():  # exact samples of the current model
+            samples = model.mu + model.log_s.exp() * torch.randn(4096, 1, generator=gen)
+        loss, _ = contrastive_divergence_loss(model, x, samples)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    mu, s = float(model.mu.detach()), float(model.log_s.detach().exp())
+    assert abs(mu - float(x.mean())) < 0.005
+    assert abs(s - float(x.std(unbiased=False))) < 0.005

@@ -40,6 +40,6 @@ def contrastive_divergence_loss(
     metrics = {
         "energy_data": float(e_data.detach().mean()),
         "energy_sample": float(e_sample.detach().mean()),
-        "energy_gap": float((e_sample - e_data).detach().mean()),
+        "energy_gap": float(e_sample.detach().mean() - e_data.detach().mean()),
     }
     return loss, metrics
