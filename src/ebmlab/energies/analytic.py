@@ -144,8 +144,12 @@ class GaussianMixture(AnalyticEnergy):
         self.register_buffer("weights", weights / weights.sum())
         self.register_buffer("means", means)
         self.register_buffer("chol", chol)
+        # z_k = L_k^{-1} x - L_k^{-1} mu_k for all k in one product: the stacked L_k^{-1}
+        # (K*D, D) and the whitened means (K*D,)
         eye = torch.eye(d, dtype=chol.dtype).expand_as(chol)
-        self.register_buffer("chol_inv", torch.linalg.solve_triangular(chol, eye, upper=False))
+        chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+        self.register_buffer("whiten", chol_inv.reshape(k * d, d))
+        self.register_buffer("whitened_means", (chol_inv @ means.unsqueeze(-1)).reshape(k * d))
 
     @classmethod
     def isotropic(cls, means: torch.Tensor, std: float, weights: torch.Tensor | None = None):
@@ -168,11 +172,7 @@ class GaussianMixture(AnalyticEnergy):
         return cls(weights, means, covariances)
 
     def _log_components(self, x: torch.Tensor) -> torch.Tensor:
-        # z_k = L_k^{-1} x - L_k^{-1} mu_k for all k in one matrix product: (B, K, D)
-        k, d = self.means.shape
-        whiten = self.chol_inv.reshape(k * d, d)
-        offset = (self.chol_inv @ self.means.unsqueeze(-1)).reshape(k * d)
-        z = (x @ whiten.T - offset).reshape(x.shape[0], k, d)
+        z = (x @ self.whiten.T - self.whitened_means).reshape(x.shape[0], *self.means.shape)
         return torch.log(self.weights) - 0.5 * (z**2).sum(-1)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:

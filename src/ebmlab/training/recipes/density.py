@@ -94,7 +94,7 @@ def nce_noise(kind: str, train: torch.Tensor) -> GaussianMixture | DiagonalGauss
     n, d = points.shape
     bandwidth = std * n ** (-1 / (d + 4))
     means = torch.cat([points, mean[None]])
-    covariances = torch.diag_embed(torch.cat([bandwidth.expand(n, d), 2 * std[None]]) ** 2)
+    covariances = torch.diag_embed(torch.cat([bandwidth.expand(n, d), wide.std[None]]) ** 2)
     weights = torch.cat(
         [torch.full((n,), (1 - KDE_WIDE_WEIGHT) / n), torch.tensor([KDE_WIDE_WEIGHT])]
     )
@@ -230,16 +230,17 @@ def evaluate(
         run.path / "samples.png",
         bounds=task.toy.bounds,
     )
+    test_nll = task.nll(test, est.log_z)
     return {
         "data": task.config.data,
-        "test_nll": task.nll(test, est.log_z),
+        "test_nll": test_nll,
         "true_nll": true_nll,
-        "nll_gap": task.nll(test, est.log_z) - true_nll,
+        "nll_gap": test_nll - true_nll,
         "log_z": est.to_dict(),
         "kl_true_model": kl,
         "mmd2": mmd2(exact, test[:n_samples]),
         "mmd2_langevin": mmd2(samples, test[:n_samples]),
-        "mmd2_floor": mmd2(load_dataset(task.config.data, "val").x[:n_samples], test[:n_samples]),
+        "mmd2_floor": mmd2(task.val[:n_samples], test[:n_samples]),
     }
 
 
