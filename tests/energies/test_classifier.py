@@ -3,11 +3,12 @@ import torch
 
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
 from ebmlab.energies.base import _autograd_energy_and_grad
+from ebmlab.energies.mlp import REDUCED_PRECISION_MIN_WIDTH
 
 
-def model():
+def model(hidden=16):
     torch.manual_seed(0)
-    return ClassifierEnergy(FeedForward([6, 16, 16, 4], "silu"), 4)
+    return ClassifierEnergy(FeedForward([6, hidden, hidden, 4], "silu"), 4)
 
 
 def test_energies_match_the_seed_equations():
@@ -57,14 +58,20 @@ def test_validation():
 
 
 def test_reduced_precision_gradients_are_close():
-    m = model()
+    m = model(REDUCED_PRECISION_MIN_WIDTH)
     x = torch.randn(32, 6)
     e32, g32 = m.energy_and_grad(x)
     m.grad_dtype = torch.bfloat16
     e16, g16 = m.energy_and_grad(x)
     assert e16.dtype == torch.float32 and g16.dtype == torch.float32
+    assert not torch.equal(g16, g32)  # the wide middle product did run in bfloat16
     assert (e16 - e32).abs().max() < 0.05
     assert (g16 - g32).norm() / g32.norm() < 0.05
+    narrow = model(REDUCED_PRECISION_MIN_WIDTH - 1)
+    exact = narrow.energy_and_grad(x)
+    narrow.grad_dtype = torch.bfloat16
+    for a, b in zip(narrow.energy_and_grad(x), exact, strict=True):
+        torch.testing.assert_close(a, b)  # narrow layers keep full precision
     conv = ClassifierEnergy(ConvNet((1, 8, 8), 10, width=4), 10)
     conv.grad_dtype = torch.bfloat16
     _, g = conv.energy_and_grad(torch.randn(3, 64))
@@ -72,7 +79,7 @@ def test_reduced_precision_gradients_are_close():
 
 
 def test_reduced_precision_weights_follow_optimizer_steps():
-    m = model()
+    m = model(REDUCED_PRECISION_MIN_WIDTH)
     m.grad_dtype = torch.bfloat16
     x = torch.randn(4, 6)
     _, before = m.energy_and_grad(x)

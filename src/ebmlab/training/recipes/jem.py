@@ -13,9 +13,12 @@ Options that keep training stable: ``data_noise`` (Gaussian noise added to the
 data, JEM uses 0.03), ``energy_l2`` (penalises E^2 of data and samples),
 ``sampler_grad_clip`` (per-chain gradient norm bound in SGLD), ``clamp``
 (chains projected onto the data range, on by default: images live in a box) and
-smooth activations (SiLU by default). ``shift_augment`` translates training
-images by up to that many pixels. ``sampler_dtype="bfloat16"`` computes SGLD
-gradients in bfloat16 (several times faster on CPUs with bf16 matrix units).
+smooth activations (SiLU by default). ``shift_augment``, ``rotate_augment`` and
+``scale_augment`` move each training image by a random affine map (up to that many
+pixels, degrees and relative zoom); the augmented copies join the data in the
+cross-entropy only, so that p(x) still models the data rather than its augmentations.
+``sampler_dtype="bfloat16"`` computes SGLD gradients in bfloat16 (several times faster
+on CPUs with bf16 matrix units).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.data import PIXELS, apply_transform, load_dataset
+from ebmlab.data.augment import random_affine
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
 from ebmlab.evaluation import (
     accuracy,
@@ -68,7 +72,9 @@ class JEMConfig:
     clamp: bool = True
     sampler_dtype: str = "float32"
     data_noise: float = 0.03
-    shift_augment: int = 0
+    shift_augment: float = 0.0
+    rotate_augment: float = 0.0
+    scale_augment: float = 0.0
     energy_l2: float = 0.0
     gen_weight: float = 1.0
     max_energy: float = 1e4
@@ -88,27 +94,12 @@ class JEMConfig:
         _checks.probability("reinit_prob", self.reinit_prob)
         _checks.positive("sampler_grad_clip", self.sampler_grad_clip, allow_zero=True)
         _checks.positive("data_noise", self.data_noise, allow_zero=True)
-        _checks.positive_int("shift_augment", self.shift_augment, allow_zero=True)
+        _checks.positive("shift_augment", self.shift_augment, allow_zero=True)
+        _checks.positive("rotate_augment", self.rotate_augment, allow_zero=True)
+        _checks.probability("scale_augment", self.scale_augment)
         _checks.positive("energy_l2", self.energy_l2, allow_zero=True)
         _checks.positive("gen_weight", self.gen_weight, allow_zero=True)
         _checks.positive("max_energy", self.max_energy)
-
-
-def random_shift(
-    x: torch.Tensor,
-    image_shape: tuple[int, ...],
-    max_shift: int,
-    fill: float,
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """Translate each flat image by up to ``max_shift`` pixels per axis, filling with ``fill``."""
-    _, h, w = image_shape
-    n = x.shape[0]
-    padded = F.pad(x.view(n, h, w), (max_shift,) * 4, value=fill)
-    dy, dx = torch.randint(0, 2 * max_shift + 1, (2, n), generator=generator)
-    rows = (dy[:, None] + torch.arange(h))[:, :, None].expand(n, h, w)
-    cols = (dx[:, None] + torch.arange(w))[:, None, :].expand(n, h, w)
-    return padded[torch.arange(n)[:, None, None], rows, cols].reshape(n, h * w)
 
 
 MAX_EVAL_SAMPLES = 500  # chains run for the sample-quality metrics (and test images compared)
@@ -166,17 +157,30 @@ class JEMTask(BufferTask):
     ) -> StepResult:
         x, y = batch
         c = self.config
-        if c.shift_augment:
-            x = random_shift(
-                x, self.train.image_shape, c.shift_augment, self.train.value_range[0], generator
+        n = x.shape[0]
+        rows = [x]
+        if c.shift_augment or c.rotate_augment or c.scale_augment:
+            rows.append(
+                random_affine(
+                    x,
+                    self.train.image_shape,
+                    generator,
+                    shift=c.shift_augment,
+                    rotate=c.rotate_augment,
+                    scale=c.scale_augment,
+                    fill=self.train.value_range[0],
+                )
             )
         if c.data_noise:
-            x = x + c.data_noise * torch.randn(x.shape, generator=generator)
-        logits = self.model.logits(x)
+            rows = [r + c.data_noise * torch.randn(r.shape, generator=generator) for r in rows]
+        x_neg = self.negatives(n, generator)
+        # One forward pass: data, its augmented copy (classifier only), then the samples.
+        out = self.model.logits(torch.cat([*rows, x_neg]))
+        logits = out[: len(rows) * n]
+        y = y.repeat(len(rows))
         ce = F.cross_entropy(logits, y)
-        x_neg = self.negatives(x.shape[0], generator)
-        e_data = -torch.logsumexp(logits, 1)
-        e_neg = self.model.energy(x_neg)
+        e_data = -torch.logsumexp(out[:n], 1)
+        e_neg = -torch.logsumexp(out[-n:], 1)
         magnitude = float(torch.maximum(e_data.detach().abs().max(), e_neg.detach().abs().max()))
         if magnitude > c.max_energy:
             raise DivergenceError(
