@@ -96,6 +96,10 @@ def ebmlab_epoch(sampler_dtype: str = "float32") -> None:
         step_size=ALPHA,
         noise=SIGMA,
         data_noise=0.0,
+        shift_augment=0.0,
+        rotate_augment=0.0,
+        scale_augment=0.0,
+        energy_l2=0.0,
         clamp=False,
         sampler_dtype=sampler_dtype,
     )
