@@ -43,7 +43,14 @@ def test_run_reports_info_and_clamps():
     g = DiagonalGaussian(torch.zeros(2), torch.ones(2))
     run = Langevin(0.5, clamp=(-0.5, 0.5), grad_clip=0.1).run(g, torch.zeros(8, 2), 10, burn_in=5)
     assert run.samples.abs().max() <= 0.5
-    assert run.info["n_grad_evals"] == 8 * 16 and run.info["acceptance_rate"] == 1.0
+    # one gradient per step: the final state's is left to a later step
+    assert run.info["n_grad_evals"] == 8 * 15 and run.info["acceptance_rate"] == 1.0
+    assert run.final.energy is None
+    evaluated = run.final.evaluated(g)
+    e, grad = g.energy_and_grad(run.final.x)
+    torch.testing.assert_close(evaluated.energy, e)
+    torch.testing.assert_close(evaluated.grad, grad)
+    assert evaluated.n_grad_evals == 16 and evaluated.evaluated(g) is evaluated
 
 
 def test_module_parameters_untracked_during_sampling_and_restored():

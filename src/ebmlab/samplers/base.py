@@ -1,9 +1,10 @@
 """The sampler interface: ``init`` / ``step`` on an explicit, immutable state.
 
 A sampler draws x ~ exp(-E(x)) / Z for any energy callable ``x -> (B,)``; each
-batch row is an independent chain. ``init(x0, energy)`` evaluates the energy and
-its gradient once and caches them in the state; ``step(state, energy, generator)``
-returns the next state. ``sample`` and ``run`` loop over steps, and while they
+batch row is an independent chain. ``init(x0, energy)`` makes the first state, which
+caches the energy and gradient at x0 (Langevin leaves them to its first step: see
+:meth:`SamplerState.evaluated`); ``step(state, energy, generator)`` returns the next
+state. ``sample`` and ``run`` loop over steps, and while they
 run the parameters of an ``nn.Module`` energy are excluded from autograd (no
 parameter gradients are built), then restored.
 """
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn
+from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn, energy_and_grad
 
 S = TypeVar("S", bound="SamplerState")
 
@@ -33,11 +34,13 @@ class SamplerState:
     ``accepted`` counts accepted proposals per chain, ``divergent`` counts
     divergent trajectories per chain (Hamiltonian samplers); ``n_grad_evals``
     counts gradient evaluations per chain; ``t`` is the number of steps taken.
-    ``grad`` is ``None`` for samplers that never use it.
+    ``grad`` is ``None`` for samplers that never use it. ``energy`` and ``grad`` are
+    both ``None`` while they are left for later: a Langevin step needs the gradient at
+    its start only, so it evaluates it there and n steps cost n gradients, not n + 1.
     """
 
     x: torch.Tensor
-    energy: torch.Tensor
+    energy: torch.Tensor | None
     grad: torch.Tensor | None
     accepted: torch.Tensor
     divergent: torch.Tensor
@@ -46,7 +49,11 @@ class SamplerState:
 
     @classmethod
     def start(
-        cls, x: torch.Tensor, energy: torch.Tensor, grad: torch.Tensor | None, n_grad_evals: int
+        cls,
+        x: torch.Tensor,
+        energy: torch.Tensor | None,
+        grad: torch.Tensor | None,
+        n_grad_evals: int,
     ) -> SamplerState:
         """A fresh state at ``x`` with zero counts."""
         zeros = torch.zeros(x.shape[0], dtype=torch.long)
@@ -54,6 +61,14 @@ class SamplerState:
 
     def replace(self: S, **changes: Any) -> S:
         return dataclasses.replace(self, **changes)
+
+    def evaluated(self: S, energy: EnergyFn) -> S:
+        """This state with its energy and gradient at ``x`` filled in if they were left
+        for later (one gradient evaluation), else the state itself."""
+        if self.energy is not None:
+            return self
+        e, g = energy_and_grad(energy, self.x)
+        return self.replace(energy=e, grad=g, n_grad_evals=self.n_grad_evals + 1)
 
 
 @dataclass

@@ -11,7 +11,9 @@ step size alpha from the noise scale sigma, written there for f = -E:
 
 Give ``noise_scale`` to use that form; leave it ``None`` for ULA
 (sigma = sqrt(2 alpha)). Optional per-chain gradient-norm clipping and box
-clamping keep short-run chains of a young model in the data range.
+clamping keep short-run chains of a young model in the data range. A step needs the
+gradient at its start only, so states leave energy and gradient for the next step
+to evaluate: n steps cost n gradient evaluations.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyFn, energy_and_grad
+from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import Sampler, SamplerState, per_chain
 
 
@@ -71,12 +73,12 @@ class Langevin(Sampler[SamplerState]):
         x = x0.detach().clone()
         if self.clamp is not None:
             x = x.clamp(*self.clamp)
-        e, g = energy_and_grad(energy, x)
-        return SamplerState.start(x, e, g, n_grad_evals=1)
+        return SamplerState.start(x, None, None, n_grad_evals=0)
 
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
+        state = state.evaluated(energy)
         factor = 1.0 if self.schedule is None else float(self.schedule(state.t))
         h = per_chain(self.step_size * factor, state.x)
         sigma = (2 * h) ** 0.5 if self.noise_scale is None else self.noise_scale
@@ -85,12 +87,6 @@ class Langevin(Sampler[SamplerState]):
         x = state.x - h * g + sigma * noise
         if self.clamp is not None:
             x = x.clamp(*self.clamp)
-        e, g_new = energy_and_grad(energy, x)
         return state.replace(
-            x=x,
-            energy=e,
-            grad=g_new,
-            accepted=state.accepted + 1,
-            n_grad_evals=state.n_grad_evals + 1,
-            t=state.t + 1,
+            x=x, energy=None, grad=None, accepted=state.accepted + 1, t=state.t + 1
         )

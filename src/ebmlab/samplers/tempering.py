@@ -84,7 +84,7 @@ class ParallelTempering(Sampler[TemperingState]):
     def _cold(self, replicas: SamplerState, n: int) -> dict:
         return {
             "x": replicas.x[:n],
-            "energy": replicas.energy[:n],
+            "energy": None if replicas.energy is None else replicas.energy[:n],
             "grad": None if replicas.grad is None else replicas.grad[:n],
         }
 
@@ -113,7 +113,14 @@ class ParallelTempering(Sampler[TemperingState]):
         swaps_acc, swaps_prop = state.swaps_accepted.clone(), state.swaps_proposed.clone()
         if (state.t + 1) % self.swap_every == 0:
             replicas, accepted_cold, swaps_acc, swaps_prop = self._swap(
-                replicas, beta_rows, n, k, state.t, generator, swaps_acc, swaps_prop
+                replicas.evaluated(tempered),
+                beta_rows,
+                n,
+                k,
+                state.t,
+                generator,
+                swaps_acc,
+                swaps_prop,
             )
         return state.replace(
             **self._cold(replicas, n),
