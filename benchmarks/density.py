@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import os
 import sys
 import tempfile
@@ -47,13 +46,9 @@ def train_and_evaluate(
     torch.set_num_threads(1)
     recipe = get_recipe("density")
     settings = {**recipe.trainer_defaults, **SETTINGS[method], **(overrides or {})}
-    recipe_keys = {f.name for f in dataclasses.fields(DensityConfig)}
-    config = DensityConfig(
-        data=data, method=method, **{k: v for k, v in settings.items() if k in recipe_keys}
-    )
-    trainer = TrainerConfig(
-        **{k: v for k, v in settings.items() if k not in recipe_keys}, progress=False
-    )
+    config_settings, trainer_settings = recipe.split_settings(settings)
+    config = DensityConfig(data=data, method=method, **config_settings)
+    trainer = TrainerConfig(**trainer_settings, progress=False)
     setup = recipe.build(config, trainer)
     model = setup.task.model
     rows = [0]

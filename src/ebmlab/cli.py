@@ -120,22 +120,6 @@ def _build_parser() -> _Parser:
     return parser
 
 
-def _split_settings(
-    recipe: Recipe, settings: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    recipe_keys = {f.name for f in dataclasses.fields(recipe.config_cls)}
-    trainer_keys = {f.name for f in dataclasses.fields(TrainerConfig)}
-    unknown = set(settings) - recipe_keys - trainer_keys
-    if unknown:
-        raise ValueError(
-            f"unknown setting(s) for recipe {recipe.name!r}: {', '.join(sorted(unknown))}"
-        )
-    return (
-        {k: v for k, v in settings.items() if k in recipe_keys},
-        {k: v for k, v in settings.items() if k in trainer_keys},
-    )
-
-
 def _configs(
     recipe: Recipe, args: argparse.Namespace, run: RunDirectory
 ) -> tuple[Any, TrainerConfig]:
@@ -164,7 +148,7 @@ def _configs(
         if k not in ("command", "recipe", "out", "config", "resume", "nproc", "argv")
     }
     settings.update(flags)
-    recipe_settings, trainer_settings = _split_settings(recipe, settings)
+    recipe_settings, trainer_settings = recipe.split_settings(settings)
     for key, value in list(recipe_settings.items()):
         if isinstance(value, list):
             recipe_settings[key] = tuple(value)

@@ -7,6 +7,7 @@ change to the command-line dispatcher.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -71,6 +72,21 @@ class Recipe:
     sample: Callable[..., Any] | None = None
     log_partition: Callable[..., Any] | None = None
     trainer_defaults: dict[str, Any] = field(default_factory=dict)
+
+    def split_settings(self, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One flat dict of settings as (recipe config settings, trainer settings);
+        a name that is neither is a ``ValueError``."""
+        recipe_keys = {f.name for f in dataclasses.fields(self.config_cls)}
+        trainer_keys = {f.name for f in dataclasses.fields(TrainerConfig)}
+        unknown = set(settings) - recipe_keys - trainer_keys
+        if unknown:
+            raise ValueError(
+                f"unknown setting(s) for recipe {self.name!r}: {', '.join(sorted(unknown))}"
+            )
+        return (
+            {k: v for k, v in settings.items() if k in recipe_keys},
+            {k: v for k, v in settings.items() if k in trainer_keys},
+        )
 
 
 _REGISTRY: dict[str, Recipe] = {}
