@@ -1,9 +1,8 @@
 import pytest
 import torch
 
-from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
+from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, mlp
 from ebmlab.energies.base import _autograd_energy_and_grad
-from ebmlab.energies.mlp import REDUCED_PRECISION_MIN_WIDTH
 
 
 def model(hidden=16):
@@ -57,29 +56,42 @@ def test_validation():
         ConvNet((1, 6, 6), 10)
 
 
-def test_reduced_precision_gradients_are_close():
-    m = model(REDUCED_PRECISION_MIN_WIDTH)
+@pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed", "plain"])
+def test_reduced_precision_gradients_are_close(packed, monkeypatch):
+    monkeypatch.setattr(mlp, "_PACKED_BF16", packed and mlp._PACKED_BF16)
+    m = model(64)
     x = torch.randn(32, 6)
     e32, g32 = m.energy_and_grad(x)
     m.grad_dtype = torch.bfloat16
     e16, g16 = m.energy_and_grad(x)
     assert e16.dtype == torch.float32 and g16.dtype == torch.float32
-    assert not torch.equal(g16, g32)  # the wide middle product did run in bfloat16
+    assert not torch.equal(g16, g32)  # the layers did run in bfloat16
     assert (e16 - e32).abs().max() < 0.05
     assert (g16 - g32).norm() / g32.norm() < 0.05
-    narrow = model(REDUCED_PRECISION_MIN_WIDTH - 1)
-    exact = narrow.energy_and_grad(x)
-    narrow.grad_dtype = torch.bfloat16
-    for a, b in zip(narrow.energy_and_grad(x), exact, strict=True):
-        torch.testing.assert_close(a, b)  # narrow layers keep full precision
     conv = ClassifierEnergy(ConvNet((1, 8, 8), 10, width=4), 10)
     conv.grad_dtype = torch.bfloat16
     _, g = conv.energy_and_grad(torch.randn(3, 64))
     assert g.dtype == torch.float32
 
 
+def test_large_batches_go_through_in_cache_blocks_with_the_same_result(monkeypatch):
+    m = model(32)
+    x = torch.randn(300, 6)
+    whole = m.energy_and_grad(x)
+    monkeypatch.setattr(mlp, "CACHE_BLOCK_BYTES", 32 * 4 * 100)  # blocks of MIN_BLOCK_ROWS
+    calls = []
+    fused_pass = m.net._fused_pass
+    monkeypatch.setattr(
+        m.net, "_fused_pass", lambda h, *a: calls.append(len(h)) or fused_pass(h, *a)
+    )
+    blocked = m.energy_and_grad(x)
+    assert calls == [128, 128, 44]
+    for a, b in zip(blocked, whole, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_reduced_precision_weights_follow_optimizer_steps():
-    m = model(REDUCED_PRECISION_MIN_WIDTH)
+    m = model(64)
     m.grad_dtype = torch.bfloat16
     x = torch.randn(4, 6)
     _, before = m.energy_and_grad(x)
