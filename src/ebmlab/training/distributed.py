@@ -39,8 +39,10 @@ def init() -> None:
 
 
 def shutdown() -> None:
-    """Leave the process group if one was joined."""
+    """Leave the process group if one was joined, all ranks together: a rank that tore
+    its connections down while another still used them could abort the other at exit."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
