@@ -107,6 +107,7 @@ class FeedForward(nn.Module):
             _checks.positive_int("layer width", width)
         self.activation = activation
         self.spectral_norm = spectral_norm
+        self._widest = max(sizes)  # sets the fused pass's block of rows
         self._fused_cache: dict[torch.dtype, tuple] = {}
         layers: list[nn.Module] = []
         for i, (a, b) in enumerate(itertools.pairwise(sizes)):
@@ -150,8 +151,7 @@ class FeedForward(nn.Module):
         dtype = dtype or x.dtype
         layers = self._fused_layers(dtype)
         flat = x.flatten(1).to(dtype)
-        widest = max(flat.shape[1], *(len(layer.bias) for layer in layers))
-        rows = max(MIN_BLOCK_ROWS, CACHE_BLOCK_BYTES // (widest * flat.element_size()))
+        rows = max(MIN_BLOCK_ROWS, CACHE_BLOCK_BYTES // (self._widest * flat.element_size()))
         with torch.no_grad():
             if len(flat) <= rows:
                 e, g = self._fused_pass(flat, layers, head, x.dtype)
