@@ -24,6 +24,40 @@ def test_energies_match_the_seed_equations():
     assert torch.equal(m.predict(x), logits.argmax(1))
 
 
+def test_calibrate_recovers_the_inverse_temperature_of_the_labels():
+    # Labels drawn from softmax(2.5 NN(x)): the NLL-minimising beta is 2.5 up to sampling
+    # noise, predictions and energies do not change, and NLL is larger on either side.
+    torch.manual_seed(0)
+    m = ClassifierEnergy(torch.nn.Linear(6, 4), 4)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(20000, 6, generator=gen)
+    with torch.no_grad():
+        y = torch.multinomial(torch.softmax(2.5 * m.logits(x), 1), 1, generator=gen).squeeze(1)
+        energy, labels = m.energy(x), m.predict(x)
+    beta = m.calibrate(x, y)
+    assert beta == pytest.approx(2.5, rel=0.05)
+    assert float(m.beta) == beta and "beta" in m.state_dict()
+    assert torch.equal(m.predict(x), labels) and torch.equal(m.energy(x), energy)
+
+    def nll(b):
+        return float(torch.nn.functional.cross_entropy(b * m.logits(x), y))
+
+    with torch.no_grad():
+        torch.testing.assert_close(m.predict_proba(x), torch.softmax(beta * m.logits(x), 1))
+        assert nll(beta) < min(nll(0.95 * beta), nll(1.05 * beta))
+
+
+def test_calibrate_rejects_bad_labels():
+    m = model()
+    x = torch.randn(5, 6)
+    with pytest.raises(ValueError, match="y must have shape"):
+        m.calibrate(x, torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"class indices in \[0, 4\)"):
+        m.calibrate(x, torch.tensor([0, 1, 2, 3, 4]))
+    with pytest.raises(ValueError, match="non-empty batch"):
+        m.calibrate(torch.zeros(0, 6), torch.zeros(0, dtype=torch.long))
+
+
 def test_fused_gradients_equal_autograd_for_marginal_and_conditional():
     m = model()
     x = torch.randn(7, 6)

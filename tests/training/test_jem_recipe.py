@@ -41,6 +41,8 @@ def test_training_writes_the_run_directory(jem_run):
     records = [json.loads(line) for line in (jem_run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]
     assert {"ce", "gen", "energy_data", "energy_sample", "sample_out_of_range"} <= set(train[0])
+    val = [r for r in records if r["split"] == "val"]
+    assert len(val) == 2 and all({"val_error", "val_nll", "beta"} <= set(r) for r in val)
 
 
 def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
@@ -50,6 +52,7 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
     assert main(["evaluate", str(jem_run), "--ood-data", str(ood)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert 0 <= result["test_error"] <= 1 and 0 <= result["ece"] <= 1
+    assert 0 <= result["ece_at_beta_1"] <= 1 and result["beta"] > 0
     assert set(result["ood_auroc"]) == {
         "uniform_noise",
         "permuted",
