@@ -11,7 +11,7 @@ from torch import nn
 
 from benchmarks.harness import Case, MetricCase
 from ebmlab.energies import DiagonalGaussian, Gaussian, MLPEnergy
-from ebmlab.samplers import HMC, MALA, AdaptiveHMC, Langevin
+from ebmlab.samplers import HMC, MALA, NUTS, AdaptiveHMC, Langevin
 from ebmlab.samplers.diagnostics import effective_sample_size
 
 LANGEVIN_STEPS = 20
@@ -84,13 +84,10 @@ def cases() -> list[Case | MetricCase]:
     gen = torch.Generator().manual_seed(0)
     ill = DiagonalGaussian(torch.zeros(100), torch.logspace(-2, 0, 100))
 
-    def ess_per_grad_and_second():
-        ours = ess_efficiency(AdaptiveHMC(), ill, 1000, 300, 300)
-        # plain MALA needs a step below the smallest scale (0.01^2) to accept at all
-        theirs = ess_efficiency(MALA(1.5e-4), ill, 1000, 300, 300)
-        return ours, theirs
-
-    ours, theirs = ess_per_grad_and_second()
+    adaptive = ess_efficiency(AdaptiveHMC(), ill, 1000, 300, 300)
+    nuts = ess_efficiency(NUTS(), ill, 1000, 300, 300)
+    # plain MALA needs a step below the smallest scale (0.01^2) to accept at all
+    mala = ess_efficiency(MALA(1.5e-4), ill, 1000, 300, 300)
     return [
         Case(
             what=f"Langevin, MLP 64-256-256-1 SiLU, 1024 chains, {LANGEVIN_STEPS} steps",
@@ -110,16 +107,16 @@ def cases() -> list[Case | MetricCase]:
             anchor=lambda: hand_written_hmc(gauss, x_gauss, HMC_STEPS, 0.2, LEAPFROG, gen),
             anchor_name="hand-written autograd HMC",
         ),
-        MetricCase(
-            what="100-d Gaussian, sd 0.01..1, 1000 chains: min ESS / 1000 gradients (AdaptiveHMC)",
-            run=lambda: (ours[0], theirs[0]),
-            anchor_name="MALA (step 1.5e-4)",
-            unit="ESS/1k grads",
-        ),
-        MetricCase(
-            what="100-d Gaussian, sd 0.01..1, 1000 chains: min ESS / second (AdaptiveHMC)",
-            run=lambda: (ours[1], theirs[1]),
-            anchor_name="MALA (step 1.5e-4)",
-            unit="ESS/s",
-        ),
+        *[
+            MetricCase(
+                what=f"100-d Gaussian, sd 0.01..1, 1000 chains: min {measure} ({name})",
+                run=lambda ours=ours, i=i: (ours[i], mala[i]),
+                anchor_name="MALA (step 1.5e-4)",
+                unit=unit,
+            )
+            for name, ours in (("AdaptiveHMC", adaptive), ("NUTS", nuts))
+            for i, (measure, unit) in enumerate(
+                [("ESS / 1000 gradients", "ESS/1k grads"), ("ESS / second", "ESS/s")]
+            )
+        ],
     ]

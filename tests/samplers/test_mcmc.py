@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ebmlab.energies import DiagonalGaussian, Gaussian, energy_and_grad
-from ebmlab.samplers import HMC, MALA, AdaptiveHMC, MetropolisHastings
+from ebmlab.samplers import HMC, MALA, NUTS, AdaptiveHMC, MetropolisHastings
 from ebmlab.samplers.diagnostics import effective_sample_size
 from ebmlab.samplers.hmc import leapfrog
 from ebmlab.testing import assert_mean_close
@@ -21,6 +21,7 @@ SAMPLERS = {
     "mala": lambda: MALA(0.15),
     "hmc": lambda: HMC(0.25, 8),
     "adaptive_hmc": lambda: AdaptiveHMC(),
+    "nuts": lambda: NUTS(),
     "metropolis": lambda: MetropolisHastings(1.0),
 }
 
@@ -78,7 +79,7 @@ def test_leapfrog_is_reversible():
     torch.testing.assert_close(-p2, p, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["mala", "hmc", "adaptive_hmc"])
+@pytest.mark.parametrize("name", ["mala", "hmc", "adaptive_hmc", "nuts"])
 def test_cached_gradient_equals_autograd(name):
     sampler = SAMPLERS[name]()
     run = sampler.run(target(), torch.randn(8, 2), 5, burn_in=5, generator=0)
@@ -119,9 +120,39 @@ def test_adaptive_hmc_learns_the_scales_of_an_ill_conditioned_gaussian():
     assert run.final.trajectory_length > run.final.step_size
 
 
+def test_nuts_doubles_until_the_trajectory_turns():
+    # On N(0, I) with step 0.1 a trajectory turns back after about pi / 0.1 = 31 steps:
+    # trees stop well before the depth limit, and a depth limit of 3 gives 7 steps each.
+    std = DiagonalGaussian(torch.zeros(2), torch.ones(2))
+    x0 = torch.randn(32, 2, generator=torch.Generator().manual_seed(0))
+    run = NUTS(0.1, adapt_mass=False).run(std, x0, 20, generator=0)
+    per_step = (run.info["n_grad_evals"] / 32 - 1) / 20
+    assert 15 <= per_step <= 127
+    capped = NUTS(0.1, max_depth=3).run(std, x0, 20, generator=0)
+    assert capped.info["n_grad_evals"] == 32 * (1 + 20 * 7)
+    assert capped.info["acceptance_rate"] > 0.9 and capped.info["n_divergent"] == 0
+
+
+def test_nuts_catches_u_turns_of_near_periodic_trajectories():
+    # With step 0.81 on an isotropic Gaussian every coordinate has the same period of
+    # 7.5 leapfrog steps; the checks across joined halves stop every chain by depth 4,
+    # where the whole-stretch criterion alone lets some chains run to the depth limit.
+    std = DiagonalGaussian(torch.zeros(100), torch.ones(100))
+    x0 = torch.randn(200, 100, generator=torch.Generator().manual_seed(0))
+    run = NUTS(0.81, max_depth=8).run(std, x0, 10, generator=0)
+    assert (run.info["n_grad_evals"] / 200 - 1) / 10 <= 15
+
+
+def test_nuts_stops_at_divergences_and_keeps_the_chains_finite():
+    x0 = target().sample(16, torch.Generator().manual_seed(0))
+    run = NUTS(50.0).run(target(), x0, 5, generator=0)
+    assert run.info["n_divergent"] > 0 and torch.isfinite(run.final.x).all()
+    assert run.info["n_grad_evals"] < 16 * (1 + 5 * 7)
+
+
 def test_samplers_work_on_image_shaped_events():
     energy = lambda x: 0.5 * (x**2).flatten(1).sum(1)  # noqa: E731
-    for sampler in (MALA(0.1), HMC(0.1, 3), MetropolisHastings(0.3), AdaptiveHMC()):
+    for sampler in (MALA(0.1), HMC(0.1, 3), MetropolisHastings(0.3), AdaptiveHMC(), NUTS()):
         out = sampler.sample(energy, torch.zeros(5, 1, 4, 4), 3, burn_in=2)
         assert out.shape == (5, 1, 4, 4)
 
@@ -135,3 +166,5 @@ def test_validation():
         MetropolisHastings(-1.0)
     with pytest.raises(TypeError, match="n_leapfrog must be an integer"):
         HMC(0.1, n_leapfrog=2.5)
+    with pytest.raises(ValueError, match="max_depth must be"):
+        NUTS(max_depth=0)

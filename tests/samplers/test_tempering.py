@@ -3,7 +3,7 @@ import torch
 
 from ebmlab.data.toys import EightGaussians
 from ebmlab.energies import DiagonalGaussian
-from ebmlab.samplers import MALA, Langevin, ParallelTempering, anneal
+from ebmlab.samplers import MALA, NUTS, AdaptiveHMC, Langevin, ParallelTempering, anneal
 
 
 def mode_weights(toy, x):
@@ -26,6 +26,23 @@ def test_parallel_tempering_finds_all_eight_modes_where_langevin_cannot():
 
     single = Langevin(0.01).sample(energy, x0, 1500, burn_in=500, thin=5, generator=0)
     assert (mode_weights(toy, single) - 1 / 8).abs().max() > 0.1
+
+
+def test_nuts_as_the_base_kernel_balances_two_separated_modes():
+    toy = EightGaussians(std=0.1)
+
+    def energy(x):  # two opposite modes of the ring, 4 apart: ~800 nats of barrier
+        return -torch.logaddexp(toy.log_prob(x), toy.log_prob(-x))
+
+    x0 = torch.tensor([2.0, 0.0]).repeat(64, 1)
+    nuts = NUTS(0.05, max_depth=5)
+    pt = ParallelTempering(nuts, ParallelTempering.geometric_ladder(8, 0.002))
+    traj = pt.sample(energy, x0, 150, burn_in=50, thin=5, generator=0)
+    assert abs(float((traj[..., 0] > 0).double().mean()) - 0.5) < 0.1
+    single = nuts.sample(energy, x0, 150, thin=5, generator=0)
+    assert bool((single[..., 0] > 0).all())
+    with pytest.raises(TypeError, match="ParallelTempering use HMC, MALA, Langevin or NUTS"):
+        ParallelTempering(AdaptiveHMC(), [1.0, 0.5]).sample(energy, x0, 2)
 
 
 def test_swaps_preserve_cached_energies_and_gradients():

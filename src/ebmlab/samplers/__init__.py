@@ -6,12 +6,14 @@ from ebmlab.samplers.hmc import HMC, AdaptiveHMC
 from ebmlab.samplers.langevin import Langevin
 from ebmlab.samplers.mala import MALA
 from ebmlab.samplers.metropolis import MetropolisHastings
+from ebmlab.samplers.nuts import NUTS
 from ebmlab.samplers.replay_buffer import ReplayBuffer, uniform_init
 from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path
 
 __all__ = [
     "HMC",
     "MALA",
+    "NUTS",
     "AdaptiveHMC",
     "BlockGibbs",
     "Gibbs",

@@ -14,7 +14,9 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
 - the step size by dual averaging (Hoffman & Gelman 2014, Alg. 5) towards a target
   mean acceptance probability, averaged over chains;
 - the diagonal inverse mass from the cross-chain variance of the positions,
-  regularised as in Stan, in windows during the middle of burn-in;
+  regularised as in Stan, every 5% of burn-in from 5% to 75% of it (pooled over many
+  chains the variance is usable early, and an early update spares the costly first
+  steps at a step size set by the narrowest scale);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
   E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T (per gradient), with
   trajectory lengths jittered uniformly in (0, T] both during and after burn-in.
@@ -218,6 +220,13 @@ class AdaptiveHMC(HMC):
     def begin_warmup(self, state: AdaptiveState, n_steps: int) -> AdaptiveState:
         return self._restart_dual_averaging(state.replace(warmup_steps=n_steps))
 
+    def tempered(self, beta: torch.Tensor) -> AdaptiveHMC:
+        raise TypeError(
+            "AdaptiveHMC runs one trajectory length for all chains and cannot take per-replica "
+            "step sizes; as the base of ParallelTempering use HMC, MALA, Langevin or NUTS "
+            "(or scale_steps=False)"
+        )
+
     @staticmethod
     def _restart_dual_averaging(state: AdaptiveState) -> AdaptiveState:
         return state.replace(
@@ -246,13 +255,16 @@ class AdaptiveHMC(HMC):
         traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
         new = self._move(state, traj, n_steps, generator)
         if state.t < state.warmup_steps:
-            new = self._adapt(state, new, traj, u)
+            accept_prob = traj.log_ratio.clamp(max=0).exp()
+            new = self._adapt(state, new, accept_prob)
+            if self.adapt_length:
+                new = self._adapt_length(state, new, traj, accept_prob, u)
         return new
 
     def _adapt(
-        self, old: AdaptiveState, new: AdaptiveState, traj: Trajectory, u: float
+        self, old: AdaptiveState, new: AdaptiveState, accept_prob: torch.Tensor
     ) -> AdaptiveState:
-        accept_prob = traj.log_ratio.clamp(max=0).exp()
+        """One warm-up update of the step size and, in its windows, of the inverse mass."""
         # dual averaging on the pooled acceptance probability
         m = new.da_count + 1
         gamma, t0, kappa = 0.05, 10.0, 0.75
@@ -265,10 +277,8 @@ class AdaptiveHMC(HMC):
         new = new.replace(
             step_size=math.exp(log_eps), da_h=h, da_log_eps_bar=log_eps_bar, da_count=m
         )
-        if self.adapt_length:
-            new = self._adapt_length(old, new, traj, accept_prob, u)
         n = old.warmup_steps
-        in_window = 0.15 * n <= new.t <= 0.75 * n and new.t % max(1, n // 20) == 0
+        in_window = 0.05 * n <= new.t <= 0.75 * n and new.t % max(1, n // 20) == 0
         if self.adapt_mass and old.x.shape[0] >= 16 and in_window:
             var = new.x.var(0)
             k = new.x.shape[0]
