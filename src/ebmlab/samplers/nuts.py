@@ -109,7 +109,9 @@ class NUTS(AdaptiveHMC):
     """No-U-Turn Sampler with multinomial proposals, batched over chains.
 
     Use with ``burn_in`` (a few hundred steps) so that the step size and diagonal mass
-    adapt: ``NUTS().sample(energy, x0, n, burn_in=500)``.
+    adapt: ``NUTS().sample(energy, x0, n, burn_in=500)``. A step moves a chain unless
+    every point it drew was outweighed by the start; ``run(...).info["acceptance_rate"]``
+    is the fraction of steps that moved.
 
     Args:
         step_size: initial leapfrog step size.
