@@ -41,11 +41,15 @@ def test_mlp_energy_shapes_and_options():
         MLPEnergy(4, activation="gelu6")
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed", "plain"])
+@pytest.mark.parametrize("hidden", [(16, 8), ()], ids=["two-hidden", "linear"])
 @pytest.mark.parametrize("activation", ["silu", "elu", "relu", "tanh", "softplus"])
-def test_fused_mlp_gradient_equals_autograd(activation):
+def test_fused_mlp_gradient_equals_autograd(activation, hidden, packed, monkeypatch):
+    from ebmlab.energies import mlp
     from ebmlab.energies.base import _autograd_energy_and_grad
 
-    m = MLPEnergy(6, hidden=(16, 8), activation=activation)
+    monkeypatch.setattr(mlp, "_PACKED", packed and mlp._PACKED)
+    m = MLPEnergy(6, hidden=hidden, activation=activation)
     x = torch.randn(9, 2, 3)
     e, g = m.energy_and_grad(x)
     e_ref, g_ref = _autograd_energy_and_grad(m.energy, x)

@@ -92,7 +92,7 @@ def test_validation():
 
 @pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed", "plain"])
 def test_reduced_precision_gradients_are_close(packed, monkeypatch):
-    monkeypatch.setattr(mlp, "_PACKED_BF16", packed and mlp._PACKED_BF16)
+    monkeypatch.setattr(mlp, "_PACKED", packed and mlp._PACKED)
     m = model(64)
     x = torch.randn(32, 6)
     e32, g32 = m.energy_and_grad(x)

@@ -192,6 +192,16 @@ def per_chain(value: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor |
     return value
 
 
+def add_scaled(
+    x: torch.Tensor, scale: torch.Tensor | float, y: torch.Tensor, *, inplace: bool = False
+) -> torch.Tensor:
+    """x + scale * y in one pass (``scale`` a float or broadcastable, e.g. from
+    :func:`per_chain`); ``inplace`` writes into ``x``."""
+    if isinstance(scale, torch.Tensor):
+        return x.addcmul_(scale, y) if inplace else torch.addcmul(x, scale, y)
+    return x.add_(y, alpha=scale) if inplace else torch.add(x, y, alpha=scale)
+
+
 def accept(log_ratio: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Metropolis test per chain: True with probability min(1, exp(log_ratio)); NaN rejects."""
     u = torch.rand(log_ratio.shape, generator=generator, dtype=log_ratio.dtype)

@@ -24,7 +24,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState, per_chain
+from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, per_chain
 
 
 def _clip_rows(g: torch.Tensor, max_norm: float) -> torch.Tensor:
@@ -84,7 +84,7 @@ class Langevin(Sampler[SamplerState]):
         sigma = (2 * h) ** 0.5 if self.noise_scale is None else self.noise_scale
         g = state.grad if self.grad_clip is None else _clip_rows(state.grad, self.grad_clip)
         noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
-        x = state.x - h * g + sigma * noise
+        x = add_scaled(add_scaled(state.x, -h, g), sigma, noise, inplace=True)
         if self.clamp is not None:
             x = x.clamp(*self.clamp)
         return state.replace(
