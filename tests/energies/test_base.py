@@ -49,6 +49,7 @@ def test_fused_mlp_gradient_equals_autograd(activation, hidden, packed, monkeypa
     from ebmlab.energies.base import _autograd_energy_and_grad
 
     monkeypatch.setattr(mlp, "_PACKED", packed and mlp._PACKED)
+    monkeypatch.setattr(mlp, "PACKED_FLOAT32_MIN_ROWS", 1)  # packed products for any batch
     m = MLPEnergy(6, hidden=hidden, activation=activation)
     x = torch.randn(9, 2, 3)
     e, g = m.energy_and_grad(x)

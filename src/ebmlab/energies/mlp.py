@@ -75,32 +75,37 @@ MIN_BLOCK_ROWS = 128
 
 # oneDNN can keep a weight matrix in its own blocked layout, so that a product need not
 # reorder it on every call (bfloat16 products of small batches get a third faster), and
-# adds the bias inside the product (float32 forward products get 2-5% faster).
+# adds the bias inside the product: float32 forward products of blocks of at least
+# PACKED_FLOAT32_MIN_ROWS rows get 5-20% faster (smaller ones get slower).
 _PACKED = torch.backends.mkldnn.is_available() and hasattr(
     torch.ops.mkldnn, "_reorder_linear_weight"
 )
+PACKED_FLOAT32_MIN_ROWS = 256
 
 
 class _FusedLayer:
     """One linear layer prepared for the hand-fused pass in one dtype:
     ``forward(h) = h W^T + b`` and ``input_grad(g) = g W`` (the product's two uses).
-    W is packed by oneDNN for the forward product, and W^T for the backward one in
-    bfloat16 (float32's plain product is as fast). A layer with one output
+    bfloat16 layers use oneDNN-packed W and W^T; float32 ones a packed W for the forward
+    product of large blocks, else W in place. A layer with one output
     back-propagates by a broadcast product, which also takes a gradient shared by all
     rows, (1, 1), without materialising it."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, dtype: torch.dtype) -> None:
         w, self.bias = weight.detach().to(dtype), bias.detach().to(dtype)
         self.single_output = len(w) == 1
-        self.packed_forward = _PACKED and not self.single_output
-        self.packed_backward = self.packed_forward and dtype == torch.bfloat16
+        packed = _PACKED and not self.single_output
+        self.packed_backward = packed and dtype == torch.bfloat16
+        # the fewest rows for which the forward product uses the packed W
+        self.packed_min_rows = 1 if self.packed_backward else PACKED_FLOAT32_MIN_ROWS
         pack = torch.ops.mkldnn._reorder_linear_weight
-        self.w_forward = pack(w) if self.packed_forward else w.t()
+        self.w_packed = pack(w) if packed else None
+        self.w_forward = w.t()
         self.w_backward = pack(w.t().contiguous()) if self.packed_backward else w
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if self.packed_forward:
-            return torch.ops.mkldnn._linear_pointwise(h, self.w_forward, self.bias, "none", [], "")
+        if self.w_packed is not None and len(h) >= self.packed_min_rows:
+            return torch.ops.mkldnn._linear_pointwise(h, self.w_packed, self.bias, "none", [], "")
         return torch.addmm(self.bias, h, self.w_forward)
 
     def input_grad(self, g: torch.Tensor) -> torch.Tensor:
