@@ -137,3 +137,17 @@ def test_reduced_precision_weights_follow_optimizer_steps():
     _, exact = m.energy_and_grad(x)
     assert not torch.allclose(before, after)
     assert (after - exact).norm() / exact.norm() < 0.05
+
+
+def test_fused_weights_follow_loaded_and_replaced_parameters():
+    m, other = model(64), model(64)
+    x = torch.randn(4, 6)
+    m.grad_dtype = other.grad_dtype = torch.bfloat16
+    m.energy_and_grad(x)
+    m.load_state_dict(other.state_dict())
+    torch.testing.assert_close(m.energy_and_grad(x), other.energy_and_grad(x))
+    first = m.net.net[0]
+    first.weight = torch.nn.Parameter(first.weight * 2)
+    with torch.no_grad():
+        other.net.net[0].weight.mul_(2)
+    torch.testing.assert_close(m.energy_and_grad(x), other.energy_and_grad(x))

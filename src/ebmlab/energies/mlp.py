@@ -145,18 +145,21 @@ class FeedForward(nn.Module):
             if i < len(sizes) - 2:
                 layers.append(ACTIVATIONS[activation]())
         self.net = nn.Sequential(*layers)
+        self._linears = tuple(layers[::2])  # whose parameters the fused pass reads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x.flatten(1))
 
     def _fused_layers(self, dtype: torch.dtype) -> list[_FusedLayer]:
         """Every layer prepared for :meth:`value_and_input_grad` in ``dtype``. Cached until
-        an optimizer step changes the parameters (their version counters): a sampler's
-        steps between two updates share one copy."""
-        versions = tuple(p._version for p in self.parameters())
+        an optimizer step changes the parameters (their version counters) or they are
+        replaced: a sampler's steps between two updates share one copy. (Edits through
+        ``.data`` bypass version counters: make them under ``torch.no_grad()`` instead.)"""
+        params = [(lin.weight, lin.bias) for lin in self._linears]
+        versions = tuple((id(t), t._version) for pair in params for t in pair)
         cached = self._fused_cache.get(dtype)
         if cached is None or cached[0] != versions:
-            layers = [_FusedLayer(lin.weight, lin.bias, dtype) for lin in self.net[::2]]
+            layers = [_FusedLayer(w, b, dtype) for w, b in params]
             cached = self._fused_cache[dtype] = (versions, layers)
         return cached[1]
 
