@@ -41,7 +41,9 @@ class ParallelTempering(Sampler[TemperingState]):
     swap rounds. With ``scale_steps`` each replica's kernel has its step size
     rescaled to its temperature (``Sampler.tempered``), so hot replicas explore.
     ``accepted`` counts the cold chains' accepted swaps; ``swap_rates()`` reports
-    each neighbour pair's acceptance rate.
+    each neighbour pair's acceptance rate. The base kernel keeps its settings during
+    burn-in: an adaptive kernel (``NUTS``) is not tuned inside the ladder, so give it
+    the step size a run on the cold target tuned (``run.final.step_size``).
     """
 
     def __init__(
