@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyModel
@@ -28,6 +29,17 @@ def _elu(z: torch.Tensor) -> torch.Tensor:
     neg = torch.clamp_max(z, 0.0)
     return torch.exp(neg, out=neg).add_(torch.clamp_min(z, 0.0)).sub_(1.0)
 
+
+def _advance_versions_after_fused_step(optimizer: torch.optim.Optimizer, *_: object) -> None:
+    """PyTorch's fused optimizers (``fused=True``) update parameters in place without
+    advancing their version counters; advance them, as the other optimizers do, so that
+    copies keyed on the counters (the fused pass's weights) follow the update."""
+    if any(group.get("fused") for group in optimizer.param_groups):
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.autograd.graph.increment_version(params)
+
+
+register_optimizer_step_post_hook(_advance_versions_after_fused_step)
 
 # the activations of the fused pass (same values as ACTIVATIONS)
 _FORWARD = {
@@ -152,16 +164,23 @@ class FeedForward(nn.Module):
 
     def _fused_layers(self, dtype: torch.dtype) -> list[_FusedLayer]:
         """Every layer prepared for :meth:`value_and_input_grad` in ``dtype``. Cached until
-        an optimizer step changes the parameters (their version counters) or they are
-        replaced: a sampler's steps between two updates share one copy. (Edits through
-        ``.data`` bypass version counters: make them under ``torch.no_grad()`` instead.)"""
-        params = [(lin.weight, lin.bias) for lin in self._linears]
-        versions = tuple((id(t), t._version) for pair in params for t in pair)
+        an optimizer step changes the parameters (their version counters; fused optimizers
+        are made to advance them too) or they are replaced: a sampler's steps between two
+        updates share one copy. (Edits through ``.data`` bypass version counters: make
+        them under ``torch.no_grad()`` instead.)"""
+        params = tuple(t for lin in self._linears for t in (lin.weight, lin.bias))
+        versions = tuple(t._version for t in params)
         cached = self._fused_cache.get(dtype)
-        if cached is None or cached[0] != versions:
-            layers = [_FusedLayer(w, b, dtype) for w, b in params]
-            cached = self._fused_cache[dtype] = (versions, layers)
-        return cached[1]
+        if (
+            cached is None
+            or cached[1] != versions
+            or any(old is not new for old, new in zip(cached[0], params, strict=True))
+        ):
+            layers = [
+                _FusedLayer(w, b, dtype) for w, b in zip(params[::2], params[1::2], strict=True)
+            ]
+            cached = self._fused_cache[dtype] = (params, versions, layers)
+        return cached[2]
 
     def value_and_input_grad(
         self, x: torch.Tensor, head: Head, dtype: torch.dtype | None = None
