@@ -2,8 +2,9 @@ import pytest
 import torch
 
 from ebmlab.data.toys import EightGaussians
-from ebmlab.energies import DiagonalGaussian
+from ebmlab.energies import DiagonalGaussian, GaussianMixture
 from ebmlab.samplers import MALA, NUTS, AdaptiveHMC, Langevin, ParallelTempering, anneal
+from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
 
 
 def mode_weights(toy, x):
@@ -41,8 +42,30 @@ def test_nuts_as_the_base_kernel_balances_two_separated_modes():
     assert abs(float((traj[..., 0] > 0).double().mean()) - 0.5) < 0.1
     single = nuts.sample(energy, x0, 150, thin=5, generator=0)
     assert bool((single[..., 0] > 0).all())
-    with pytest.raises(TypeError, match="ParallelTempering use HMC, MALA, Langevin or NUTS"):
-        ParallelTempering(AdaptiveHMC(), [1.0, 0.5]).sample(energy, x0, 2)
+
+
+@pytest.mark.parametrize("kernel", [AdaptiveHMC(), NUTS(max_depth=6)], ids=["ahmc", "nuts"])
+def test_adaptive_base_kernels_tune_a_mass_per_temperature(kernel):
+    scales = torch.tensor([0.05, 0.3, 1.0])
+    target = DiagonalGaussian(torch.zeros(3), scales)
+    betas = [1.0, 0.5, 0.25]
+    pt = ParallelTempering(kernel, betas)
+    run = pt.run(target, torch.randn(200, 3), 300, burn_in=300, thin=1, generator=0)
+    inv_mass = run.final.replicas.inv_mass.view(3, 200, 3)
+    assert (inv_mass == inv_mass[:, :1]).all()  # one mass per temperature
+    # each the variance of its tempered target, scales**2 / beta, from 200 chains (sd ~10%);
+    # one mass pooled over the ladder would be off by a factor 2.3 at beta = 1
+    for k, beta in enumerate(betas):
+        ratio = inv_mass[k, 0] / (scales**2 / beta)
+        assert ((ratio > 0.6) & (ratio < 1.5)).all(), (beta, ratio)
+    cold = run.samples.reshape(-1, 3)
+    ess = effective_sample_size(run.samples).clamp_min(1)
+    assert ((cold.mean(0) / (scales / ess.sqrt())).abs() < 4).all()
+    assert ((cold.var(0) / scales**2 - 1).abs() < 4 * (2 / ess).sqrt()).all()
+    assert run.final.replicas.step_size != kernel.step_size
+    assert run.info["acceptance_rate"] > 0
+    with pytest.raises(ValueError, match="a tempered kernel for 6 chains got x0 with 4"):
+        kernel.tempered(torch.ones(6)).init(torch.zeros(4, 3), target)
 
 
 def test_swaps_preserve_cached_energies_and_gradients():
@@ -76,3 +99,15 @@ def test_ladder_validation():
         ParallelTempering("mala", [1.0, 0.5])
     ladder = ParallelTempering.geometric_ladder(4, 0.001)
     assert ladder[0] == pytest.approx(1.0) and ladder[-1] == pytest.approx(0.001)
+
+
+def test_adaptive_hmc_in_the_ladder_keeps_the_cold_replicas_stable_on_two_modes():
+    """The step size follows the worst temperature: tuned to the ladder's mean acceptance,
+    the cold replicas (whose fitted mass spans both modes) diverge by the hundreds."""
+    target = GaussianMixture.isotropic(torch.tensor([[-2.0, 0.0], [2.0, 0.0]]), std=0.5)
+    x0 = torch.randn(128, 2, generator=torch.Generator().manual_seed(0))
+    pt = ParallelTempering(AdaptiveHMC(), ParallelTempering.geometric_ladder(4, 0.1))
+    run = pt.run(target, x0, 300, burn_in=300, thin=1, generator=0)
+    assert run.info["n_divergent"] == 0
+    assert abs(float((run.samples[..., 0] > 0).double().mean()) - 0.5) < 0.05
+    assert float(split_rhat(run.samples).max()) < 1.05

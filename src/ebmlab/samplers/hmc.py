@@ -20,10 +20,18 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
   E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T (per gradient), with
   trajectory lengths jittered uniformly in (0, T] both during and after burn-in.
+
+As the base kernel of parallel tempering (:meth:`AdaptiveHMC.tempered`) every
+temperature's replicas form a group with its own mass, started at 1 / beta (the
+tempered target's width) and then adapted from the group's own variance; means and
+variances in the criteria are taken per group. The step size and trajectory length,
+measured in those per-group units, are shared; the step size is tuned to the lowest of
+the groups' mean acceptance, so that no temperature falls below the target.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -175,6 +183,26 @@ class AdaptiveState(SamplerState):
     chees_count: int = 0
 
 
+def _group_means(x: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """Mean of x over the chains of each group, (n_groups, ...)."""
+    n_groups = int(groups.max()) + 1
+    sums = x.new_zeros((n_groups, *x.shape[1:])).index_add_(0, groups, x)
+    return sums / per_chain(torch.bincount(groups, minlength=n_groups), sums)
+
+
+def _regularised_variance(x: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
+    """Cross-chain variance of x, shrunk towards 1e-3 as in Stan ((k / (k + 5)) var +
+    1e-3 (5 / (k + 5)) over k chains); per group of chains (per-chain rows) if given."""
+    if groups is None:
+        k = x.shape[0]
+        return (k / (k + 5)) * x.var(0) + 1e-3 * (5 / (k + 5))
+    counts = per_chain(torch.bincount(groups).to(x.dtype), x)
+    means = _group_means(x, groups)
+    centred = x - means[groups]
+    var = _group_means(centred * centred, groups) * counts / (counts - 1)
+    return ((counts / (counts + 5)) * var + 1e-3 * (5 / (counts + 5)))[groups]
+
+
 class AdaptiveHMC(HMC):
     """HMC whose step size, diagonal mass and trajectory length are tuned during burn-in.
 
@@ -208,12 +236,22 @@ class AdaptiveHMC(HMC):
         self.adapt_mass = adapt_mass
         self.adapt_length = adapt_length
 
+    # per-chain inverse temperatures when tempered: chains of equal beta form a group
+    chain_betas: torch.Tensor | None = None
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
         base = super().init(x0, energy)
+        inv_mass = torch.ones(x0.shape[1:], dtype=x0.dtype)
+        if self.chain_betas is not None:
+            if len(self.chain_betas) != len(x0):
+                raise ValueError(
+                    f"a tempered kernel for {len(self.chain_betas)} chains got x0 with {len(x0)}"
+                )
+            inv_mass = per_chain(1 / self.chain_betas, x0) * inv_mass
         return AdaptiveState(
             **{f: getattr(base, f) for f in SamplerState.__dataclass_fields__},
             step_size=self.step_size,
-            inv_mass=torch.ones(x0.shape[1:], dtype=x0.dtype),
+            inv_mass=inv_mass,
             trajectory_length=self.trajectory_length,
         )
 
@@ -221,11 +259,25 @@ class AdaptiveHMC(HMC):
         return self._restart_dual_averaging(state.replace(warmup_steps=n_steps))
 
     def tempered(self, beta: torch.Tensor) -> AdaptiveHMC:
-        raise TypeError(
-            "AdaptiveHMC runs one trajectory length for all chains and cannot take per-replica "
-            "step sizes; as the base of ParallelTempering use HMC, MALA, Langevin or NUTS "
-            "(or scale_steps=False)"
-        )
+        """This kernel for per-chain tempered energies beta E: chains of one beta get
+        their own mass, 1 / beta at first (equivalent to HMC's step / sqrt(beta)), then
+        adapted from their own variance."""
+        kernel = copy.copy(self)
+        kernel.chain_betas = beta
+        return kernel
+
+    def _groups(self) -> torch.Tensor | None:
+        """Each chain's group index (chains sharing a temperature), or None (one group)."""
+        if self.chain_betas is None:
+            return None
+        return torch.unique(self.chain_betas, return_inverse=True)[1]
+
+    def _centred(self, x: torch.Tensor) -> torch.Tensor:
+        """x minus the mean of its group of chains."""
+        groups = self._groups()
+        if groups is None:
+            return x - x.mean(0)
+        return x - _group_means(x, groups)[groups]
 
     @staticmethod
     def _restart_dual_averaging(state: AdaptiveState) -> AdaptiveState:
@@ -265,12 +317,13 @@ class AdaptiveHMC(HMC):
         self, old: AdaptiveState, new: AdaptiveState, accept_prob: torch.Tensor
     ) -> AdaptiveState:
         """One warm-up update of the step size and, in its windows, of the inverse mass."""
-        # dual averaging on the pooled acceptance probability
+        # dual averaging on the pooled acceptance probability (tempered: the lowest of the
+        # temperatures' means, so that no temperature falls below the target)
+        groups = self._groups()
+        pooled = accept_prob.mean() if groups is None else _group_means(accept_prob, groups).min()
         m = new.da_count + 1
         gamma, t0, kappa = 0.05, 10.0, 0.75
-        h = (1 - 1 / (m + t0)) * new.da_h + (self.target_accept - float(accept_prob.mean())) / (
-            m + t0
-        )
+        h = (1 - 1 / (m + t0)) * new.da_h + (self.target_accept - float(pooled)) / (m + t0)
         log_eps = new.da_mu - math.sqrt(m) / gamma * h
         eta = m**-kappa
         log_eps_bar = eta * log_eps + (1 - eta) * new.da_log_eps_bar
@@ -279,11 +332,11 @@ class AdaptiveHMC(HMC):
         )
         n = old.warmup_steps
         in_window = 0.05 * n <= new.t <= 0.75 * n and new.t % max(1, n // 20) == 0
-        if self.adapt_mass and old.x.shape[0] >= 16 and in_window:
-            var = new.x.var(0)
-            k = new.x.shape[0]
-            inv_mass = (k / (k + 5)) * var + 1e-3 * (5 / (k + 5))
-            new = self._restart_dual_averaging(new.replace(inv_mass=inv_mass))
+        smallest = old.x.shape[0] if groups is None else int(torch.bincount(groups).min())
+        if self.adapt_mass and smallest >= 16 and in_window:
+            new = self._restart_dual_averaging(
+                new.replace(inv_mass=_regularised_variance(new.x, groups))
+            )
         return new
 
     def _adapt_length(
@@ -300,8 +353,7 @@ class AdaptiveHMC(HMC):
         target the change in squared distance per gradient evaluation; without it the
         criterion is flat beyond its first maximum and T drifts to wasteful lengths.
         """
-        x0c = old.x - old.x.mean(0)
-        x1c = traj.x - traj.x.mean(0)
+        x0c, x1c = self._centred(old.x), self._centred(traj.x)
         diff = (x1c.flatten(1) ** 2).sum(1) - (x0c.flatten(1) ** 2).sum(1)
         velocity = (x1c * (old.inv_mass * traj.p)).flatten(1).sum(1)
         per_chain = diff * velocity * u * new.trajectory_length  # d (diff^2 / 4) / d log T

@@ -36,7 +36,7 @@ import torch
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import where_rows
-from ebmlab.samplers.hmc import HMC, AdaptiveHMC, AdaptiveState, _kinetic, leapfrog
+from ebmlab.samplers.hmc import AdaptiveHMC, AdaptiveState, _kinetic, leapfrog
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,6 @@ class NUTS(AdaptiveHMC):
             adapt_length=False,
             divergence_threshold=divergence_threshold,
         )
-
-    def tempered(self, beta: torch.Tensor) -> NUTS:
-        """Step size / sqrt(beta) per replica, as for HMC (trees grow per chain anyway)."""
-        return HMC.tempered(self, beta)  # type: ignore[return-value]
 
     def step(
         self, state: AdaptiveState, energy: EnergyFn, generator: torch.Generator | None = None

@@ -41,9 +41,8 @@ class ParallelTempering(Sampler[TemperingState]):
     swap rounds. With ``scale_steps`` each replica's kernel has its step size
     rescaled to its temperature (``Sampler.tempered``), so hot replicas explore.
     ``accepted`` counts the cold chains' accepted swaps; ``swap_rates()`` reports
-    each neighbour pair's acceptance rate. The base kernel keeps its settings during
-    burn-in: an adaptive kernel (``NUTS``) is not tuned inside the ladder, so give it
-    the step size a run on the cold target tuned (``run.final.step_size``).
+    each neighbour pair's acceptance rate. An adaptive base kernel (``AdaptiveHMC``,
+    ``NUTS``) is tuned during burn-in with a mass of its own for every temperature.
     """
 
     def __init__(
@@ -89,6 +88,14 @@ class ParallelTempering(Sampler[TemperingState]):
             "energy": None if replicas.energy is None else replicas.energy[:n],
             "grad": None if replicas.grad is None else replicas.grad[:n],
         }
+
+    def begin_warmup(self, state: TemperingState, n_steps: int) -> TemperingState:
+        kernel = self._layout(state.x.shape[0])[1]
+        return state.replace(replicas=kernel.begin_warmup(state.replicas, n_steps))
+
+    def end_warmup(self, state: TemperingState) -> TemperingState:
+        kernel = self._layout(state.x.shape[0])[1]
+        return state.replace(replicas=kernel.end_warmup(state.replicas))
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TemperingState:
         k, n = len(self.betas), x0.shape[0]
