@@ -235,9 +235,10 @@ class AdaptiveHMC(HMC):
         self.max_leapfrog = _checks.positive_int("max_leapfrog", max_leapfrog)
         self.adapt_mass = adapt_mass
         self.adapt_length = adapt_length
-
-    # per-chain inverse temperatures when tempered: chains of equal beta form a group
-    chain_betas: torch.Tensor | None = None
+        # when tempered: per-chain inverse temperatures, and each chain's group index
+        # (chains of equal beta form a group); None: all chains form one group
+        self.chain_betas: torch.Tensor | None = None
+        self.groups: torch.Tensor | None = None
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
         base = super().init(x0, energy)
@@ -264,20 +265,14 @@ class AdaptiveHMC(HMC):
         adapted from their own variance."""
         kernel = copy.copy(self)
         kernel.chain_betas = beta
+        kernel.groups = torch.unique(beta, return_inverse=True)[1]
         return kernel
-
-    def _groups(self) -> torch.Tensor | None:
-        """Each chain's group index (chains sharing a temperature), or None (one group)."""
-        if self.chain_betas is None:
-            return None
-        return torch.unique(self.chain_betas, return_inverse=True)[1]
 
     def _centred(self, x: torch.Tensor) -> torch.Tensor:
         """x minus the mean of its group of chains."""
-        groups = self._groups()
-        if groups is None:
+        if self.groups is None:
             return x - x.mean(0)
-        return x - _group_means(x, groups)[groups]
+        return x - _group_means(x, self.groups)[self.groups]
 
     @staticmethod
     def _restart_dual_averaging(state: AdaptiveState) -> AdaptiveState:
@@ -319,7 +314,7 @@ class AdaptiveHMC(HMC):
         """One warm-up update of the step size and, in its windows, of the inverse mass."""
         # dual averaging on the pooled acceptance probability (tempered: the lowest of the
         # temperatures' means, so that no temperature falls below the target)
-        groups = self._groups()
+        groups = self.groups
         pooled = accept_prob.mean() if groups is None else _group_means(accept_prob, groups).min()
         m = new.da_count + 1
         gamma, t0, kappa = 0.05, 10.0, 0.75
