@@ -3,7 +3,7 @@ import torch
 
 from ebmlab.energies import BernoulliRBM, BoltzmannMachine
 from ebmlab.partition import binary_states
-from ebmlab.samplers import BlockGibbs, Gibbs
+from ebmlab.samplers import BlockGibbs, Gibbs, ParallelTempering
 
 
 def exact_probs(energy, d):
@@ -72,5 +72,22 @@ def test_free_energy_sums_out_the_hidden_units():
 def test_gibbs_rejects_non_binary_start():
     with pytest.raises(ValueError, match="x0 must be binary"):
         Gibbs().sample(random_bm(), torch.full((2, 5), 0.5), 1)
-    with pytest.raises(TypeError, match="site_logits"):
+    with pytest.raises(TypeError, match="couplings"):
         Gibbs(model=object())
+
+
+def test_gibbs_with_couplings_samples_tempered_targets():
+    """In a temperature ladder the fast path must draw from beta E, not from E."""
+    bm = random_bm(seed=3, scale=1.5)
+    pt = ParallelTempering(Gibbs(model=bm), [1.0, 0.3])
+    run = pt.run(bm, torch.zeros(200, 5), 100, burn_in=20, thin=1, generator=0)
+    cold = 0.5 * (empirical(run.samples.reshape(-1, 5), 5) - exact_probs(bm, 5)).abs().sum()
+    assert cold < 0.03
+    beta_bm = lambda x: 0.3 * bm(x)  # noqa: E731
+    hot_traj = (
+        Gibbs(model=bm)
+        .tempered(torch.full((200,), 0.3))
+        .sample(beta_bm, torch.zeros(200, 5), 100, burn_in=20, thin=1, generator=1)
+    )
+    tv_hot = 0.5 * (empirical(hot_traj.reshape(-1, 5), 5) - exact_probs(beta_bm, 5)).abs().sum()
+    assert tv_hot < 0.03

@@ -77,9 +77,10 @@ class BoltzmannMachine(EnergyModel):
         x = x.flatten(1)
         return -((x @ self.W) * x).sum(1) - x @ self.b
 
-    def site_logits(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        """log-odds of x_i = 1 given the other units: 2 W_i. x + b_i (W_ii = 0)."""
-        return 2 * (x.flatten(1) @ self.W[:, i]) + self.b[i]
+    def couplings(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W, b) of E(x) = -x^T W x - b^T x, detached: what single-site Gibbs needs
+        (the log-odds of x_i = 1 given the other units are 2 W_i . x + b_i)."""
+        return self.W.detach(), self.b.detach()
 
 
 class _RBM(EnergyModel):

@@ -2,9 +2,12 @@
 
 :class:`Gibbs` updates one site at a time from its exact conditional,
 p(x_i = 1 | x_-i) = sigmoid(E(x_i = 0) - E(x_i = 1)). That works for any energy on
-{0, 1}^D at the cost of two energy evaluations per site; an energy that offers
-``site_logits(x, i)`` (such as :class:`~ebmlab.energies.BoltzmannMachine`) is
-used directly instead. :class:`BlockGibbs` alternates h ~ p(h | v), v ~ p(v | h)
+{0, 1}^D at the cost of two energy evaluations per site. A pairwise energy
+E(x) = -x^T W x - b^T x (W symmetric with zero diagonal: a Boltzmann machine, seed
+002 eq. 6.32) offers ``couplings() -> (W, b)``, and then the log-odds are
+2 W_i . x + b_i, one product per site; the sweep's uniform draws are turned into
+log-odds thresholds in one pass, so a site costs a product and a comparison.
+:class:`BlockGibbs` alternates h ~ p(h | v), v ~ p(v | h)
 for bipartite models (RBMs, seed 002 eqs. 6.38-6.39); the hidden logits computed
 for the free energy are reused by the next step, so a step costs two products
 with W.
@@ -12,6 +15,7 @@ with W.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -33,29 +37,37 @@ class Gibbs(Sampler[SamplerState]):
     Args:
         scan: ``"sequential"`` visits sites 0..D-1 in order; ``"random"`` draws D
             sites uniformly with replacement.
-        model: optional object with ``site_logits(x, i)``; without it the
-            conditional comes from energy differences of the energy being sampled.
+        model: optional pairwise model with ``couplings() -> (W, b)`` (the energy
+            being sampled must be its energy); without it the conditional comes from
+            energy differences of the energy being sampled.
     """
 
     def __init__(self, scan: str = "sequential", model: object | None = None) -> None:
         self.scan = _checks.one_of("scan", scan, ["sequential", "random"])
-        if model is not None and not hasattr(model, "site_logits"):
-            raise TypeError("model must provide site_logits(x, i)")
+        if model is not None and not hasattr(model, "couplings"):
+            raise TypeError("model must provide couplings() -> (W, b)")
         self.model = model
+        self.beta: torch.Tensor | None = None  # per-chain inverse temperatures (tempered)
+
+    def tempered(self, beta: torch.Tensor) -> Gibbs:
+        """Sites drawn from the conditionals of beta E (the model's log-odds times beta)."""
+        kernel = copy.copy(self)
+        kernel.beta = beta
+        return kernel
+
+    @staticmethod
+    def _energy_log_odds(flat: torch.Tensor, shape, i: int, energy: EnergyFn) -> torch.Tensor:
+        """E(x_i = 0) - E(x_i = 1): two energy evaluations."""
+        on, off = flat.clone(), flat.clone()
+        on[:, i] = 1.0
+        off[:, i] = 0.0
+        return energy(off.view(shape)) - energy(on.view(shape))
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = _check_binary(x0)
         with torch.no_grad():
             e = energy(x)
         return SamplerState.start(x, e, None, n_grad_evals=0)
-
-    def _site_logits(self, flat: torch.Tensor, shape, i: int, energy: EnergyFn) -> torch.Tensor:
-        if self.model is not None:
-            return self.model.site_logits(flat, i)
-        on, off = flat.clone(), flat.clone()
-        on[:, i] = 1.0
-        off[:, i] = 0.0
-        return energy(off.view(shape)) - energy(on.view(shape))
 
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
@@ -64,15 +76,27 @@ class Gibbs(Sampler[SamplerState]):
         flat = state.x.reshape(shape[0], -1).clone()
         d = flat.shape[1]
         sites = (
-            range(d)
+            torch.arange(d)
             if self.scan == "sequential"
-            else torch.randint(d, (d,), generator=generator).tolist()
+            else torch.randint(d, (d,), generator=generator)
         )
         with torch.no_grad():
-            for i in sites:
-                logits = self._site_logits(flat, shape, i, energy)
-                u = torch.rand(shape[0], generator=generator, dtype=flat.dtype)
-                flat[:, i] = (u < torch.sigmoid(logits)).to(flat.dtype)
+            # x_i = 1 with probability sigmoid(logit) <=> logit(u) < logit, u ~ U(0, 1)
+            u = torch.rand(d, shape[0], generator=generator, dtype=flat.dtype)
+            thresholds = torch.logit(u)
+            if self.model is not None:
+                w, b = self.model.couplings()
+                rows = 2 * w[sites].to(flat.dtype)  # the log-odds' weights, site by site
+                if self.beta is not None:  # beta (2 W_i . x + b_i) > logit(u)
+                    thresholds /= self.beta.to(flat.dtype)
+                thresholds -= b[sites].to(flat.dtype)[:, None]
+                units = flat.t().contiguous()  # a site's values are a contiguous row
+                for i, row, threshold in zip(sites.tolist(), rows, thresholds, strict=True):
+                    torch.gt(torch.mv(units.t(), row), threshold, out=units[i])
+                flat = units.t().contiguous()
+            else:
+                for k, i in enumerate(sites.tolist()):
+                    flat[:, i] = self._energy_log_odds(flat, shape, i, energy) > thresholds[k]
             x = flat.view(shape)
             e = energy(x)
         return state.replace(x=x, energy=e, accepted=state.accepted + 1, t=state.t + 1)
