@@ -11,12 +11,21 @@ from torch import nn
 
 from benchmarks.harness import Case, MetricCase
 from ebmlab.energies import BoltzmannMachine, DiagonalGaussian, Gaussian, MLPEnergy
-from ebmlab.samplers import HMC, MALA, NUTS, AdaptiveHMC, Gibbs, Langevin
+from ebmlab.samplers import (
+    HMC,
+    MALA,
+    NUTS,
+    AdaptiveHMC,
+    Gibbs,
+    Langevin,
+    MetropolisHastings,
+)
 from ebmlab.samplers.diagnostics import effective_sample_size
 
 LANGEVIN_STEPS = 20
 HMC_STEPS, LEAPFROG = 50, 10
 GIBBS_SWEEPS = 10
+MH_STEPS = 200
 
 
 def hand_written_langevin(
@@ -60,6 +69,18 @@ def hand_written_hmc(
     return x
 
 
+def hand_written_metropolis(energy, x: torch.Tensor, steps: int, scale: float, gen) -> torch.Tensor:
+    """Gaussian random-walk Metropolis as users write it."""
+    e = energy(x)
+    for _ in range(steps):
+        proposal = x + scale * torch.randn(x.shape, generator=gen)
+        e_new = energy(proposal)
+        ok = torch.rand(x.shape[0], generator=gen).log() < e - e_new
+        x = torch.where(ok[:, None], proposal, x)
+        e = torch.where(ok, e_new, e)
+    return x
+
+
 def hand_written_gibbs(
     w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, sweeps: int, gen
 ) -> torch.Tensor:
@@ -89,6 +110,7 @@ def cases() -> list[Case | MetricCase]:
     bm = BoltzmannMachine(64, init_std=0.1)
     x_bm = (torch.rand(1024, 64) < 0.5).float()
     gibbs = Gibbs(model=bm)
+    metropolis = MetropolisHastings(0.5)
     mlp = MLPEnergy(64, hidden=(256, 256))
     mlp_bf16 = MLPEnergy(64, hidden=(256, 256))
     mlp_bf16.load_state_dict(mlp.state_dict())
@@ -122,6 +144,12 @@ def cases() -> list[Case | MetricCase]:
             ebmlab=lambda: hmc.sample(gauss, x_gauss, HMC_STEPS, generator=gen),
             anchor=lambda: hand_written_hmc(gauss, x_gauss, HMC_STEPS, 0.2, LEAPFROG, gen),
             anchor_name="hand-written autograd HMC",
+        ),
+        Case(
+            what=f"Metropolis-Hastings, 10-d Gaussian, 1024 chains, {MH_STEPS} steps",
+            ebmlab=lambda: metropolis.sample(gauss, x_gauss, MH_STEPS, generator=gen),
+            anchor=lambda: hand_written_metropolis(gauss, x_gauss, MH_STEPS, 0.5, gen),
+            anchor_name="hand-written random walk",
         ),
         Case(
             what=f"Gibbs, Boltzmann machine on 64 units, 1024 chains, {GIBBS_SWEEPS} sweeps",

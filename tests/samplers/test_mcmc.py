@@ -1,5 +1,7 @@
 """Correctness of the Metropolis-corrected samplers, layered from the integrator up."""
 
+import math
+
 import pytest
 import torch
 
@@ -168,3 +170,12 @@ def test_validation():
         HMC(0.1, n_leapfrog=2.5)
     with pytest.raises(ValueError, match="max_depth must be"):
         NUTS(max_depth=0)
+
+
+def test_metropolis_test_rejects_nan_and_handles_infinities():
+    from ebmlab.samplers.base import accept
+
+    log_ratio = torch.tensor([math.nan, -math.inf, math.inf, 0.0] * 100)
+    ok = accept(log_ratio, torch.Generator().manual_seed(0)).view(100, 4)
+    assert not ok[:, 0].any() and not ok[:, 1].any()
+    assert ok[:, 2].all() and ok[:, 3].all()

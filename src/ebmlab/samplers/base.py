@@ -203,9 +203,10 @@ def add_scaled(
 
 
 def accept(log_ratio: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Metropolis test per chain: True with probability min(1, exp(log_ratio)); NaN rejects."""
+    """Metropolis test per chain: True with probability min(1, exp(log_ratio)); NaN
+    rejects (every comparison with NaN is False)."""
     u = torch.rand(log_ratio.shape, generator=generator, dtype=log_ratio.dtype)
-    return torch.log(u) < torch.nan_to_num(log_ratio, nan=-torch.inf)
+    return u.log_() < log_ratio
 
 
 def where_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

@@ -151,7 +151,7 @@ class HMC(Sampler[SamplerState]):
             x=where_rows(ok, traj.x, state.x),
             energy=torch.where(ok, traj.energy, state.energy),
             grad=where_rows(ok, traj.grad, state.grad),
-            accepted=state.accepted + ok.long(),
+            accepted=state.accepted + ok,
             divergent=state.divergent + traj.divergent.long(),
             n_grad_evals=state.n_grad_evals + n_steps,
             t=state.t + 1,

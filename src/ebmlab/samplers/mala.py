@@ -56,7 +56,7 @@ class MALA(Sampler[SamplerState]):
             x=where_rows(ok, proposal, state.x),
             energy=torch.where(ok, e_new, state.energy),
             grad=where_rows(ok, g_new, state.grad),
-            accepted=state.accepted + ok.long(),
+            accepted=state.accepted + ok,
             n_grad_evals=state.n_grad_evals + 1,
             t=state.t + 1,
         )

@@ -11,7 +11,14 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
+from ebmlab.samplers.base import (
+    Sampler,
+    SamplerState,
+    accept,
+    add_scaled,
+    per_chain,
+    where_rows,
+)
 
 
 class MetropolisHastings(Sampler[SamplerState]):
@@ -34,13 +41,13 @@ class MetropolisHastings(Sampler[SamplerState]):
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
         noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
-        proposal = state.x + per_chain(self.scale, state.x) * noise
+        proposal = add_scaled(state.x, per_chain(self.scale, state.x), noise)
         with torch.no_grad():
             e_new = energy(proposal)
         ok = accept(state.energy - e_new, generator)
         return state.replace(
             x=where_rows(ok, proposal, state.x),
             energy=torch.where(ok, e_new, state.energy),
-            accepted=state.accepted + ok.long(),
+            accepted=state.accepted + ok,
             t=state.t + 1,
         )

@@ -191,7 +191,7 @@ class NUTS(AdaptiveHMC):
             x=proposal.x,
             energy=proposal.energy,
             grad=proposal.grad,
-            accepted=state.accepted + moved.long(),
+            accepted=state.accepted + moved,
             divergent=state.divergent + divergent.long(),
             n_grad_evals=state.n_grad_evals + n_grads,
             t=state.t + 1,
