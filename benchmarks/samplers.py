@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from benchmarks.harness import Case, MetricCase
+from ebmlab.data.toys import EightGaussians
 from ebmlab.energies import BoltzmannMachine, DiagonalGaussian, Gaussian, MLPEnergy
 from ebmlab.samplers import (
     HMC,
@@ -19,6 +20,7 @@ from ebmlab.samplers import (
     Gibbs,
     Langevin,
     MetropolisHastings,
+    ParallelTempering,
 )
 from ebmlab.samplers.diagnostics import effective_sample_size
 
@@ -26,6 +28,7 @@ LANGEVIN_STEPS = 20
 HMC_STEPS, LEAPFROG = 50, 10
 GIBBS_SWEEPS = 10
 MH_STEPS = 200
+PT_STEPS = 100
 
 
 def hand_written_langevin(
@@ -69,6 +72,46 @@ def hand_written_hmc(
     return x
 
 
+def hand_written_tempering(
+    energy, x0: torch.Tensor, betas: torch.Tensor, steps: int, h: float, gen
+) -> torch.Tensor:
+    """Replica exchange with a MALA kernel (step h / beta) and even-odd neighbour swaps,
+    as users write it: one batch of all replicas, autograd gradients, a loop over pairs."""
+    k, n = len(betas), len(x0)
+    beta = betas.repeat_interleave(n)[:, None]
+    hs = h / beta
+
+    def value_and_grad(z):
+        z = z.detach().requires_grad_(True)
+        e = beta[:, 0] * energy(z)
+        (g,) = torch.autograd.grad(e.sum(), z)
+        return e.detach(), g
+
+    x = x0.repeat(k, 1)
+    e, g = value_and_grad(x)
+    for t in range(steps):
+        prop = x - hs * g + (2 * hs).sqrt() * torch.randn(x.shape, generator=gen)
+        e1, g1 = value_and_grad(prop)
+        log_q_forward = -((prop - x + hs * g) ** 2).sum(1) / (4 * hs[:, 0])
+        log_q_backward = -((x - prop + hs * g1) ** 2).sum(1) / (4 * hs[:, 0])
+        log_ratio = e - e1 + log_q_backward - log_q_forward
+        ok = torch.rand(len(x), generator=gen).log() < log_ratio
+        x = torch.where(ok[:, None], prop, x)
+        e, g = torch.where(ok, e1, e), torch.where(ok[:, None], g1, g)
+        raw_e, raw_g = (e / beta[:, 0]).view(k, n), (g / beta).view(k, n, -1)
+        xs = x.view(k, n, -1)
+        for lo in range(t % 2, k - 1, 2):
+            swap = torch.rand(n, generator=gen).log() < (betas[lo] - betas[lo + 1]) * (
+                raw_e[lo] - raw_e[lo + 1]
+            )
+            for a in (xs, raw_g, raw_e):
+                low, high = a[lo].clone(), a[lo + 1].clone()
+                mask = swap.view(-1, *([1] * (low.ndim - 1)))
+                a[lo], a[lo + 1] = torch.where(mask, high, low), torch.where(mask, low, high)
+        e, g = raw_e.reshape(-1) * beta[:, 0], raw_g.reshape(g.shape) * beta
+    return x[:n]
+
+
 def hand_written_metropolis(energy, x: torch.Tensor, steps: int, scale: float, gen) -> torch.Tensor:
     """Gaussian random-walk Metropolis as users write it."""
     e = energy(x)
@@ -110,6 +153,14 @@ def cases() -> list[Case | MetricCase]:
     bm = BoltzmannMachine(64, init_std=0.1)
     x_bm = (torch.rand(1024, 64) < 0.5).float()
     gibbs = Gibbs(model=bm)
+    ring = EightGaussians(std=0.1)
+
+    def ring_energy(x):
+        return -ring.log_prob(x)
+
+    ladder = torch.tensor(ParallelTempering.geometric_ladder(8, 0.005))
+    tempering = ParallelTempering(MALA(0.01), ladder.tolist())
+    x_ring = torch.tensor([2.0, 0.0]).repeat(256, 1)
     metropolis = MetropolisHastings(0.5)
     mlp = MLPEnergy(64, hidden=(256, 256))
     mlp_bf16 = MLPEnergy(64, hidden=(256, 256))
@@ -150,6 +201,13 @@ def cases() -> list[Case | MetricCase]:
             ebmlab=lambda: metropolis.sample(gauss, x_gauss, MH_STEPS, generator=gen),
             anchor=lambda: hand_written_metropolis(gauss, x_gauss, MH_STEPS, 0.5, gen),
             anchor_name="hand-written random walk",
+        ),
+        Case(
+            what=f"Parallel tempering, MALA on 8 temperatures x 256 chains, 8-Gaussian ring, "
+            f"{PT_STEPS} steps",
+            ebmlab=lambda: tempering.sample(ring_energy, x_ring, PT_STEPS, generator=gen),
+            anchor=lambda: hand_written_tempering(ring_energy, x_ring, ladder, PT_STEPS, 0.01, gen),
+            anchor_name="hand-written replica exchange",
         ),
         Case(
             what=f"Gibbs, Boltzmann machine on 64 units, 1024 chains, {GIBBS_SWEEPS} sweeps",

@@ -13,14 +13,21 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
+from ebmlab.samplers.base import (
+    Sampler,
+    SamplerState,
+    accept,
+    add_scaled,
+    per_chain,
+    where_rows,
+)
 
 
 def _log_q(
     x_to: torch.Tensor, x_from: torch.Tensor, grad_from: torch.Tensor, h: torch.Tensor | float
 ) -> torch.Tensor:
-    diff = x_to - x_from + per_chain(h, x_to) * grad_from
-    return -(diff.flatten(1) ** 2).sum(1) / (4 * h)
+    diff = add_scaled(x_to - x_from, per_chain(h, x_to), grad_from).flatten(1)
+    return torch.linalg.vecdot(diff, diff) / (-4 * h)
 
 
 class MALA(Sampler[SamplerState]):
@@ -43,14 +50,12 @@ class MALA(Sampler[SamplerState]):
         h = self.step_size
         hx = per_chain(h, state.x)
         noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
-        proposal = state.x - hx * state.grad + (2 * hx) ** 0.5 * noise
+        proposal = add_scaled(add_scaled(state.x, -hx, state.grad), (2 * hx) ** 0.5, noise)
         e_new, g_new = energy_and_grad(energy, proposal)
-        log_ratio = (
-            state.energy
-            - e_new
-            + _log_q(state.x, proposal, g_new, h)
-            - _log_q(proposal, state.x, state.grad, h)
-        )
+        # log q(x' | x) = -|sqrt(2h) noise|^2 / (4h) = -|noise|^2 / 2
+        flat_noise = noise.flatten(1)
+        log_q_forward = -0.5 * torch.linalg.vecdot(flat_noise, flat_noise)
+        log_ratio = state.energy - e_new + _log_q(state.x, proposal, g_new, h) - log_q_forward
         ok = accept(log_ratio, generator)
         return state.replace(
             x=where_rows(ok, proposal, state.x),

@@ -22,7 +22,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn
-from ebmlab.samplers.base import Sampler, SamplerState, frozen_parameters, per_chain
+from ebmlab.samplers.base import Sampler, SamplerState, accept, frozen_parameters, per_chain
 
 
 @dataclass(frozen=True)
@@ -143,43 +143,29 @@ class ParallelTempering(Sampler[TemperingState]):
         )
 
     def _swap(self, replicas, beta_rows, n, k, t, generator, swaps_acc, swaps_prop):
-        """Even-odd neighbour swaps; untempered energies and gradients move with the states."""
-        shape = (k, n)
-        raw_e = (replicas.energy / beta_rows).view(shape)
-        x = replicas.x.view(k, n, *replicas.x.shape[1:])
-        raw_g = (
-            None
-            if replicas.grad is None
-            else (replicas.grad / per_chain(beta_rows, replicas.grad)).view_as(x)
-        )
-        order = torch.arange(k).repeat(n, 1).T.clone()  # which replica's state each slot holds
-        first = t % 2
-        lows = torch.arange(first, k - 1, 2)
-        if len(lows):
-            b_lo, b_hi = self.betas[lows], self.betas[lows + 1]
-            log_ratio = (b_lo - b_hi)[:, None] * (raw_e[lows] - raw_e[lows + 1])
-            u = torch.rand(log_ratio.shape, generator=generator)
-            ok = torch.log(u) < log_ratio  # (pairs, n)
-            swaps_prop[lows] += n
-            swaps_acc[lows] += ok.sum(1)
-            lo_idx, hi_idx = order[lows].clone(), order[lows + 1].clone()
-            order[lows] = torch.where(ok, hi_idx, lo_idx)
-            order[lows + 1] = torch.where(ok, lo_idx, hi_idx)
-        cols = torch.arange(n)
-        new_x = x[order, cols]
-        new_e = raw_e[order, cols]
-        accepted_cold = (order[0] != 0).long()
-        grad = None
-        if raw_g is not None:
-            grad = raw_g[order, cols].reshape(replicas.grad.shape) * per_chain(
-                beta_rows, replicas.grad
-            )
+        """Even-odd neighbour swaps; energies and gradients move with the states,
+        rescaled from the temperature they were computed at to their new one."""
+        raw_e = (replicas.energy / beta_rows).view(k, n)
+        source = torch.arange(k * n).view(k, n)  # the row whose state each slot takes
+        lo, hi = slice(t % 2, k - 1, 2), slice(t % 2 + 1, k, 2)  # the neighbour pairs
+        if t % 2 < k - 1:
+            log_ratio = (self.betas[lo] - self.betas[hi])[:, None] * (raw_e[lo] - raw_e[hi])
+            ok = accept(log_ratio, generator)  # (pairs, n)
+            swaps_prop[lo] += n
+            swaps_acc[lo] += ok.sum(1)
+            low, high = source[lo], source[hi]
+            source[lo], source[hi] = torch.where(ok, high, low), torch.where(ok, low, high)
+        source = source.view(-1)
+        rescale = (beta_rows / beta_rows[source]).to(replicas.energy.dtype)
+        grad = replicas.grad
+        if grad is not None:
+            grad = grad.index_select(0, source) * per_chain(rescale, grad)
         replicas = replicas.replace(
-            x=new_x.reshape(replicas.x.shape),
-            energy=new_e.reshape(-1) * beta_rows.to(new_e.dtype),
+            x=replicas.x.index_select(0, source),
+            energy=replicas.energy.index_select(0, source) * rescale,
             grad=grad,
         )
-        return replicas, accepted_cold, swaps_acc, swaps_prop
+        return replicas, (source[:n] >= n).long(), swaps_acc, swaps_prop
 
     @staticmethod
     def swap_rates(state: TemperingState) -> torch.Tensor:
