@@ -38,8 +38,9 @@ class Gibbs(Sampler[SamplerState]):
         scan: ``"sequential"`` visits sites 0..D-1 in order; ``"random"`` draws D
             sites uniformly with replacement.
         model: optional pairwise model with ``couplings() -> (W, b)`` (the energy
-            being sampled must be its energy); without it the conditional comes from
-            energy differences of the energy being sampled.
+            being sampled must be its energy; in ``ParallelTempering`` keep
+            ``scale_steps=True``, which hands the kernel each replica's beta); without
+            it the conditional comes from energy differences of the energy being sampled.
     """
 
     def __init__(self, scan: str = "sequential", model: object | None = None) -> None:
