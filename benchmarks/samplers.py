@@ -212,9 +212,7 @@ def cases() -> list[Case | MetricCase]:
         Case(
             what=f"Gibbs, Boltzmann machine on 64 units, 1024 chains, {GIBBS_SWEEPS} sweeps",
             ebmlab=lambda: gibbs.sample(bm, x_bm, GIBBS_SWEEPS, generator=gen),
-            anchor=lambda: hand_written_gibbs(
-                bm.couplings()[0], bm.couplings()[1], x_bm, GIBBS_SWEEPS, gen
-            ),
+            anchor=lambda: hand_written_gibbs(*bm.couplings(), x_bm, GIBBS_SWEEPS, gen),
             anchor_name="hand-written sequential scan",
         ),
         *[

@@ -25,6 +25,7 @@ from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn, energy_and_grad
 
 S = TypeVar("S", bound="SamplerState")
+K = TypeVar("K", bound="Sampler")
 
 
 @dataclass(frozen=True)
@@ -99,11 +100,16 @@ def frozen_parameters(energy: Any) -> Iterator[None]:
 class Sampler(Generic[S]):
     """Base class: subclasses implement ``init`` and ``step``."""
 
+    def _with(self: K, **attributes: Any) -> K:
+        """A copy of this kernel with ``attributes`` set (how ``tempered`` derives kernels)."""
+        kernel = copy.copy(self)
+        kernel.__dict__.update(attributes)
+        return kernel
+
     def _rescaled(self, attribute: str, beta: torch.Tensor, power: float) -> Sampler:
         """A copy whose ``attribute`` becomes a per-chain tensor value / beta**power."""
-        kernel = copy.copy(self)
-        setattr(kernel, attribute, getattr(self, attribute) / beta.double().pow(power).float())
-        return kernel
+        value = getattr(self, attribute) / beta.double().pow(power).float()
+        return self._with(**{attribute: value})
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> S:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -15,7 +15,6 @@ with W.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
@@ -52,9 +51,7 @@ class Gibbs(Sampler[SamplerState]):
 
     def tempered(self, beta: torch.Tensor) -> Gibbs:
         """Sites drawn from the conditionals of beta E (the model's log-odds times beta)."""
-        kernel = copy.copy(self)
-        kernel.beta = beta
-        return kernel
+        return self._with(beta=beta)
 
     @staticmethod
     def _energy_log_odds(flat: torch.Tensor, shape, i: int, energy: EnergyFn) -> torch.Tensor:

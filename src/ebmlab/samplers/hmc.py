@@ -31,7 +31,6 @@ the groups' mean acceptance, so that no temperature falls below the target.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -263,10 +262,11 @@ class AdaptiveHMC(HMC):
         """This kernel for per-chain tempered energies beta E: chains of one beta get
         their own mass, 1 / beta at first (equivalent to HMC's step / sqrt(beta)), then
         adapted from their own variance."""
-        kernel = copy.copy(self)
-        kernel.chain_betas = beta
-        kernel.groups = torch.unique(beta, return_inverse=True)[1]
-        return kernel
+        return self._with(chain_betas=beta, groups=torch.unique(beta, return_inverse=True)[1])
+
+    def _smallest_group(self, x: torch.Tensor) -> int:
+        """The number of chains in the smallest group (all chains when untempered)."""
+        return len(x) if self.groups is None else int(torch.bincount(self.groups).min())
 
     def _centred(self, x: torch.Tensor) -> torch.Tensor:
         """x minus the mean of its group of chains."""
@@ -327,8 +327,7 @@ class AdaptiveHMC(HMC):
         )
         n = old.warmup_steps
         in_window = 0.05 * n <= new.t <= 0.75 * n and new.t % max(1, n // 20) == 0
-        smallest = old.x.shape[0] if groups is None else int(torch.bincount(groups).min())
-        if self.adapt_mass and smallest >= 16 and in_window:
+        if self.adapt_mass and in_window and self._smallest_group(old.x) >= 16:
             new = self._restart_dual_averaging(
                 new.replace(inv_mass=_regularised_variance(new.x, groups))
             )
