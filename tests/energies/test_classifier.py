@@ -5,9 +5,9 @@ from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, mlp
 from ebmlab.energies.base import _autograd_energy_and_grad
 
 
-def model(hidden=16):
+def model(hidden=16, activation="silu"):
     torch.manual_seed(0)
-    return ClassifierEnergy(FeedForward([6, hidden, hidden, 4], "silu"), 4)
+    return ClassifierEnergy(FeedForward([6, hidden, hidden, 4], activation), 4)
 
 
 def test_energies_match_the_seed_equations():
@@ -90,10 +90,11 @@ def test_validation():
         ConvNet((1, 6, 6), 10)
 
 
+@pytest.mark.parametrize("activation", ["silu", "elu"])
 @pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed", "plain"])
-def test_reduced_precision_gradients_are_close(packed, monkeypatch):
+def test_reduced_precision_gradients_are_close(packed, activation, monkeypatch):
     monkeypatch.setattr(mlp, "_PACKED", packed and mlp._PACKED)
-    m = model(64)
+    m = model(64, activation)
     x = torch.randn(32, 6)
     e32, g32 = m.energy_and_grad(x)
     m.grad_dtype = torch.bfloat16
