@@ -182,24 +182,40 @@ class AdaptiveState(SamplerState):
     chees_count: int = 0
 
 
-def _group_means(x: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """Mean of x over the chains of each group, (n_groups, ...)."""
-    n_groups = int(groups.max()) + 1
-    sums = x.new_zeros((n_groups, *x.shape[1:])).index_add_(0, groups, x)
-    return sums / per_chain(torch.bincount(groups, minlength=n_groups), sums)
+@dataclass(frozen=True)
+class _ChainGroups:
+    """Which group each chain belongs to (``index``) and how many chains each group has
+    (``sizes``), fixed when a tempered kernel is made; warm-up steps use them often."""
+
+    index: torch.Tensor
+    sizes: torch.Tensor
+
+    @classmethod
+    def of(cls, labels: torch.Tensor) -> _ChainGroups:
+        """Chains with equal labels form a group."""
+        index = torch.unique(labels, return_inverse=True)[1]
+        return cls(index, torch.bincount(index))
+
+    def means(self, x: torch.Tensor) -> torch.Tensor:
+        """Mean of x over the chains of each group, (n_groups, ...)."""
+        sums = x.new_zeros((len(self.sizes), *x.shape[1:])).index_add_(0, self.index, x)
+        return sums / per_chain(self.sizes, sums)
+
+    def centred(self, x: torch.Tensor) -> torch.Tensor:
+        """x minus the mean of its group of chains."""
+        return x - self.means(x)[self.index]
 
 
-def _regularised_variance(x: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
+def _regularised_variance(x: torch.Tensor, groups: _ChainGroups | None) -> torch.Tensor:
     """Cross-chain variance of x, shrunk towards 1e-3 as in Stan ((k / (k + 5)) var +
     1e-3 (5 / (k + 5)) over k chains); per group of chains (per-chain rows) if given."""
     if groups is None:
         k = x.shape[0]
         return (k / (k + 5)) * x.var(0) + 1e-3 * (5 / (k + 5))
-    counts = per_chain(torch.bincount(groups).to(x.dtype), x)
-    means = _group_means(x, groups)
-    centred = x - means[groups]
-    var = _group_means(centred * centred, groups) * counts / (counts - 1)
-    return ((counts / (counts + 5)) * var + 1e-3 * (5 / (counts + 5)))[groups]
+    counts = per_chain(groups.sizes.to(x.dtype), x)
+    centred = groups.centred(x)
+    var = groups.means(centred * centred) * counts / (counts - 1)
+    return ((counts / (counts + 5)) * var + 1e-3 * (5 / (counts + 5)))[groups.index]
 
 
 class AdaptiveHMC(HMC):
@@ -234,10 +250,10 @@ class AdaptiveHMC(HMC):
         self.max_leapfrog = _checks.positive_int("max_leapfrog", max_leapfrog)
         self.adapt_mass = adapt_mass
         self.adapt_length = adapt_length
-        # when tempered: per-chain inverse temperatures, and each chain's group index
-        # (chains of equal beta form a group); None: all chains form one group
+        # when tempered: per-chain inverse temperatures, and the groups of chains of
+        # equal beta; None: all chains form one group
         self.chain_betas: torch.Tensor | None = None
-        self.groups: torch.Tensor | None = None
+        self.groups: _ChainGroups | None = None
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
         base = super().init(x0, energy)
@@ -262,17 +278,15 @@ class AdaptiveHMC(HMC):
         """This kernel for per-chain tempered energies beta E: chains of one beta get
         their own mass, 1 / beta at first (equivalent to HMC's step / sqrt(beta)), then
         adapted from their own variance."""
-        return self._with(chain_betas=beta, groups=torch.unique(beta, return_inverse=True)[1])
+        return self._with(chain_betas=beta, groups=_ChainGroups.of(beta))
 
     def _smallest_group(self, x: torch.Tensor) -> int:
         """The number of chains in the smallest group (all chains when untempered)."""
-        return len(x) if self.groups is None else int(torch.bincount(self.groups).min())
+        return len(x) if self.groups is None else int(self.groups.sizes.min())
 
     def _centred(self, x: torch.Tensor) -> torch.Tensor:
         """x minus the mean of its group of chains."""
-        if self.groups is None:
-            return x - x.mean(0)
-        return x - _group_means(x, self.groups)[self.groups]
+        return x - x.mean(0) if self.groups is None else self.groups.centred(x)
 
     @staticmethod
     def _restart_dual_averaging(state: AdaptiveState) -> AdaptiveState:
@@ -315,7 +329,7 @@ class AdaptiveHMC(HMC):
         # dual averaging on the pooled acceptance probability (tempered: the lowest of the
         # temperatures' means, so that no temperature falls below the target)
         groups = self.groups
-        pooled = accept_prob.mean() if groups is None else _group_means(accept_prob, groups).min()
+        pooled = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
         m = new.da_count + 1
         gamma, t0, kappa = 0.05, 10.0, 0.75
         h = (1 - 1 / (m + t0)) * new.da_h + (self.target_accept - float(pooled)) / (m + t0)
