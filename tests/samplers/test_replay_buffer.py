@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ebmlab.samplers import ReplayBuffer, uniform_init
+from ebmlab.samplers import ReplayBuffer, gaussian_init, mixture_init, uniform_init
 
 
 def test_sample_push_and_reinit_fraction():
@@ -40,3 +40,50 @@ def test_per_class_segments():
         buf.sample(4)
     with pytest.raises(ValueError, match="multiple of n_classes"):
         ReplayBuffer(31, uniform_init((1,)), n_classes=3)
+
+
+def test_gaussian_init_recovers_each_class_moments_and_weights():
+    gen = torch.Generator().manual_seed(0)
+    a = torch.tensor([[1.0, 0.0, 0.0], [0.8, 0.5, 0.0], [0.0, -0.3, 0.2]])
+    data = torch.cat(
+        [torch.randn(1000, 3, generator=gen) @ a.T + 10, torch.randn(3000, 3, generator=gen) - 10]
+    )
+    labels = torch.cat([torch.zeros(1000), torch.ones(3000)]).long()
+    init = gaussian_init(data.reshape(-1, 1, 3), labels, ridge=0.01)
+    x = init(40_000, gen)
+    assert x.shape == (40_000, 1, 3)
+    x = x.flatten(1)
+    first = x[:, 0] > 0
+    assert abs(float(first.double().mean()) - 0.25) < 4 * (0.25 * 0.75 / 40_000) ** 0.5
+    for rows, block in ((first, data[:1000]), (~first, data[1000:])):
+        n = int(rows.sum())
+        cov = torch.cov(block.T, correction=0) + 0.01 * torch.eye(3)
+        stderr = (cov.diagonal() / n).sqrt()
+        assert ((x[rows].mean(0) - block.mean(0)).abs() < 4 * stderr).all()
+        torch.testing.assert_close(torch.cov(x[rows].T), cov, atol=0.05, rtol=0.05)
+
+
+def test_gaussian_init_clamps_and_checks_its_arguments():
+    data = torch.randn(50, 4)
+    x = gaussian_init(data, clamp=(-0.5, 0.5))(200, torch.Generator().manual_seed(1))
+    assert x.min() == -0.5 and x.max() == 0.5
+    with pytest.raises(ValueError, match="labels must be"):
+        gaussian_init(data, torch.zeros(49).long())
+    with pytest.raises(ValueError, match="at least two rows"):
+        gaussian_init(data, torch.cat([torch.zeros(49), torch.ones(1)]).long())
+    with pytest.raises(ValueError, match="data must be a float tensor"):
+        gaussian_init(torch.zeros(5, dtype=torch.long))
+
+
+def test_mixture_init_draws_each_part_with_its_weight():
+    gen = torch.Generator().manual_seed(2)
+    parts = [lambda n, g=None: torch.zeros(n, 1, 2), lambda n, g=None: torch.ones(n, 1, 2)]
+    x = mixture_init(parts, [1.0, 3.0])(20_000, gen)
+    assert x.shape == (20_000, 1, 2) and bool((x[:, 0, 0] == x[:, 0, 1]).all())
+    assert abs(float(x.mean()) - 0.75) < 4 * (0.75 * 0.25 / 20_000) ** 0.5
+    assert mixture_init(parts)(0, gen).shape == (0, 1, 2)
+    assert gaussian_init(torch.randn(10, 3))(0, gen).shape == (0, 3)
+    with pytest.raises(ValueError, match="weights must be 2 numbers"):
+        mixture_init(parts, [1.0, -1.0])
+    with pytest.raises(ValueError, match="at least one"):
+        mixture_init([])

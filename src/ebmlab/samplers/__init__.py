@@ -7,7 +7,12 @@ from ebmlab.samplers.langevin import Langevin
 from ebmlab.samplers.mala import MALA
 from ebmlab.samplers.metropolis import MetropolisHastings
 from ebmlab.samplers.nuts import NUTS
-from ebmlab.samplers.replay_buffer import ReplayBuffer, uniform_init
+from ebmlab.samplers.replay_buffer import (
+    ReplayBuffer,
+    gaussian_init,
+    mixture_init,
+    uniform_init,
+)
 from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path
 
 __all__ = [
@@ -26,6 +31,8 @@ __all__ = [
     "SamplerState",
     "anneal",
     "frozen_parameters",
+    "gaussian_init",
     "geometric_path",
+    "mixture_init",
     "uniform_init",
 ]

@@ -7,7 +7,17 @@ contrastive term E(x_data) - E(x_sample), with E(x) = -LogSumExp_y NN(x)[y] and
 samples from SGLD, x' = x - alpha grad E(x) + sigma eps (eq. 6.28, written there
 for f = -E). Negatives start either from uniform noise in the data range (the
 book's variant, ``init="uniform"``) or from a replay buffer of persistent chains
-with 5% re-initialisation (JEM's variant, the default).
+with re-initialisation (JEM's variant, the default; JEM re-initialises 5% of the starts
+per step, the default here is 20%). ``start`` says where fresh
+chains begin: uniformly in the data range (eq. 6.28) or, with ``"gaussian"``, at
+draws from one Gaussian per class fitted to the training data (JEM++'s informative
+initialisation, :func:`~ebmlab.samplers.gaussian_init`), which start near the data.
+On the digits, Gaussian starts with 20% re-initialisation (the defaults) raise the
+AUROC of log p(x) against flipped digits from 0.80 / 0.78 (uniform starts, 5%) to
+0.86 / 0.84 (mean of three seeds), with samples as close to the test set.
+Far from the data they cost a little: noise and permuted pixels score 0.992-1.000, and
+short runs rank noise high; ``"mixed"`` (half uniform, half Gaussian starts) keeps
+noise at 1.000 but gives back the flip gain.
 
 Options that keep training stable: ``data_noise`` (Gaussian noise added to the
 data, JEM uses 0.03), ``energy_l2`` (penalises E^2 of data and samples; without it
@@ -24,7 +34,7 @@ after every epoch (:meth:`~ebmlab.energies.ClassifierEnergy.calibrate`), so that
 classifier's confidence matches its accuracy; the density is untouched. The MNIST sets
 have no validation split here (fitting on the test split would leak), so beta stays 1.
 The defaults (AdamW with weight decay 0.05, learning rate 3e-3 with 300 warm-up steps
-and cosine decay, 100 epochs) reach 2.3 % test error on the digits (mean of three seeds).
+and cosine decay, 100 epochs) reach 2.2 % test error on the digits (mean of three seeds).
 ``sampler_dtype="bfloat16"`` computes SGLD gradients in bfloat16 (several times faster
 on CPUs with bf16 matrix units).
 """
@@ -54,7 +64,7 @@ from ebmlab.evaluation import (
     uniform_noise,
 )
 from ebmlab.plotting import image_grid
-from ebmlab.samplers import Langevin, uniform_init
+from ebmlab.samplers import Langevin, gaussian_init, mixture_init, uniform_init
 from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
@@ -74,8 +84,9 @@ class JEMConfig:
     step_size: float = 1.0
     noise: float = 0.01
     init: str = "buffer"
+    start: str = "gaussian"
     buffer_size: int = 1000
-    reinit_prob: float = 0.05
+    reinit_prob: float = 0.2
     sampler_grad_clip: float = 0.0
     clamp: bool = True
     sampler_dtype: str = "float32"
@@ -98,6 +109,7 @@ class JEMConfig:
         _checks.positive("step_size", self.step_size)
         _checks.positive("noise", self.noise, allow_zero=True)
         _checks.one_of("init", self.init, ["buffer", "uniform"])
+        _checks.one_of("start", self.start, ["uniform", "gaussian", "mixed"])
         _checks.one_of("sampler_dtype", self.sampler_dtype, ["float32", "bfloat16"])
         _checks.positive_int("buffer_size", self.buffer_size)
         _checks.probability("reinit_prob", self.reinit_prob)
@@ -132,7 +144,13 @@ class JEMTask(BufferTask):
             net = ConvNet(self.train.image_shape, 10, config.conv_width, config.activation)
         self.model = ClassifierEnergy(net, 10)
         self.model.grad_dtype = None if config.sampler_dtype == "float32" else torch.bfloat16
-        self.init_fn = uniform_init((dim,), *self.train.value_range)
+        uniform = uniform_init((dim,), *self.train.value_range)
+        gaussian = gaussian_init(self.train.x, self.train.y, clamp=self.train.value_range)
+        self.init_fn = {
+            "uniform": uniform,
+            "gaussian": gaussian,
+            "mixed": mixture_init([uniform, gaussian]),
+        }[config.start]
         self.buffer = self._replay_buffer(
             config.buffer_size, self.init_fn, config.reinit_prob, seed
         )
