@@ -49,8 +49,10 @@ def gaussian_init(
     Gaussian per class weighted by the classes' frequencies: the informative
     initialisation of JEM++ (Yang & Ji 2021). Fresh chains then start near the data
     rather than in noise, so that short runs explore the data's neighbourhood and the
-    model learns to tell data from blurred, digit-like look-alikes. ``clamp`` projects
-    the draws onto a box (images live in one)."""
+    model learns to tell data from blurred, digit-like look-alikes; such chains never
+    meet noise, so combine them with :func:`uniform_init` through :func:`mixture_init`
+    where the model must also rank noise low early on. ``clamp`` projects the draws onto
+    a box (images live in one)."""
     if data.ndim < 2 or not data.is_floating_point():
         raise ValueError(
             f"data must be a float tensor (N, ...), got {data.dtype} {tuple(data.shape)}"
