@@ -72,6 +72,9 @@ def test_train_evaluate_and_resume(capsys, tmp_path):
     result = json.loads(out)
     assert code == 0 and result["test_nll"] > result["true_nll"] - 0.1
     assert result["log_z"]["method"] == "quadrature"
+    # a 2-epoch model's samples are far from the data: each MMD² is many errors above 0
+    assert result["mmd2"] > 3 * result["mmd2_stderr"] > 0
+    assert result["mmd2_floor_stderr"] > 0
     for png in ("curves.png", "density.png", "samples.png", "samples/buffer.png"):
         assert (run / png).is_file(), png
 

@@ -1,6 +1,9 @@
+import math
+
 import numpy as np
 import pytest
 import torch
+from sklearn.metrics import roc_auc_score
 
 from ebmlab.evaluation import (
     auroc,
@@ -35,6 +38,38 @@ def test_auroc():
     assert auroc(torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0])) == 0.0
     with pytest.raises(ValueError, match="NaN"):
         auroc(torch.tensor([float("nan")]), torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="out_scores must not be empty"):
+        auroc(torch.tensor([1.0]), torch.tensor([]))
+    with pytest.raises(ValueError, match="two scores"):
+        auroc(torch.tensor([1.0]), torch.tensor([0.0, 2.0]), return_stderr=True)
+
+
+def test_auroc_counts_ties_as_half_a_win_like_scikit_learn():
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 5, (300,), generator=gen).float()
+    b = torch.randint(0, 4, (200,), generator=gen).float()
+    labels = np.r_[np.ones(300), np.zeros(200)]
+    assert auroc(a, b) == pytest.approx(roc_auc_score(labels, torch.cat([a, b]).numpy()))
+
+
+def test_auroc_and_its_standard_error_match_two_gaussians():
+    """N(1, 1) against N(0, 1): AUROC = Phi(1 / sqrt 2); over 300 replications the
+    estimates centre there and spread as DeLong's standard error says."""
+    gen = torch.Generator().manual_seed(1)
+    runs = torch.tensor(
+        [
+            auroc(
+                torch.randn(200, generator=gen) + 1,
+                torch.randn(300, generator=gen),
+                return_stderr=True,
+            )
+            for _ in range(300)
+        ]
+    )
+    values, stderrs = runs[:, 0], runs[:, 1]
+    exact = 0.5 * (1 + math.erf(0.5))  # Phi(1 / sqrt(2))
+    assert abs(float(values.mean()) - exact) < 4 * float(values.std()) / math.sqrt(300)
+    assert float(stderrs.mean()) == pytest.approx(float(values.std()), rel=0.15)
 
 
 def test_shifted_images_and_user_file(tmp_path):

@@ -61,12 +61,22 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
         "user_file",
     }
     assert set(result["ood_auroc"]["flip_lr"]) == {"log_px", "max_prob", "neg_grad_norm"}
+    stderrs = result["ood_auroc_stderr"]
+    assert {(k, s) for k in stderrs for s in stderrs[k]} == {
+        (k, s) for k in result["ood_auroc"] for s in result["ood_auroc"][k]
+    }
+    # 447 OOD inputs per built-in set (about +/- 0.02 near chance), 30 in the user file
+    user = stderrs.pop("user_file").values()
+    built_in = [v for scores in stderrs.values() for v in scores.values()]
+    assert all(0 < v < 0.03 for v in built_in) and min(user) > max(built_in)
     assert set(result["samples"]) == {
         "train_test_floor_mmd2",
+        "train_test_floor_mmd2_stderr",
         "after_training_steps",
         "after_200_more_steps",
         "after_1000_more_steps",
     }
+    assert result["samples"]["after_training_steps"]["mmd2_stderr"] > 0
     for png in ("reliability.png", "samples_unconditional.png", "samples_conditional.png"):
         assert (jem_run / png).is_file(), png
 

@@ -231,17 +231,19 @@ def evaluate(
         bounds=task.toy.bounds,
     )
     test_nll = task.nll(test, est.log_z)
-    return {
+    result = {
         "data": task.config.data,
         "test_nll": test_nll,
         "true_nll": true_nll,
         "nll_gap": test_nll - true_nll,
         "log_z": est.to_dict(),
         "kl_true_model": kl,
-        "mmd2": mmd2(exact, test[:n_samples]),
-        "mmd2_langevin": mmd2(samples, test[:n_samples]),
-        "mmd2_floor": mmd2(task.val[:n_samples], test[:n_samples]),
     }
+    for name, x in (("mmd2", exact), ("mmd2_langevin", samples), ("mmd2_floor", task.val)):
+        result[name], result[f"{name}_stderr"] = mmd2(
+            x[:n_samples], test[:n_samples], return_stderr=True
+        )
+    return result
 
 
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:

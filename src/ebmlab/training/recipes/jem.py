@@ -295,8 +295,10 @@ def _ood_sets(task: JEMTask, ood_data: str | None) -> dict[str, torch.Tensor]:
 
 
 def _sample_metrics(task: JEMTask, x: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
+    value, stderr = mmd2(x, reference, return_stderr=True)
     return {
-        "mmd2": mmd2(x, reference),
+        "mmd2": value,
+        "mmd2_stderr": stderr,
         "out_of_range": task.out_of_range(x),
         "finite": bool(torch.isfinite(x).all()),
     }
@@ -320,17 +322,26 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
         "ece_at_beta_1": expected_calibration_error(torch.softmax(logits, 1), test.y, 15),
     }
     in_scores = _ood_scores(task, test.x)
-    result["ood_auroc"] = {
-        name: {score: auroc(in_scores[score], s) for score, s in _ood_scores(task, x).items()}
+    aurocs = {
+        name: {
+            score: auroc(in_scores[score], s, return_stderr=True)
+            for score, s in _ood_scores(task, x).items()
+        }
         for name, x in _ood_sets(task, ood_data).items()
     }
+    for key, part in (("ood_auroc", 0), ("ood_auroc_stderr", 1)):
+        result[key] = {
+            name: {score: pair[part] for score, pair in scores.items()}
+            for name, scores in aurocs.items()
+        }
     gen = torch.Generator().manual_seed(2024)
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
     x = task.negatives(n, gen)
-    floor = mmd2(task.train.x[:n], reference)
+    floor, floor_stderr = mmd2(task.train.x[:n], reference, return_stderr=True)
     quality = {
         "train_test_floor_mmd2": floor,
+        "train_test_floor_mmd2_stderr": floor_stderr,
         "after_training_steps": _sample_metrics(task, x, reference),
     }
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
