@@ -148,11 +148,7 @@ def _configs(
         if k not in ("command", "recipe", "out", "config", "resume", "nproc", "argv")
     }
     settings.update(flags)
-    recipe_settings, trainer_settings = recipe.split_settings(settings)
-    for key, value in list(recipe_settings.items()):
-        if isinstance(value, list):
-            recipe_settings[key] = tuple(value)
-    return recipe.config_cls(**recipe_settings), TrainerConfig(**trainer_settings)
+    return recipe.configs(settings)
 
 
 def run_config(recipe: Recipe, config: Any) -> dict[str, Any]:
@@ -220,8 +216,7 @@ def load_run(run_dir: str | Path, checkpoint: str = "last") -> tuple[Recipe, Set
     run = RunDirectory(run_dir)
     stored = run.read_config()
     recipe = get_recipe(stored["recipe"])
-    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in stored["config"].items()}
-    setup = recipe.build(recipe.config_cls(**settings), TrainerConfig(**stored["trainer"]))
+    setup = recipe.build(*recipe.configs({**stored["config"], **stored["trainer"]}))
     state = load_checkpoint(run.checkpoints / f"{checkpoint}.pt")
     setup.task.model.load_state_dict(state["model"])
     setup.task.load_state_dict(state["task"])

@@ -88,6 +88,15 @@ class Recipe:
             {k: v for k, v in settings.items() if k in trainer_keys},
         )
 
+    def configs(self, settings: dict[str, Any]) -> tuple[Any, TrainerConfig]:
+        """(recipe config, trainer config) from one flat dict of settings, as read from
+        TOML or a run's config.json (lists become the tuples the configs hold)."""
+        recipe_settings, trainer_settings = self.split_settings(settings)
+        recipe_settings = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in recipe_settings.items()
+        }
+        return self.config_cls(**recipe_settings), TrainerConfig(**trainer_settings)
+
 
 _REGISTRY: dict[str, Recipe] = {}
 

@@ -322,18 +322,12 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
         "ece_at_beta_1": expected_calibration_error(torch.softmax(logits, 1), test.y, 15),
     }
     in_scores = _ood_scores(task, test.x)
-    aurocs = {
-        name: {
-            score: auroc(in_scores[score], s, return_stderr=True)
-            for score, s in _ood_scores(task, x).items()
-        }
-        for name, x in _ood_sets(task, ood_data).items()
-    }
-    for key, part in (("ood_auroc", 0), ("ood_auroc_stderr", 1)):
-        result[key] = {
-            name: {score: pair[part] for score, pair in scores.items()}
-            for name, scores in aurocs.items()
-        }
+    result["ood_auroc"], result["ood_auroc_stderr"] = {}, {}
+    for name, x in _ood_sets(task, ood_data).items():
+        values, stderrs = {}, {}
+        for score, s in _ood_scores(task, x).items():
+            values[score], stderrs[score] = auroc(in_scores[score], s, return_stderr=True)
+        result["ood_auroc"][name], result["ood_auroc_stderr"][name] = values, stderrs
     gen = torch.Generator().manual_seed(2024)
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
