@@ -65,10 +65,11 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
     assert {(k, s) for k in stderrs for s in stderrs[k]} == {
         (k, s) for k in result["ood_auroc"] for s in result["ood_auroc"][k]
     }
-    # 447 OOD inputs per built-in set (about +/- 0.02 near chance), 30 in the user file
-    user = stderrs.pop("user_file").values()
-    built_in = [v for scores in stderrs.values() for v in scores.values()]
-    assert all(0 < v < 0.03 for v in built_in) and min(user) > max(built_in)
+    # 447 OOD inputs per built-in set (about +/- 0.02 near chance); the user file holds 30
+    # noise images, so each score's error exceeds that of the 447 uniform-noise images
+    user = stderrs.pop("user_file")
+    assert all(0 < v < 0.03 for scores in stderrs.values() for v in scores.values())
+    assert all(user[s] > stderrs["uniform_noise"][s] for s in user)
     assert set(result["samples"]) == {
         "train_test_floor_mmd2",
         "train_test_floor_mmd2_stderr",
@@ -126,20 +127,20 @@ def test_conv_architecture_trains(tmp_path):
 
 
 def test_short_run_learns_a_classifier_and_a_density(tmp_path):
-    """A few epochs of the default recipe (augmented cross-entropy, SGLD negatives from the
-    replay buffer) on a small MLP already give a classifier whose log p(x) ranks test
+    """A few epochs of the default recipe (conv net, augmented cross-entropy, SGLD
+    negatives from the replay buffer) already give a classifier whose log p(x) ranks test
     digits above uniform noise and permuted pixels: some fresh chains start in noise
-    (with Gaussian starts alone, this run ranks noise above the digits)."""
+    (with Gaussian starts alone, a short run ranks noise above the digits)."""
     from ebmlab.cli import load_run
     from ebmlab.training.recipes.jem import evaluate
 
     run = tmp_path / "short"
-    args = ["--arch", "mlp", "--hidden", "128", "--sampler-steps", "10", "--epochs", "12"]
+    args = ["--sampler-steps", "10", "--epochs", "12"]
     args += ["--warmup-steps", "20", "--no-progress", "--seed", "0"]
     assert main(["train", "jem", "--out", str(run), *args]) == 0
     _, setup, run_dir = load_run(run)
     result = evaluate(setup, run_dir)
-    assert result["test_error"] < 0.2  # chance is 0.9; the full recipe reaches 0.02
+    assert result["test_error"] < 0.25  # chance is 0.9; 100 epochs reach 0.026
     assert result["ood_auroc"]["uniform_noise"]["log_px"] > 0.95
     assert result["ood_auroc"]["permuted"]["log_px"] > 0.95
     assert result["samples"]["after_1000_more_steps"]["finite"]
