@@ -102,6 +102,7 @@ def ebmlab_epoch(sampler_dtype: str = "float32") -> None:
         energy_l2=0.0,
         clamp=False,
         sampler_dtype=sampler_dtype,
+        calibrate=False,
     )
     task = JEMTask(config, seed=0)
     trainer = TrainerConfig(epochs=1, batch_size=BATCH, lr=LR, optimizer="adamax", progress=False)
