@@ -1,10 +1,12 @@
 """Trains a small deterministic task; run alone or under torchrun by test_distributed.py.
 
 Usage: python ddp_worker.py OUT.pt [--optimizer sgd|adam] [--diverge-on-rank R]
-Rank 0 saves the gradients seen before every optimizer step and the final parameters.
+Rank 0 saves the gradients seen before every optimizer step, the final parameters (or
+the error that stopped training) and the threads still running after leaving the group.
 """
 
 import argparse
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -48,22 +50,25 @@ def main() -> None:
     )
     try:
         trainer.fit()
+        result = {
+            "grads": grads,
+            "params": [p.detach() for p in trainer._params],
+            "losses": [r["loss"] for r in trainer.history if r["split"] == "train"],
+            "world_size": trainer.world_size,
+        }
     except DivergenceError as err:
-        if distributed.is_main():
-            torch.save({"error": str(err)}, args.out)
-        return
+        result = {"error": str(err)}
     finally:
         distributed.shutdown()
     if distributed.is_main():
-        torch.save(
-            {
-                "grads": grads,
-                "params": [p.detach() for p in trainer._params],
-                "losses": [r["loss"] for r in trainer.history if r["split"] == "train"],
-                "world_size": trainer.world_size,
-            },
-            args.out,
-        )
+        result["threads_after_shutdown"] = thread_names()
+        torch.save(result, args.out)
+
+
+def thread_names() -> list[str]:
+    """Names of this process's native threads (Linux), to see what outlives the group."""
+    tasks = Path("/proc/self/task")
+    return [(t / "comm").read_text().strip() for t in tasks.iterdir()] if tasks.is_dir() else []
 
 
 if __name__ == "__main__":

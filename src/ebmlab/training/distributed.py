@@ -34,6 +34,12 @@ def init() -> None:
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
             _joined.update(rank=0, world=1)
             return
+        # This module binds the default group into its functions' default arguments when
+        # first imported (torch.optim imports it through torch._dynamo). Imported after
+        # joining, it keeps the group and its threads alive past destroy_process_group,
+        # and those threads can abort the process at interpreter exit.
+        import torch.distributed.nn.functional
+
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     _joined.update(rank=dist.get_rank(), world=dist.get_world_size())
 
