@@ -86,7 +86,7 @@ def book_epoch(x: torch.Tensor, y: torch.Tensor) -> None:
         opt.step()
 
 
-def ebmlab_epoch(sampler_dtype: str = "float32") -> None:
+def ebmlab_epoch(sampler_dtype: str = "float32", train_dtype: str = "float32") -> None:
     config = JEMConfig(
         arch="mlp",
         hidden=(512, 512, 512),
@@ -102,6 +102,7 @@ def ebmlab_epoch(sampler_dtype: str = "float32") -> None:
         energy_l2=0.0,
         clamp=False,
         sampler_dtype=sampler_dtype,
+        train_dtype=train_dtype,
         calibrate=False,
     )
     task = JEMTask(config, seed=0)
@@ -111,19 +112,26 @@ def ebmlab_epoch(sampler_dtype: str = "float32") -> None:
 
 def cases() -> list[Case]:
     data = load_dataset("digits", "train")
+    variants = [
+        (
+            "JEM epoch on digits (1000 images), the book listing's hyperparameters",
+            "float32",
+            "float32",
+        ),
+        ("JEM epoch as above, SGLD gradients in bfloat16", "bfloat16", "float32"),
+        (
+            "JEM epoch as above, SGLD and the training step in bfloat16 (mixed precision)",
+            "bfloat16",
+            "bfloat16",
+        ),
+    ]
     return [
         Case(
-            what="JEM epoch on digits (1000 images), the book listing's hyperparameters",
-            ebmlab=ebmlab_epoch,
+            what=what,
+            ebmlab=lambda sampler=sampler, train=train: ebmlab_epoch(sampler, train),
             anchor=lambda: book_epoch(data.x, data.y),
             anchor_name="the book's listing (plain PyTorch)",
             repeats=3,
-        ),
-        Case(
-            what="JEM epoch as above, SGLD gradients in bfloat16",
-            ebmlab=lambda: ebmlab_epoch("bfloat16"),
-            anchor=lambda: book_epoch(data.x, data.y),
-            anchor_name="the book's listing (plain PyTorch)",
-            repeats=3,
-        ),
+        )
+        for what, sampler, train in variants
     ]

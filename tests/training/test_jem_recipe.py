@@ -157,3 +157,24 @@ def test_fresh_chains_start_where_the_start_option_says():
     # uniform starts average 0 in every pixel; the digits' mean is near -0.5
     assert gap("gaussian", 0.0) < 0.1 < gap("uniform", 0.0)
     assert gap("gaussian", 1.0) > 0.1
+
+
+def test_mixed_precision_step_runs_the_network_in_bfloat16_and_keeps_float32_state():
+    import torch
+
+    from ebmlab.training.recipes.jem import JEMConfig, JEMTask
+
+    def step(train_dtype: str) -> tuple[torch.Tensor, JEMTask]:
+        config = JEMConfig(arch="mlp", hidden=(64,), sampler_steps=3, train_dtype=train_dtype)
+        task = JEMTask(config, seed=0)
+        batch = (task.train.x[:32], task.train.y[:32])
+        result = task.training_step(batch, torch.Generator().manual_seed(0))
+        result.loss.backward()
+        return result.loss.detach(), task
+
+    full, _ = step("float32")
+    mixed, task = step("bfloat16")
+    assert mixed.dtype == torch.float32
+    assert all(p.dtype == p.grad.dtype == torch.float32 for p in task.model.parameters())
+    # the same negatives and batch; only the precision of the network's products differs
+    assert 0 < abs(float(mixed - full)) < 0.01 * abs(float(full))
