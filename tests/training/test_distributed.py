@@ -23,7 +23,10 @@ def run_worker(out: Path, nproc: int, *extra: str) -> dict:
     )
     cmd = [sys.executable, *launcher, str(WORKER), str(out), *extra]
     subprocess.run(cmd, check=True, env=ENV, timeout=180, capture_output=True)
-    return torch.load(out)
+    result = torch.load(out)
+    # leaving the group stops its threads: left running, they can abort the process at exit
+    assert not [name for name in result["threads_after_shutdown"] if "gloo" in name]
+    return result
 
 
 def test_two_processes_match_one_on_the_same_global_batches(tmp_path):
@@ -37,14 +40,11 @@ def test_two_processes_match_one_on_the_same_global_batches(tmp_path):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # the logged loss is the global batch mean, reduced across ranks
     torch.testing.assert_close(torch.tensor(one["losses"]), torch.tensor(two["losses"]))
-    # leaving the group stops its threads: left running, they can abort the process at exit
-    assert not [name for name in two["threads_after_shutdown"] if "gloo" in name]
 
 
 def test_a_fault_on_one_rank_stops_every_rank_with_its_message(tmp_path):
     result = run_worker(tmp_path / "fault.pt", 2, "--diverge-on-rank", "1")
     assert result["error"].startswith("training diverged at step 2: planted fault on rank 1")
-    assert not [name for name in result["threads_after_shutdown"] if "gloo" in name]
 
 
 JEM = [

@@ -74,6 +74,8 @@ from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
 
+PRECISIONS = ["float32", "bfloat16"]  # of SGLD gradients and of the training step
+
 
 @dataclass
 class JEMConfig:
@@ -118,8 +120,8 @@ class JEMConfig:
         _checks.one_of("init", self.init, ["buffer", "uniform"])
         _checks.one_of("start", self.start, ["uniform", "gaussian"])
         _checks.probability("uniform_share", self.uniform_share)
-        _checks.one_of("sampler_dtype", self.sampler_dtype, ["float32", "bfloat16"])
-        _checks.one_of("train_dtype", self.train_dtype, ["float32", "bfloat16"])
+        _checks.one_of("sampler_dtype", self.sampler_dtype, PRECISIONS)
+        _checks.one_of("train_dtype", self.train_dtype, PRECISIONS)
         _checks.positive_int("buffer_size", self.buffer_size)
         _checks.probability("reinit_prob", self.reinit_prob)
         _checks.positive("sampler_grad_clip", self.sampler_grad_clip, allow_zero=True)
