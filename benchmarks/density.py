@@ -23,9 +23,9 @@ from typing import Any
 
 from benchmarks.harness import MetricCase
 from ebmlab.data import TOYS
-from ebmlab.training import RunDirectory, Trainer, TrainerConfig
+from ebmlab.training import RunDirectory, Trainer
 from ebmlab.training.recipes import get_recipe
-from ebmlab.training.recipes.density import METHODS, DensityConfig
+from ebmlab.training.recipes.density import METHODS
 
 # Per-method settings beyond the recipe defaults (the recommended choices).
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -45,10 +45,8 @@ def train_and_evaluate(
 
     torch.set_num_threads(1)
     recipe = get_recipe("density")
-    settings = {**recipe.trainer_defaults, **SETTINGS[method], **(overrides or {})}
-    config_settings, trainer_settings = recipe.split_settings(settings)
-    config = DensityConfig(data=data, method=method, **config_settings)
-    trainer = TrainerConfig(**trainer_settings, progress=False)
+    settings = {**SETTINGS[method], **(overrides or {}), "data": data, "method": method}
+    config, trainer = recipe.configs({**settings, "progress": False})
     setup = recipe.build(config, trainer)
     model = setup.task.model
     rows = [0]

@@ -118,7 +118,7 @@ def test_shipped_configs_are_valid(path):
     """Each file in configs/ (named RECIPE_*.toml) holds only settings its recipe knows,
     with values its config classes accept."""
     recipe = get_recipe(path.name.split("_")[0])
-    recipe.configs({**recipe.trainer_defaults, **tomllib.loads(path.read_text())})
+    recipe.configs(tomllib.loads(path.read_text()))
 
 
 @pytest.mark.parametrize("method", ["cd", "sm", "ssm", "dsm", "nce"])
@@ -132,3 +132,13 @@ def test_density_training_principles(capsys, tmp_path, method):
     assert main(["evaluate", str(run)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert math.isfinite(result["test_nll"]) and result["test_nll"] > result["true_nll"] - 0.1
+
+
+def test_recipe_configs_start_from_the_recipe_defaults():
+    """The Python API builds the same job as the CLI: settings not given take the
+    recipe's trainer defaults, not the generic TrainerConfig ones."""
+    recipe = get_recipe("jem")
+    config, trainer = recipe.configs({"lr": 0.01, "conv_width": 16})
+    assert trainer.lr == 0.01 and config.conv_width == 16
+    for name in ("epochs", "optimizer", "lr_schedule", "warmup_steps"):
+        assert getattr(trainer, name) == recipe.trainer_defaults[name]

@@ -132,8 +132,6 @@ def _configs(
             )
         settings.update(stored["config"])
         settings.update(stored["trainer"])
-    else:
-        settings.update(recipe.trainer_defaults)
     if args.config:
         path = Path(args.config)
         if not path.is_file():

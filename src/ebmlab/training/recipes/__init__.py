@@ -90,8 +90,11 @@ class Recipe:
 
     def configs(self, settings: dict[str, Any]) -> tuple[Any, TrainerConfig]:
         """(recipe config, trainer config) from one flat dict of settings, as read from
-        TOML or a run's config.json (lists become the tuples the configs hold)."""
-        recipe_settings, trainer_settings = self.split_settings(settings)
+        TOML or a run's config.json (lists become the tuples the configs hold); settings
+        not given take the recipe's defaults, ``trainer_defaults`` included."""
+        recipe_settings, trainer_settings = self.split_settings(
+            {**self.trainer_defaults, **settings}
+        )
         recipe_settings = {
             k: tuple(v) if isinstance(v, list) else v for k, v in recipe_settings.items()
         }

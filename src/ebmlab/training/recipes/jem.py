@@ -292,7 +292,9 @@ def _ood_scores(task: JEMTask, x: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def _ood_sets(task: JEMTask, ood_data: str | None) -> dict[str, torch.Tensor]:
+def ood_sets(task: JEMTask, ood_data: str | None = None) -> dict[str, torch.Tensor]:
+    """The OOD sets of the evaluation, in the model's input format: uniform noise, the test
+    images with permuted pixels and flipped left-right and up-down, and a user file."""
     test = task.test
     spec = PIXELS["digits" if task.config.data == "digits" else "mnist"]
     raws = shifted_images(test.raw)
@@ -333,7 +335,7 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
     }
     in_scores = _ood_scores(task, test.x)
     result["ood_auroc"], result["ood_auroc_stderr"] = {}, {}
-    for name, x in _ood_sets(task, ood_data).items():
+    for name, x in ood_sets(task, ood_data).items():
         values, stderrs = {}, {}
         for score, s in _ood_scores(task, x).items():
             values[score], stderrs[score] = auroc(in_scores[score], s, return_stderr=True)
