@@ -45,8 +45,9 @@ def train_and_evaluate(
 
     torch.set_num_threads(1)
     recipe = get_recipe("density")
-    settings = {**SETTINGS[method], **(overrides or {}), "data": data, "method": method}
-    config, trainer = recipe.configs({**settings, "progress": False})
+    config, trainer = recipe.configs(
+        {**SETTINGS[method], **(overrides or {}), "data": data, "method": method, "progress": False}
+    )
     setup = recipe.build(config, trainer)
     model = setup.task.model
     rows = [0]

@@ -50,10 +50,18 @@ def mixture() -> GaussianMixture:
     return max(fitted, key=lambda m: m.score_samples(val).mean())
 
 
+@cache
+def test_and_ood_sets() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The test digits and the OOD sets, built once for all cases."""
+    task = trained_jem()
+    return task.test.x, ood_sets(task)
+
+
 def aurocs(ood: str) -> tuple[float, float]:
     """AUROC of JEM's log p(x) and of the mixture's log-density, test digits against ``ood``."""
     task = trained_jem()
-    x_in, x_out = task.test.x, ood_sets(task)[ood]
+    x_in, sets = test_and_ood_sets()
+    x_out = sets[ood]
     with torch.no_grad():
         ours = auroc(-task.model.energy(x_in), -task.model.energy(x_out))
     model = mixture()
