@@ -16,8 +16,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# The fast-path tests run twice: on whatever this CPU offers, then on the portable path
+# (oneDNN and ATen limited to AVX2, and every ebmlab CPU fast path off).
+PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
+
 test: setup
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(PORTABLE) $(PY) -m pytest -m fastpath
 	$(PY) -m pytest
 
 demo: setup

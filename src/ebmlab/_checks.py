@@ -90,12 +90,49 @@ def callable_(name: str, value: Any) -> Callable[..., Any]:
     return value
 
 
-def generator(name: str, value: Any) -> torch.Generator | None:
-    """Accept ``None``, a ``torch.Generator`` or an int seed; return a generator or None."""
-    if value is None or isinstance(value, torch.Generator):
+def generator(
+    name: str, value: Any, device: torch.device | str | None = None
+) -> torch.Generator | None:
+    """Accept ``None``, a ``torch.Generator`` or an int seed; return a generator or None.
+
+    A seed becomes a generator on ``device`` (the data's; the CPU when None), so that
+    draws are made where the data lives. A generator on another device than ``device``
+    is an error: PyTorch would fail deep inside a kernel, or copy every draw across.
+    """
+    if value is None:
+        return None
+    if isinstance(value, torch.Generator):
+        if device is not None and not same_device(value.device, device):
+            raise ValueError(
+                f"{name} is a generator on {value.device}, but the data is on "
+                f"{torch.device(device)}: make it with torch.Generator(device=...) on the "
+                "data's device, or pass an int seed"
+            )
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        gen = torch.Generator()
+        gen = torch.Generator(device=device if device is not None else "cpu")
         gen.manual_seed(value)
         return gen
     raise TypeError(f"{name} must be a torch.Generator, an int seed or None, got {value!r}")
+
+
+def same_device(a: torch.device | str, b: torch.device | str) -> bool:
+    """Whether ``a`` and ``b`` name one device (``cuda`` meaning the current CUDA device)."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+    if a.index == b.index or a.type not in ("cuda", "xpu"):
+        return True
+    current = torch.cuda.current_device() if a.type == "cuda" else 0
+    return (a.index if a.index is not None else current) == (
+        b.index if b.index is not None else current
+    )
+
+
+def same_device_as(name: str, value: torch.Tensor, reference: torch.Tensor, what: str) -> None:
+    """Raise unless tensor ``value`` sits on the device of ``reference`` (named ``what``)."""
+    if not same_device(value.device, reference.device):
+        raise ValueError(
+            f"{name} is on {value.device} and {what} on {reference.device}: "
+            f"move them to one device first (e.g. {name}.to({str(reference.device)!r}))"
+        )

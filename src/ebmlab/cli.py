@@ -24,8 +24,10 @@ from typing import Any, NoReturn
 import torch
 
 import ebmlab
-from ebmlab import _checks
+from ebmlab import _checks, hardware
 from ebmlab.data import DataNotFoundError, available_datasets
+from ebmlab.devices import resolve_device
+from ebmlab.partition.binary_products import quantized_available
 from ebmlab.training import (
     CheckpointError,
     DivergenceError,
@@ -74,6 +76,14 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
             )
 
 
+def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto | cpu | cuda | cuda:N | mps (auto: cuda, then mps, then cpu)",
+    )
+
+
 def _build_parser() -> _Parser:
     parser = _Parser(prog="ebmlab", description="Energy-based models on PyTorch.")
     parser.add_argument("--version", action="version", version=f"ebmlab {ebmlab.__version__}")
@@ -101,10 +111,12 @@ def _build_parser() -> _Parser:
         )
     ev = sub.add_parser("evaluate", help="evaluate a run directory; prints JSON")
     ev.add_argument("run_dir")
+    _add_device_option(ev)
     ev.add_argument("--checkpoint", choices=["last", "best"], default="last")
     ev.add_argument("--ood-data", default=None, help="uint8 .npy images (N, H, W) as an OOD set")
     sa = sub.add_parser("sample", help="draw samples from a trained run and save a picture")
     sa.add_argument("run_dir")
+    _add_device_option(sa)
     sa.add_argument("--n", type=int, default=64, help="number of samples")
     sa.add_argument("--steps", type=int, default=200, help="sampler steps")
     sa.add_argument("--out", default=None, help="PNG path (default RUN_DIR/samples/sample.png)")
@@ -112,6 +124,7 @@ def _build_parser() -> _Parser:
     sa.add_argument("--seed", type=int, default=0)
     lz = sub.add_parser("logz", help="estimate log Z of a trained run; prints JSON")
     lz.add_argument("run_dir")
+    _add_device_option(lz)
     lz.add_argument(
         "--method", default="auto", choices=["auto", "exact", "ais", "raise", "bethe", "trw", "pam"]
     )
@@ -163,8 +176,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     run = RunDirectory(args.out)
     config, trainer_config = _configs(recipe, args, run)
     launched = "WORLD_SIZE" in os.environ
+    device = resolve_device(trainer_config.device)
+    if device.type == "cuda" and args.nproc > torch.cuda.device_count():
+        raise ValueError(
+            f"--nproc {args.nproc} needs one GPU per process, and {torch.cuda.device_count()} "
+            "are present; use --nproc <= that, or --device cpu"
+        )
     if args.nproc > 1 and not launched:
         return launch(args.nproc, args.argv)
+    distributed.init(device)  # before the recipe builds its per-rank state
     if launched and args.nproc not in (1, int(os.environ["WORLD_SIZE"])):
         raise ValueError(
             f"--nproc {args.nproc} disagrees with WORLD_SIZE={os.environ['WORLD_SIZE']}"
@@ -209,13 +229,20 @@ def launch(nproc: int, argv: list[str]) -> int:
     return 0
 
 
-def load_run(run_dir: str | Path, checkpoint: str = "last") -> tuple[Recipe, Setup, RunDirectory]:
-    """Rebuild a run's recipe and restore its model and task state from a checkpoint."""
+def load_run(
+    run_dir: str | Path, checkpoint: str = "last", device: str = "auto"
+) -> tuple[Recipe, Setup, RunDirectory]:
+    """Rebuild a run's recipe on ``device`` (whatever device trained it) and restore its
+    model and task state from a checkpoint."""
     run = RunDirectory(run_dir)
     stored = run.read_config()
     recipe = get_recipe(stored["recipe"])
-    setup = recipe.build(*recipe.configs({**stored["config"], **stored["trainer"]}))
-    state = load_checkpoint(run.checkpoints / f"{checkpoint}.pt")
+    settings = {**stored["config"], **stored["trainer"], "device": device}
+    setup = recipe.build(*recipe.configs(settings))
+    target = resolve_device(device)
+    state = load_checkpoint(run.checkpoints / f"{checkpoint}.pt", map_location=target)
+    setup.task.to(target)
+    setup.train_data = tuple(t.to(target) for t in setup.train_data)
     setup.task.model.load_state_dict(state["model"])
     setup.task.load_state_dict(state["task"])
     setup.task.model.eval()
@@ -223,7 +250,7 @@ def load_run(run_dir: str | Path, checkpoint: str = "last") -> tuple[Recipe, Set
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    recipe, setup, run = load_run(args.run_dir, args.checkpoint)
+    recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device)
     options = {"ood_data": args.ood_data} if args.ood_data else {}
     if options and "ood_data" not in inspect.signature(recipe.evaluate).parameters:
         raise ValueError(f"recipe {recipe.name!r} does not take --ood-data")
@@ -236,7 +263,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     _checks.positive_int("--n", args.n)
     _checks.positive_int("--steps", args.steps)
-    recipe, setup, run = load_run(args.run_dir, args.checkpoint)
+    recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device)
     if recipe.sample is None:
         raise ValueError(f"recipe {recipe.name!r} cannot draw samples")
     out = Path(args.out) if args.out else run.samples / "sample.png"
@@ -256,6 +283,19 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"numpy {numpy.__version__}, scikit-learn {sklearn.__version__}"
     )
     print(f"torch threads: {torch.get_num_threads()}")
+    hw = hardware.report()
+    features = [name for name, present in hw["cpu_features"].items() if present]
+    print(f"cpu: {hw['cpu']} ({', '.join(features) or 'no listed extensions'}); "
+          f"ATen kernels: {hw['aten_cpu_capability']}")  # fmt: skip
+    for gpu in hw["cuda"]:
+        print(f"{gpu['device']}: {gpu['name']} (bfloat16: {'yes' if gpu['bf16'] else 'no'})")
+    print("devices: " + ", ".join(hw["devices"]))
+    fast = {**hw["fast_paths"], "onednn_int8_binary_products": quantized_available(
+        torch.device("cpu"))}  # fmt: skip
+    print("cpu fast paths:")
+    for name, value in fast.items():
+        shown = value if not isinstance(value, bool) else ("on" if value else "off")
+        print(f"  {name:<28} {shown}")
     print("data sets:")
     for name, where in available_datasets(args.data_root).items():
         print(f"  {name:<13} {where}")
@@ -264,7 +304,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_logz(args: argparse.Namespace) -> int:
-    recipe, setup, _ = load_run(args.run_dir, args.checkpoint)
+    recipe, setup, _ = load_run(args.run_dir, args.checkpoint, args.device)
     if recipe.log_partition is None:
         raise ValueError(f"recipe {recipe.name!r} has no partition function estimator")
     estimate = recipe.log_partition(setup, args.method, seed=args.seed)

@@ -65,7 +65,7 @@ def image_grid(
     title: str | None = None,
 ) -> None:
     """Tile a batch of images (N, *image_shape) or flat (N, D) into one PNG."""
-    x = images.detach().float().reshape(len(images), *image_shape[-2:]).numpy()
+    x = images.detach().float().reshape(len(images), *image_shape[-2:]).cpu().numpy()
     lo, hi = value_range
     x = np.clip((x - lo) / (hi - lo), 0, 1)
     n = len(x)
@@ -94,10 +94,16 @@ def image_grid(
 
 
 Bounds2D = tuple[tuple[float, float], tuple[float, float]]
+ArrayLike = np.ndarray | torch.Tensor
+
+
+def to_numpy(data: ArrayLike) -> np.ndarray:
+    """A NumPy copy of ``data``, from whatever device a tensor is on."""
+    return data.detach().cpu().numpy() if isinstance(data, torch.Tensor) else np.asarray(data)
 
 
 def _panels(
-    panels: Sequence[tuple[str, np.ndarray]],
+    panels: Sequence[tuple[str, ArrayLike]],
     path: str | os.PathLike,
     bounds: Bounds2D,
     draw: Callable[[Any, np.ndarray], None],
@@ -105,7 +111,7 @@ def _panels(
     """One square axes per (title, data) panel over ``bounds``, drawn by ``draw(ax, data)``."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
     for ax, (title, data) in zip(axes.flat, panels, strict=True):
-        draw(ax, data)
+        draw(ax, to_numpy(data))
         ax.set_xlim(*bounds[0])
         ax.set_ylim(*bounds[1])
         ax.set_aspect("equal")
@@ -114,7 +120,7 @@ def _panels(
 
 
 def density_panels(
-    panels: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike, *, bounds: Bounds2D
+    panels: Sequence[tuple[str, ArrayLike]], path: str | os.PathLike, *, bounds: Bounds2D
 ) -> None:
     """Side-by-side heat maps of 2-D densities evaluated on a grid (each (G, G))."""
     (x0, x1), (y0, y1) = bounds
@@ -128,7 +134,7 @@ def density_panels(
 
 
 def scatter_panels(
-    panels: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike, *, bounds: Bounds2D
+    panels: Sequence[tuple[str, ArrayLike]], path: str | os.PathLike, *, bounds: Bounds2D
 ) -> None:
     """Side-by-side scatter plots of 2-D point sets (each (N, 2))."""
     _panels(panels, path, bounds, lambda ax, pts: ax.scatter(pts[:, 0], pts[:, 1], s=1, alpha=0.5))

@@ -25,6 +25,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
+from ebmlab.devices import resolve_device
 from ebmlab.energies import DiagonalGaussian, boltzmann
 from ebmlab.partition import (
     LogZEstimate,
@@ -72,7 +73,13 @@ def _to_tensor(est: BaseEstimator, X: np.ndarray, unit_interval: bool) -> torch.
     refuses negative values (binary units read values in [0, 1])."""
     if unit_interval:
         check_non_negative(X, f"{type(est).__name__} (expects values in [0, 1])")
-    return torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[est.dtype]))
+    tensor = torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[est.dtype]))
+    return tensor.to(resolve_device(est.device))
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A float64 NumPy copy of ``t``, from whatever device it is on."""
+    return t.detach().cpu().numpy().astype(np.float64)
 
 
 class _RBMEstimator(TransformerMixin, BaseEstimator):
@@ -98,6 +105,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         lr_decay: bool = False,
         dtype: str = "float32",
         matmul_dtype: str | None = None,
+        device: str = "cpu",
     ) -> None:
         self.n_components = n_components
         self.learning_rate = learning_rate
@@ -113,6 +121,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self.lr_decay = lr_decay
         self.dtype = dtype
         self.matmul_dtype = matmul_dtype
+        self.device = device
 
     def _check_params(self) -> None:
         _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"), ("learning_rate",),
@@ -122,8 +131,8 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
 
     def _init_model(self, data: torch.Tensor) -> None:
         rng = check_random_state(self.random_state)
-        self._generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)))
-        self.rbm_ = self._build(data).to(_DTYPES[self.dtype])
+        self._generator = torch.Generator(data.device).manual_seed(int(rng.randint(2**31 - 1)))
+        self.rbm_ = self._build(data).to(data.device, _DTYPES[self.dtype])
         self._cd = ContrastiveDivergence(
             self.rbm_,
             self.k,
@@ -141,12 +150,12 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
 
     def _sync_attributes(self) -> None:
         rbm = self.rbm_
-        self.components_ = rbm.W.detach().T.numpy().astype(np.float64)
-        self.intercept_hidden_ = rbm.c.detach().numpy().astype(np.float64)
-        self.intercept_visible_ = rbm.b.detach().numpy().astype(np.float64)
+        self.components_ = _numpy(rbm.W.T)
+        self.intercept_hidden_ = _numpy(rbm.c)
+        self.intercept_visible_ = _numpy(rbm.b)
         chains = self._cd.chains
         if chains is not None:
-            self.h_samples_ = rbm.sample_hidden(chains, self._generator).numpy().astype(np.float64)
+            self.h_samples_ = _numpy(rbm.sample_hidden(chains, self._generator))
 
     def _step(self, batch: torch.Tensor) -> None:
         self._cd.accumulate(batch, self._generator)
@@ -163,7 +172,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
             if self.lr_decay:
                 for group in self._optimizer.param_groups:
                     group["lr"] = self.learning_rate * (1 - epoch / self.n_iter)
-            perm = torch.randperm(n, generator=self._generator)
+            perm = torch.randperm(n, generator=self._generator, device=data.device)
             for idx in perm.split(self.batch_size):
                 self._step(data.index_select(0, idx))
             if self.verbose:
@@ -188,13 +197,13 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         data = self._check_X(X, reset=False)
         with torch.no_grad():
-            return self.rbm_.hidden_probs(data).numpy().astype(np.float64)
+            return _numpy(self.rbm_.hidden_probs(data))
 
     def gibbs(self, v) -> np.ndarray:
         """One block-Gibbs step v -> h -> v; returns the new visible sample."""
         check_is_fitted(self)
         data = self._check_X(v, reset=False)
-        return self.rbm_.gibbs(data, 1, self._generator).numpy().astype(np.float64)
+        return _numpy(self.rbm_.gibbs(data, 1, self._generator))
 
     def score_samples(self, X) -> np.ndarray:
         """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
@@ -204,7 +213,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         model = copy.deepcopy(self.rbm_).double()  # a row's score does not depend on its batch
         with torch.no_grad():
             free = model.free_energy(data.double())
-        return (-free - self.log_partition().log_z).numpy()
+        return _numpy(-free - self.log_partition().log_z)
 
 
 class BernoulliRBM(_RBMEstimator):
@@ -219,7 +228,9 @@ class BernoulliRBM(_RBMEstimator):
     ``"float64"``), ``matmul_dtype`` (``"bfloat16"`` runs the updates' matrix products
     in bfloat16, several times faster on CPUs with AMX; the parameters stay in
     ``dtype``) and ``centering`` (the centred-RBM update of
-    :class:`~ebmlab.training.rbm.ContrastiveDivergence`).
+    :class:`~ebmlab.training.rbm.ContrastiveDivergence`), and ``device`` (``"cpu"``,
+    ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"``: where the model trains; fitted
+    attributes and outputs are NumPy arrays wherever it trains).
     Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
     negative values are refused.
 
@@ -244,13 +255,14 @@ class BernoulliRBM(_RBMEstimator):
         lr_decay: bool = False,
         dtype: str = "float32",
         matmul_dtype: str | None = None,
+        device: str = "cpu",
         centering: bool = False,
     ) -> None:
         super().__init__(
             n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
             verbose=verbose, random_state=random_state, k=k, persistent=persistent,
             n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
-            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype,
+            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
         )  # fmt: skip
         self.centering = centering
 
@@ -284,12 +296,12 @@ class BernoulliRBM(_RBMEstimator):
         data = (self._check_X(X, reset=False) > 0.5).to(self.rbm_.W.dtype)
         with torch.no_grad():
             f = self.rbm_.free_energy(data)
-            total = torch.zeros(data.shape[0], dtype=torch.float64)
+            total = torch.zeros(data.shape[0], dtype=torch.float64, device=data.device)
             for i in range(data.shape[1]):
                 flipped = data.clone()
                 flipped[:, i] = 1 - flipped[:, i]
                 total += torch.nn.functional.logsigmoid(self.rbm_.free_energy(flipped) - f).double()
-        return total.numpy()
+        return _numpy(total)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -325,6 +337,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
         lr_decay: bool = False,
         dtype: str = "float32",
         matmul_dtype: str | None = None,
+        device: str = "cpu",
         sigma: float = 1.0,
         learn_sigma: bool = False,
     ) -> None:
@@ -332,7 +345,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
             n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
             verbose=verbose, random_state=random_state, k=k, persistent=persistent,
             n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
-            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype,
+            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
         )  # fmt: skip
         self.sigma = sigma
         self.learn_sigma = learn_sigma
@@ -376,7 +389,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         learning_rate, batch_size, n_iter: Adam step size, mini-batch size and epochs.
         k: Gibbs steps of the generative term's negatives.
         weight_decay: L2 penalty.
-        random_state, verbose, dtype: as for :class:`BernoulliRBM`.
+        random_state, verbose, dtype, device: as for :class:`BernoulliRBM`.
 
     Inputs are values in [0, 1]. ``score_samples`` is log p(x) = log sum_y p(x, y),
     with log Z exact when min(n_features, n_components) <= 20 and otherwise a sum over
@@ -397,6 +410,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         verbose: int = 0,
         random_state=None,
         dtype: str = "float32",
+        device: str = "cpu",
     ) -> None:
         self.n_components = n_components
         self.objective = objective
@@ -409,6 +423,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.verbose = verbose
         self.random_state = random_state
         self.dtype = dtype
+        self.device = device
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
@@ -425,6 +440,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         if not np.isin(y, self.classes_).all():
             raise ValueError(f"y has labels outside the known classes {self.classes_}")
         labels = torch.from_numpy(np.searchsorted(self.classes_, y).astype(np.int64))
+        labels = labels.to(data.device)
         return data, labels
 
     def _init_model(self, X: torch.Tensor) -> None:
@@ -436,15 +452,16 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
                 f"got {self.objective!r}"
             )
         rng = check_random_state(self.random_state)
-        self._generator = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)))
+        self._generator = torch.Generator(X.device).manual_seed(int(rng.randint(2**31 - 1)))
         model = boltzmann.ClassificationRBM(
             X.shape[1], self.n_components, len(self.classes_), init_std=0.0
         )
+        model = model.to(X.device, _DTYPES[self.dtype])
         with torch.no_grad():
             for weights in (model.W, model.U):  # symmetry between labels breaks sooner
                 weights.normal_(0.0, 0.1, generator=self._generator)
             model.b.copy_(boltzmann.base_rate_logits(X))
-        self.model_ = model.to(_DTYPES[self.dtype])
+        self.model_ = model
         self._optimizer = torch.optim.Adam(
             self.model_.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay
         )
@@ -460,11 +477,11 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
 
     def _sync_attributes(self) -> None:
         m = self.model_
-        self.components_ = m.W.detach().T.numpy().astype(np.float64)
-        self.class_components_ = m.U.detach().numpy().astype(np.float64)
-        self.intercept_hidden_ = m.c.detach().numpy().astype(np.float64)
-        self.intercept_visible_ = m.b.detach().numpy().astype(np.float64)
-        self.intercept_class_ = m.d.detach().numpy().astype(np.float64)
+        self.components_ = _numpy(m.W.T)
+        self.class_components_ = _numpy(m.U)
+        self.intercept_hidden_ = _numpy(m.c)
+        self.intercept_visible_ = _numpy(m.b)
+        self.intercept_class_ = _numpy(m.d)
 
     def fit(self, X, y) -> ClassificationRBM:
         """Train for ``n_iter`` epochs of mini-batches over (X, y)."""
@@ -472,7 +489,8 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self._init_model(X)
         self._train_X, self._train_y = X, labels  # each label's base rates, for AIS
         for epoch in range(self.n_iter):
-            for idx in torch.randperm(len(X), generator=self._generator).split(self.batch_size):
+            order = torch.randperm(len(X), generator=self._generator, device=X.device)
+            for idx in order.split(self.batch_size):
                 self._step(X[idx], labels[idx])
             if self.verbose:
                 print(f"[ClassificationRBM] iteration {epoch + 1}/{self.n_iter}")
@@ -503,7 +521,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         """Exact log p(y | x) (n_samples, n_classes), columns in the order of ``classes_``."""
         model, x = self._float64(X)
         with torch.no_grad():
-            return torch.log_softmax(model.class_scores(x), 1).numpy()
+            return _numpy(torch.log_softmax(model.class_scores(x), 1))
 
     def predict_proba(self, X) -> np.ndarray:
         """Exact p(y | x) (n_samples, n_classes), columns in the order of ``classes_``."""
@@ -520,7 +538,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         with torch.no_grad():
             p_y = m.predict_proba(x)
             p_h = torch.sigmoid((x @ m.W + m.c)[:, None, :] + m.U[None])  # (n, K, M)
-            return (p_y[:, :, None] * p_h).sum(1).numpy()
+            return _numpy((p_y[:, :, None] * p_h).sum(1))
 
     def log_partition(self) -> LogZEstimate:
         """log Z of p(x, y): exact when min(n_features, n_components) <= 20, else the sum
@@ -542,7 +560,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         model, x = self._float64(X)
         with torch.no_grad():
             energy = model.energy(x)
-        return (-energy - self.log_partition().log_z).numpy()
+        return _numpy(-energy - self.log_partition().log_z)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -571,6 +589,7 @@ class DBN(TransformerMixin, BaseEstimator):
         persistent: bool = True,
         momentum: float = 0.5,
         random_state=None,
+        device: str = "cpu",
     ) -> None:
         self.hidden_layers = hidden_layers
         self.learning_rate = learning_rate
@@ -580,6 +599,7 @@ class DBN(TransformerMixin, BaseEstimator):
         self.persistent = persistent
         self.momentum = momentum
         self.random_state = random_state
+        self.device = device
 
     def fit(self, X, y=None) -> DBN:
         if not self.hidden_layers:
@@ -599,6 +619,7 @@ class DBN(TransformerMixin, BaseEstimator):
                 persistent=self.persistent,
                 momentum=self.momentum,
                 random_state=int(rng.randint(2**31 - 1)),
+                device=self.device,
             ).fit(data)
             self.rbms_.append(rbm)
             data = rbm.transform(data)
@@ -615,13 +636,14 @@ class DBN(TransformerMixin, BaseEstimator):
     def sample(self, n_samples: int, n_gibbs: int = 200, random_state=None) -> np.ndarray:
         """Visible samples: Gibbs chains in the top RBM, then top-down p(v | h) propagation."""
         check_is_fitted(self)
-        gen = torch.Generator().manual_seed(
+        top = self.rbms_[-1].rbm_
+        gen = torch.Generator(top.W.device).manual_seed(
             int(check_random_state(random_state).randint(2**31 - 1))
         )
-        top = self.rbms_[-1].rbm_
-        start = (torch.rand(n_samples, top.n_visible, generator=gen) < 0.5).to(top.W.dtype)
+        u = torch.rand(n_samples, top.n_visible, generator=gen, device=top.W.device)
+        start = (u < 0.5).to(top.W.dtype)
         h = top.gibbs(start, n_gibbs, gen)
         with torch.no_grad():
             for rbm in reversed(self.rbms_[:-1]):
                 h = rbm.rbm_.sample_visible(h, gen)
-        return h.numpy().astype(np.float64)
+        return _numpy(h)

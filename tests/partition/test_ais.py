@@ -41,11 +41,12 @@ def test_rbm_ais_is_within_0_03_nats_and_inside_its_interval(scale, seed):
     assert est.method == "ais" and est.cost["ess"] > 10
 
 
+@pytest.mark.fastpath
 @pytest.mark.parametrize("quantized", [True, False])
 def test_annealing_is_exact_with_int8_and_float_products(quantized, monkeypatch):
-    if quantized and not binary_products.quantized_available():
+    if quantized and not binary_products.quantized_available(torch.device("cpu")):
         pytest.skip("no int8 kernel on this CPU")
-    monkeypatch.setattr(binary_products, "quantized_available", lambda: quantized)
+    monkeypatch.setattr(binary_products, "quantized_available", lambda device: quantized)
     rbm = random_rbm(3.0, 4, d=14, m=10)
     exact = rbm_log_partition(rbm).log_z
     for estimate in (
@@ -55,8 +56,9 @@ def test_annealing_is_exact_with_int8_and_float_products(quantized, monkeypatch)
         assert abs(estimate.log_z - exact) < 4 * estimate.stderr + 0.01
 
 
+@pytest.mark.fastpath
 def test_int8_product_is_exact_for_its_rounded_weights():
-    if not binary_products.quantized_available():
+    if not binary_products.quantized_available(torch.device("cpu")):
         pytest.skip("no int8 kernel on this CPU")
     gen = torch.Generator().manual_seed(0)
     W = torch.randn(300, 70, generator=gen) * torch.logspace(-3, 1, 70)

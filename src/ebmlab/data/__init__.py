@@ -10,6 +10,7 @@ float tensors ready for training. Image data come in three transforms:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -44,6 +45,11 @@ class Dataset:
 
     def __len__(self) -> int:
         return self.x.shape[0]
+
+    def to(self, device: torch.device | str) -> Dataset:
+        """This split with ``x`` and ``y`` on ``device`` (``raw`` stays a NumPy array)."""
+        y = None if self.y is None else self.y.to(device)
+        return dataclasses.replace(self, x=self.x.to(device), y=y)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def random_affine(
     _checks.probability("scale", scale)
     c, h, w = image_shape
     n = x.shape[0]
-    u = torch.rand(n, 4, generator=generator, dtype=x.dtype) * 2 - 1
+    u = torch.rand(n, 4, generator=generator, dtype=x.dtype, device=x.device) * 2 - 1
     angle = u[:, 0] * rotate * math.pi / 180
     zoom = 1 + u[:, 1] * scale
     # affine_grid maps output to input coordinates in [-1, 1]: zooming in by s samples 1/s.

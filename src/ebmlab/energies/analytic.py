@@ -78,7 +78,9 @@ class Gaussian(AnalyticEnergy):
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
-        eps = torch.randn(n, self.dim, generator=generator, dtype=self.mean.dtype)
+        eps = torch.randn(
+            n, self.dim, generator=generator, dtype=self.mean.dtype, device=self.mean.device
+        )
         return self.mean + eps @ self.chol.T
 
 
@@ -111,7 +113,9 @@ class DiagonalGaussian(AnalyticEnergy):
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
-        eps = torch.randn(n, self.dim, generator=generator, dtype=self.mean.dtype)
+        eps = torch.randn(
+            n, self.dim, generator=generator, dtype=self.mean.dtype, device=self.mean.device
+        )
         return self.mean + eps * self.std
 
 
@@ -146,7 +150,7 @@ class GaussianMixture(AnalyticEnergy):
         self.register_buffer("chol", chol)
         # z_k = L_k^{-1} x - L_k^{-1} mu_k for all k in one product: the stacked L_k^{-1}
         # (K*D, D) and the whitened means (K*D,)
-        eye = torch.eye(d, dtype=chol.dtype).expand_as(chol)
+        eye = torch.eye(d, dtype=chol.dtype, device=chol.device).expand_as(chol)
         chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
         self.register_buffer("whiten", chol_inv.reshape(k * d, d))
         self.register_buffer("whitened_means", (chol_inv @ means.unsqueeze(-1)).reshape(k * d))
@@ -198,7 +202,9 @@ class GaussianMixture(AnalyticEnergy):
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
         k = torch.multinomial(self.mixture_weights(), n, replacement=True, generator=generator)
-        eps = torch.randn(n, self.dim, generator=generator, dtype=self.means.dtype)
+        eps = torch.randn(
+            n, self.dim, generator=generator, dtype=self.means.dtype, device=self.means.device
+        )
         return self.means[k] + (self.chol[k] @ eps.unsqueeze(-1)).squeeze(-1)
 
 
@@ -230,9 +236,14 @@ class Funnel(AnalyticEnergy):
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
-        eps = torch.randn(n, self.dim, generator=generator)
+        eps = torch.randn(n, self.dim, generator=generator, device=_device_of(generator))
         v = self.scale * eps[:, :1]
         return torch.cat([v, eps[:, 1:] * torch.exp(v / 2)], dim=1)
+
+
+def _device_of(generator: torch.Generator | None) -> torch.device | None:
+    """Where a parameter-free density draws: on its generator's device."""
+    return generator.device if generator is not None else None
 
 
 class Banana(AnalyticEnergy):
@@ -261,7 +272,7 @@ class Banana(AnalyticEnergy):
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
-        eps = torch.randn(n, 2, generator=generator)
+        eps = torch.randn(n, 2, generator=generator, device=_device_of(generator))
         x0 = self.scale * eps[:, 0]
         return torch.stack([x0, eps[:, 1] + self.curvature * (x0**2 - self.scale**2)], 1)
 
@@ -303,7 +314,9 @@ class DoubleWell(AnalyticEnergy):
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
-        u = torch.rand(n, generator=generator, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
-        x0 = torch.from_numpy(np.asarray(self._inverse_cdf.ppf(u.numpy()))).float()
-        rest = torch.randn(n, self.dim - 1, generator=generator)
+        device = _device_of(generator)
+        u = torch.rand(n, generator=generator, dtype=torch.float64, device=device)
+        u = u.clamp(1e-12, 1 - 1e-12).cpu().numpy()  # SciPy's inversion runs on the host
+        x0 = torch.from_numpy(np.asarray(self._inverse_cdf.ppf(u))).float().to(device)
+        rest = torch.randn(n, self.dim - 1, generator=generator, device=device)
         return torch.cat([x0[:, None], rest], dim=1)

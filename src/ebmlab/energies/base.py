@@ -8,8 +8,9 @@ shape on use.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
-from typing import Union
+from typing import Any, Union
 
 import torch
 from torch import nn
@@ -100,6 +101,18 @@ def as_energy_fn(energy: EnergyLike) -> EnergyFunction:
             f"energy must be an EnergyModel or a callable x -> (B,), got {type(energy).__name__}"
         )
     return EnergyFunction(energy)
+
+
+def energy_device(energy: Any, default: torch.device | str = "cpu") -> torch.device:
+    """Where an energy's parameters live (``default`` for a parameter-free callable):
+    the device on which estimators that make their own points (grids, base samples)
+    make them."""
+    if isinstance(energy, EnergyFunction) and energy.model is not None:
+        energy = energy.model
+    if isinstance(energy, nn.Module):
+        for t in itertools.chain(energy.parameters(), energy.buffers()):
+            return t.device
+    return torch.device(default)
 
 
 def _autograd_energy_and_grad(

@@ -68,7 +68,9 @@ class DeepBeliefNetwork(nn.Module):
         _checks.positive_int("n", n)
         top = self.top
         with torch.no_grad():
-            start = torch.rand(n, top.n_visible, generator=generator, dtype=top.W.dtype)
+            start = torch.rand(
+                n, top.n_visible, generator=generator, dtype=top.W.dtype, device=top.W.device
+            )
             h = top.gibbs((start < 0.5).to(top.W.dtype), k, generator)
             for rbm in reversed(self.layers[:-1]):
                 h = rbm.sample_visible(h, generator)
@@ -88,7 +90,7 @@ class DeepBeliefNetwork(nn.Module):
         _checks.positive_int("n_samples", n_samples)
         with torch.no_grad():
             x = v.flatten(1).to(self.top.W.dtype).repeat(n_samples, 1)
-            total = torch.zeros(len(x), dtype=torch.float64)
+            total = torch.zeros(len(x), dtype=torch.float64, device=x.device)
             for rbm in self.layers[:-1]:
                 logits = rbm.hidden_logits(x)
                 h = _bernoulli(logits, generator)
@@ -98,5 +100,5 @@ class DeepBeliefNetwork(nn.Module):
                 x = h
             total += -self.top.free_energy(x).double() - top_log_z
         draws = total.view(n_samples, -1)  # (samples, rows)
-        spread = draws.var(0).sum() / n_samples if n_samples > 1 else torch.tensor(0.0)
+        spread = draws.var(0).sum() / n_samples if n_samples > 1 else draws.new_zeros(())
         return float(draws.mean()), float(spread.sqrt() / draws.shape[1])

@@ -42,12 +42,26 @@ def bernoulli_draw(probs: torch.Tensor, generator: torch.Generator | None) -> to
     """
     out = torch.empty_like(probs)  # comparing into the output dtype skips a bool copy
     if probs.dtype.itemsize == 2:
-        words = torch.empty((probs.numel() + 3) // 4, dtype=torch.int64)
+        words = torch.empty((probs.numel() + 3) // 4, dtype=torch.int64, device=probs.device)
         words.random_(-(2**63), None, generator=generator)
         k = words.view(torch.int16)[: probs.numel()].view(probs.shape)  # k - 2^15, uniform
         return torch.lt(k, probs.float().mul_(2.0**16).sub_(2.0**15 + 0.5), out=out)
-    u = torch.rand(probs.shape, generator=generator, dtype=probs.dtype)
+    u = torch.rand(probs.shape, generator=generator, dtype=probs.dtype, device=probs.device)
     return torch.lt(u, probs, out=out)
+
+
+def binary_states(
+    n_bits: int,
+    start: int = 0,
+    stop: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Rows ``start..stop`` of all 2^n_bits binary vectors, as float (N, n_bits), bit 0
+    first, on ``device``."""
+    _checks.positive_int("n_bits", n_bits)
+    stop = 2**n_bits if stop is None else stop
+    codes = torch.arange(start, stop, dtype=torch.long, device=device)
+    return ((codes[:, None] >> torch.arange(n_bits, device=device)) & 1).float()
 
 
 def _bernoulli(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -267,7 +281,8 @@ class GaussianBernoulliRBM(_RBM):
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         mean = self.visible_mean(h)
-        return mean + self.sigma * torch.randn(mean.shape, generator=generator, dtype=mean.dtype)
+        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        return mean + self.sigma * noise
 
 
 class SubspaceRBM(EnergyModel):
@@ -462,8 +477,7 @@ class DeepBoltzmannMachine(EnergyModel):
             raise ValueError(
                 f"exact DBM quantities enumerate h1; it must have <= 20 units, got {self.n_hidden1}"
             )
-        codes = torch.arange(2**self.n_hidden1)
-        return ((codes[:, None] >> torch.arange(self.n_hidden1)) & 1).to(self.W1.dtype)
+        return binary_states(self.n_hidden1, device=self.W1.device).to(self.W1.dtype)
 
     def free_energy(self, v: torch.Tensor) -> torch.Tensor:
         """F(v) = -log sum_{h1, h2} exp(-E(v, h1, h2)), exact by enumerating h1."""

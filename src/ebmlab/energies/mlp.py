@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ebmlab import _checks
+from ebmlab import _checks, hardware
 from ebmlab.energies.base import EnergyModel
 
 ACTIVATIONS = {
@@ -30,17 +29,6 @@ def _elu(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     e = torch.clamp_max(z, 0.0).exp_()
     return torch.maximum(z, e - 1.0), e
 
-
-def _advance_versions_after_fused_step(optimizer: torch.optim.Optimizer, *_: object) -> None:
-    """PyTorch's fused optimizers (``fused=True``) update parameters in place without
-    advancing their version counters; advance them, as the other optimizers do, so that
-    copies keyed on the counters (the fused pass's weights) follow the update."""
-    if any(group.get("fused") for group in optimizer.param_groups):
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        torch.autograd.graph.increment_version(params)
-
-
-register_optimizer_step_post_hook(_advance_versions_after_fused_step)
 
 # the activations of the fused pass (same values as ACTIVATIONS), each returning
 # (act(z), what its derivative needs)
@@ -67,34 +55,26 @@ _BACKWARD: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 Head = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def _l2_cache_bytes(default: int = 1 << 20) -> int:
-    """A core's level-2 cache size as Linux reports it, else ``default``."""
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            if (index / "level").read_text().strip() == "2":
-                size = (index / "size").read_text().strip().upper()
-                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
-                return int(size.rstrip("KM")) * scale
-        except (OSError, ValueError):
-            break
-    return default
-
-
-# The fused pass splits a batch into blocks of at least MIN_BLOCK_ROWS rows whose widest
-# activation takes about CACHE_BLOCK_BYTES, half a core's L2 cache (the fastest block
-# for batches of 1k-8k rows and widths 64-512 on cores with 2 MB), so that a block's
+# On a CPU the fused pass splits a batch into blocks of at least MIN_BLOCK_ROWS rows
+# whose widest activation takes about half a core's L2 cache (the fastest block for
+# batches of 1k-8k rows and widths 64-512 on cores with 2 MB), so that a block's
 # activations stay in cache between the element-wise passes.
-CACHE_BLOCK_BYTES = _l2_cache_bytes() // 2
 MIN_BLOCK_ROWS = 128
 
 # oneDNN can keep a weight matrix in its own blocked layout, so that a product need not
 # reorder it on every call (bfloat16 products of small batches get a third faster), and
 # adds the bias inside the product: float32 forward products of blocks of at least
-# PACKED_FLOAT32_MIN_ROWS rows get 5-20% faster (smaller ones get slower).
-_PACKED = torch.backends.mkldnn.is_available() and hasattr(
-    torch.ops.mkldnn, "_reorder_linear_weight"
-)
+# PACKED_FLOAT32_MIN_ROWS rows get 5-20% faster (smaller ones get slower). Where
+# ``hardware.packed_linear`` says no (other devices, CPUs without the kernels), the
+# products are plain ``addmm``/``matmul`` with the same results.
 PACKED_FLOAT32_MIN_ROWS = 256
+
+
+def block_rows(x: torch.Tensor, widest: int) -> int | None:
+    """Rows per block of the fused pass for ``x``, or None for one pass (not a CPU)."""
+    if not hardware.cache_blocking(x.device):
+        return None
+    return max(MIN_BLOCK_ROWS, hardware.l2_cache_bytes() // 2 // (widest * x.element_size()))
 
 
 class _FusedLayer:
@@ -108,7 +88,7 @@ class _FusedLayer:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, dtype: torch.dtype) -> None:
         w, self.bias = weight.detach().to(dtype), bias.detach().to(dtype)
         self.single_output = len(w) == 1
-        packed = _PACKED and not self.single_output
+        packed = not self.single_output and hardware.packed_linear(w.device, dtype)
         self.packed_backward = packed and dtype == torch.bfloat16
         # the fewest rows for which the forward product uses the packed W
         self.packed_min_rows = 1 if self.packed_backward else PACKED_FLOAT32_MIN_ROWS
@@ -151,7 +131,11 @@ class FeedForward(nn.Module):
         self.activation = activation
         self.spectral_norm = spectral_norm
         self._widest = max(sizes)  # sets the fused pass's block of rows
-        self._fused_cache: dict[torch.dtype, tuple] = {}
+        # the prepared layers by dtype, valid for the parameters and versions in the key
+        self._fused_cache: dict[torch.dtype, list[_FusedLayer]] = {}
+        self._cache_key: tuple[tuple[torch.Tensor, ...], tuple[int, ...]] | None = None
+        self._grads_seen = False  # a backward pass reached the parameters since then
+        self._watched: list[torch.Tensor] = []  # parameters whose hook is registered
         layers: list[nn.Module] = []
         for i, (a, b) in enumerate(itertools.pairwise(sizes)):
             lin = nn.Linear(a, b)
@@ -160,29 +144,75 @@ class FeedForward(nn.Module):
                 layers.append(ACTIVATIONS[activation]())
         self.net = nn.Sequential(*layers)
         self._linears = tuple(layers[::2])  # whose parameters the fused pass reads
+        if not spectral_norm:  # spectral-norm layers take autograd, with no cached copies
+            self._watch(self._fused_params())
+
+    def __getstate__(self) -> dict:
+        """Copies (``copy.deepcopy``, pickling) leave the prepared layers and hooks behind
+        (oneDNN's packed weights cannot be copied) ..."""
+        fresh = {"_fused_cache": {}, "_cache_key": None, "_grads_seen": False, "_watched": []}
+        return {**self.__dict__, **fresh}
+
+    def __setstate__(self, state: dict) -> None:
+        """... and hook their own parameters."""
+        super().__setstate__(state)
+        if not self.spectral_norm:
+            self._watch(self._fused_params())
+
+    def _fused_params(self) -> tuple[torch.Tensor, ...]:
+        return tuple(t for lin in self._linears for t in (lin.weight, lin.bias))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x.flatten(1))
 
     def _fused_layers(self, dtype: torch.dtype) -> list[_FusedLayer]:
-        """Every layer prepared for :meth:`value_and_input_grad` in ``dtype``. Cached until
-        an optimizer step changes the parameters (their version counters; fused optimizers
-        are made to advance them too) or they are replaced: a sampler's steps between two
-        updates share one copy. (Edits through ``.data`` bypass version counters: make
-        them under ``torch.no_grad()`` instead.)"""
-        params = tuple(t for lin in self._linears for t in (lin.weight, lin.bias))
+        """Every layer prepared for :meth:`value_and_input_grad` in ``dtype``, cached so
+        that a sampler's steps between two updates share one copy.
+
+        The copy is remade when the parameters are replaced or their version counters
+        move (in-place edits, ``load_state_dict``, most optimizers), and after any
+        backward pass has accumulated a gradient into them: PyTorch's fused optimizers
+        (``fused=True``) update in place without advancing the counters, and every
+        optimizer step follows such a backward pass. The hooks that notice it are the
+        parameters' own (``register_post_accumulate_grad_hook``), nothing process-wide.
+        While gradients stay on the parameters (``zero_grad(set_to_none=False)``) the
+        copy is remade on every call. (Edits through ``.data`` bypass version counters:
+        make them under ``torch.no_grad()`` instead.)"""
+        params = self._fused_params()
         versions = tuple(t._version for t in params)
-        cached = self._fused_cache.get(dtype)
+        key = self._cache_key
         if (
-            cached is None
-            or cached[1] != versions
-            or any(old is not new for old, new in zip(cached[0], params, strict=True))
+            self._grads_seen
+            or key is None
+            or key[1] != versions
+            or any(old is not new for old, new in zip(key[0], params, strict=True))
         ):
-            layers = [
+            self._fused_cache.clear()
+            self._watch(params)
+            self._grads_seen = any(t.grad is not None for t in params)
+            self._cache_key = (params, versions)
+        layers = self._fused_cache.get(dtype)
+        if layers is None:
+            layers = self._fused_cache[dtype] = [
                 _FusedLayer(w, b, dtype) for w, b in zip(params[::2], params[1::2], strict=True)
             ]
-            cached = self._fused_cache[dtype] = (params, versions, layers)
-        return cached[2]
+        return layers
+
+    def _watch(self, params: tuple[torch.Tensor, ...]) -> None:
+        """Hook the parameters not yet hooked, so a gradient reaching them marks the cache
+        (parameters frozen at the moment, as during sampling, are hooked at a later
+        rebuild)."""
+        owner = weakref.ref(self)
+
+        def mark(_: torch.Tensor) -> None:
+            module = owner()
+            if module is not None:
+                module._grads_seen = True
+
+        for t in params:
+            if t.requires_grad and not any(t is w for w in self._watched):
+                t.register_post_accumulate_grad_hook(mark)
+                self._watched.append(t)
 
     def value_and_input_grad(
         self, x: torch.Tensor, head: Head, dtype: torch.dtype | None = None
@@ -191,8 +221,8 @@ class FeedForward(nn.Module):
 
         ``dtype`` (e.g. ``torch.bfloat16``) runs the layers (products and activations) in
         that precision, as autocast would; the head stays in x's dtype.
-        Large batches go through in blocks of rows whose activations fit in a core's
-        cache (``CACHE_BLOCK_BYTES``): the element-wise passes then read cached memory,
+        On a CPU, large batches go through in blocks of rows whose activations fit in a
+        core's cache (:func:`block_rows`): the element-wise passes then read cached memory,
         which makes the whole pass up to 15% faster.
         """
         if self.spectral_norm:
@@ -204,9 +234,9 @@ class FeedForward(nn.Module):
         dtype = dtype or x.dtype
         layers = self._fused_layers(dtype)
         flat = x.flatten(1).to(dtype)
-        rows = max(MIN_BLOCK_ROWS, CACHE_BLOCK_BYTES // (self._widest * flat.element_size()))
+        rows = block_rows(flat, self._widest)
         with torch.no_grad():
-            if len(flat) <= rows:
+            if rows is None or len(flat) <= rows:
                 e, g = self._fused_pass(flat, layers, head, x.dtype)
             else:
                 parts = [self._fused_pass(b, layers, head, x.dtype) for b in flat.split(rows)]

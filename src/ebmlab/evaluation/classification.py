@@ -51,8 +51,8 @@ def reliability_diagram(
     fig, ax = plt.subplots(figsize=(4, 4))
     keep = count > 0
     ax.bar(
-        centres[keep].numpy(),
-        acc[keep].numpy(),
+        centres[keep.cpu()].numpy(),
+        acc[keep].cpu().numpy(),
         width=1 / n_bins,
         edgecolor="black",
         alpha=0.7,

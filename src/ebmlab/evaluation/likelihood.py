@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 
 
@@ -56,8 +56,9 @@ def log_likelihood(
         raise ValueError(f"data must hold at least one row, got shape {tuple(x.shape)}")
     fn = as_energy_fn(model)
     dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float32)
+    device = energy_device(fn, x.device)
     with torch.no_grad():
-        neg = torch.cat([-fn(part.to(dtype)).double() for part in x.split(chunk)])
+        neg = torch.cat([-fn(part.to(device, dtype)).double() for part in x.split(chunk)])
     if not torch.isfinite(neg).all():
         raise ValueError("the model's energy is not finite on some rows of data")
     spread = float(neg.std() / math.sqrt(len(neg))) if len(neg) > 1 else 0.0

@@ -100,6 +100,6 @@ def mmd_permutation_test(
     n = x.shape[0]
     exceed = 0
     for _ in range(n_permutations):
-        perm = torch.randperm(pooled.shape[0], generator=generator)
+        perm = torch.randperm(pooled.shape[0], generator=generator, device=pooled.device)
         exceed += mmd2(pooled[perm[:n]], pooled[perm[n:]], bandwidth=h) >= observed
     return observed, (exceed + 1) / (n_permutations + 1)

@@ -87,9 +87,14 @@ def load_ood_file(path: str | Path, image_shape: tuple[int, int]) -> np.ndarray:
 
 
 def uniform_noise(
-    n: int, dim: int, value_range: tuple[float, float], seed: int = 0
+    n: int,
+    dim: int,
+    value_range: tuple[float, float],
+    seed: int = 0,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
+    """``n`` points uniform in the box ``value_range``^dim, on ``device``."""
     _checks.positive_int("n", n)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device or "cpu").manual_seed(seed)
     lo, hi = value_range
-    return lo + (hi - lo) * torch.rand(n, dim, generator=gen)
+    return lo + (hi - lo) * torch.rand(n, dim, generator=gen, device=device)

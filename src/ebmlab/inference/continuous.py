@@ -31,10 +31,11 @@ def _descend(
     _checks.positive_int("steps", steps)
     _checks.positive("lr", lr)
     _checks.positive_int("restarts", restarts)
+    generator = _checks.generator("generator", generator, y0.device)
     b = y0.shape[0]
     y = y0.repeat(restarts, *([1] * (y0.ndim - 1)))
     if restarts > 1 or init_scale:
-        noise = torch.randn(y.shape, generator=generator, dtype=y.dtype)
+        noise = torch.randn(y.shape, generator=generator, dtype=y.dtype, device=y.device)
         noise[:b] = 0  # the first restart starts exactly at y0
         y = y + init_scale * noise
     if project is not None:
@@ -48,8 +49,8 @@ def _descend(
         e = energy(y).view(restarts, b)
     # a restart that diverged (non-finite energy) never wins
     best = torch.where(torch.isfinite(e), e, torch.inf).argmin(0)
-    rows = best * b + torch.arange(b)
-    return y[rows], e[best, torch.arange(b)]
+    columns = torch.arange(b, device=y.device)
+    return y[best * b + columns], e[best, columns]
 
 
 def gradient_argmin(

@@ -51,7 +51,7 @@ def most_offending(
     _checks.positive("eps", eps, allow_zero=True)
     k = energies.shape[1]
     if distances is None:
-        distances = 1.0 - torch.eye(k, dtype=energies.dtype)
+        distances = 1.0 - torch.eye(k, dtype=energies.dtype, device=energies.device)
     if distances.shape != (k, k):
         raise ValueError(f"distances must have shape ({k}, {k}), got {tuple(distances.shape)}")
     allowed = distances[target.long()] > eps  # (B, K)

@@ -65,7 +65,7 @@ class PairwiseMRF:
         _, t, k = unary.shape
         _checks.tensor("transition", transition, ndim=2, last_dims=(k, k), floating=True)
         pairwise = unary.new_zeros(t, t, k, k)
-        steps = torch.arange(t - 1)
+        steps = torch.arange(t - 1, device=unary.device)
         pairwise[steps, steps + 1] = transition
         pairwise[steps + 1, steps] = transition.T
         return cls(unary, pairwise)
@@ -136,7 +136,7 @@ def annealed_gibbs(
     _checks.positive_int("n_sweeps", n_sweeps)
     _checks.positive("beta_start", beta_start)
     _checks.positive("beta_end", beta_end)
-    gen = _checks.generator("generator", generator)
+    gen = _checks.generator("generator", generator, mrf.unary.device)
     sampling = beta_start == beta_end == 1.0
     ratio = (beta_end / beta_start) ** (1 / max(1, n_sweeps - 1))
     with torch.no_grad():
@@ -147,7 +147,9 @@ def annealed_gibbs(
             beta = beta_start * ratio**s
             for i in range(mrf.n_sites):
                 logits = -beta * mrf.site_energies(q, i)
-                u = torch.rand(logits.shape, generator=gen, dtype=logits.dtype)
+                u = torch.rand(
+                    logits.shape, generator=gen, dtype=logits.dtype, device=logits.device
+                )
                 _set_site(y, q, i, (logits - torch.log(-torch.log(u.clamp_min(1e-30)))).argmax(1))
             if not sampling:
                 e = mrf.energy(y)

@@ -27,8 +27,9 @@ def _flip_gaps(energy: EnergyLike, x: torch.Tensor) -> torch.Tensor:
     fn = as_energy_fn(energy)
     b, d = x.shape
     flipped = x.repeat_interleave(d, 0)  # row b * d + i flips site i of example b
-    sites = torch.arange(d).repeat(b)
-    flipped[torch.arange(b * d), sites] = 1 - flipped[torch.arange(b * d), sites]
+    sites = torch.arange(d, device=x.device).repeat(b)
+    rows = torch.arange(b * d, device=x.device)
+    flipped[rows, sites] = 1 - flipped[rows, sites]
     return fn(x)[:, None] - fn(flipped).view(b, d)
 
 

@@ -39,7 +39,7 @@ def score_matching_loss(
     """Exact score matching, J = mean(1/2 |grad E|^2 - tr grad^2 E), for flat x (B, D)."""
     _checks.tensor("x", x, ndim=2, floating=True)
     xg, grad = _input_and_grad(energy, x)
-    trace = torch.zeros(x.shape[0], dtype=x.dtype)
+    trace = x.new_zeros(x.shape[0])
     for i in range(x.shape[1]):
         (row,) = torch.autograd.grad(grad[:, i].sum(), xg, create_graph=True)
         trace = trace + row[:, i]
@@ -59,7 +59,7 @@ def sliced_score_matching_loss(
     _checks.positive_int("n_projections", n_projections)
     xs = x.repeat(n_projections, *([1] * (x.ndim - 1)))
     xg, grad = _input_and_grad(energy, xs)
-    v = torch.randint(0, 2, xs.shape, generator=generator).to(x.dtype) * 2 - 1
+    v = torch.randint(0, 2, xs.shape, generator=generator, device=x.device).to(x.dtype) * 2 - 1
     gv = (grad * v).flatten(1).sum(1)
     (hv,) = torch.autograd.grad(gv.sum(), xg, create_graph=True)
     loss = (-(hv * v).flatten(1).sum(1) + 0.5 * gv**2).mean()
@@ -88,9 +88,9 @@ def denoising_score_matching_loss(
         raise ValueError(
             f"sigmas must be a positive number or a non-empty sequence of them, got {sigmas!r}"
         )
-    sigma = levels[torch.randint(len(levels), (x.shape[0],), generator=generator)]
-    sigma = sigma.view(-1, *([1] * (x.ndim - 1)))
-    eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+    pick = torch.randint(len(levels), (x.shape[0],), generator=generator, device=x.device)
+    sigma = levels.to(x.device)[pick].view(-1, *([1] * (x.ndim - 1)))
+    eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
     _, grad = _input_and_grad(energy, x + sigma * eps)
     residual = (-grad + eps / sigma) * sigma  # sigma * (model score - target score)
     loss = 0.5 * (residual**2).flatten(1).sum(1).mean()

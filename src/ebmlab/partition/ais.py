@@ -30,7 +30,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
@@ -133,12 +133,12 @@ def ais(
         )
     _checks.positive_int("n_chains", n_chains)
     _checks.positive_int("steps_per_temperature", steps_per_temperature)
-    gen = _checks.generator("generator", generator)
+    gen = _checks.generator("generator", generator, energy_device(base))
     betas = _schedule(n_temperatures, schedule)
     e1, e0 = as_energy_fn(energy), as_energy_fn(base)
     start = time.perf_counter()
     x = base.sample(n_chains, gen)
-    log_w = torch.zeros(n_chains, dtype=torch.float64)
+    log_w = torch.zeros(n_chains, dtype=torch.float64, device=x.device)
     with frozen_parameters(energy), torch.no_grad():
         diff = (e0(x) - e1(x)).double()
     for k in range(1, len(betas)):
@@ -162,9 +162,20 @@ def base_rate_biases(
     """Visible biases of the base-rate model: log-odds of the (smoothed) data means."""
     if data is None:
         return torch.zeros(n_visible, dtype=torch.float64)
-    mean = torch.as_tensor(np.asarray(data), dtype=torch.float64).reshape(-1, n_visible).mean(0)
+    mean = _as_rows(data, n_visible).mean(0)
     mean = (mean * len(data) + smoothing) / (len(data) + 2 * smoothing)
     return torch.logit(mean)
+
+
+def _as_rows(
+    data: torch.Tensor | np.ndarray, width: int, device: torch.device | None = None
+) -> torch.Tensor:
+    """``data`` as float64 rows of ``width`` on ``device`` (a tensor's own by default)."""
+    if isinstance(data, torch.Tensor):
+        rows = data.detach().to(device or data.device, torch.float64)
+    else:
+        rows = torch.as_tensor(np.asarray(data), dtype=torch.float64, device=device)
+    return rows.reshape(-1, width)
 
 
 def rbm_ais(
@@ -190,7 +201,7 @@ def rbm_ais(
     of h2 are those of the mean-field posteriors of ``data``.
     """
     _checks.positive_int("n_chains", n_chains)
-    gen = _checks.generator("generator", generator)
+    gen = _checks.generator("generator", generator, energy_device(rbm))
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
@@ -208,7 +219,7 @@ def _bipartite(model, data):
     if not isinstance(model, DeepBoltzmannMachine):
         return model, data
     if data is not None:
-        v = torch.as_tensor(np.asarray(data), dtype=model.W1.dtype).flatten(1)
+        v = _as_rows(data, model.n_visible, model.W1.device).to(model.W1.dtype)
         with torch.no_grad():
             data = torch.cat([v, model.mean_field(v)[1]], 1)
     return model.as_rbm(), data
@@ -223,12 +234,13 @@ def _base_rate_model(model, data, base_biases):
     rbm, data = _bipartite(model, data)
     W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
     b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
+    b_a = b_a.to(W.device)
     log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
     return rbm, (W, b, c, b_a.to(W.dtype), log_z0)
 
 
 def _bernoulli(p: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
-    return (torch.rand(p.shape, generator=gen, dtype=p.dtype) < p).to(p.dtype)
+    return (torch.rand(p.shape, generator=gen, dtype=p.dtype, device=p.device) < p).to(p.dtype)
 
 
 def _tanh(y: torch.Tensor, ratio: float, out: torch.Tensor) -> torch.Tensor:
@@ -246,21 +258,22 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
     [-1, 1)), plus one more tanh at beta_{k-1}: no softplus in the loop. The products run
     on :mod:`~ebmlab.partition.binary_products` with weights W_q; a last step from W_q
     to W at beta = 1 makes the weights refer to W. Uniforms come from 32-bit words of an
-    SFC64 stream seeded by ``gen``; per-temperature sums are kept and combined in float64.
+    SFC64 stream seeded by ``gen`` on the CPU, and of ``gen`` itself on other devices;
+    per-temperature sums are kept and combined in float64.
     """
     n, d = v.shape
     m = W.shape[1]
+    device = W.device
     down, up = binary_products(W, n)
-    words = np.random.SFC64(int(torch.randint(0, 2**62, (1,), generator=gen)))
-    n_words = (n * (m + d) + 1) // 2
+    draw_words = _random_words(n * (m + d), gen, device)
     c32, gap, half_base = c.float(), (b - b_a).float(), b_a.float() / 2
     bits = v.to(torch.bool)
     down.load(bits)
     v_now = v.float()
-    t, t_prev, ratio = torch.empty(n, m), torch.empty(n, m), torch.empty(n, m)
-    h_bias, v_bias = torch.empty(m), torch.empty(d)
+    t, t_prev, ratio = (torch.empty(n, m, device=device) for _ in range(3))
+    h_bias, v_bias = torch.empty(m, device=device), torch.empty(d, device=device)
     steps = len(betas) - 1
-    sums = torch.empty(3, steps, n)  # log-ratio of (1 + |t|), relu(y), gap . v
+    sums = torch.empty(3, steps, n, device=device)  # log-ratio of (1 + |t|), relu(y), gap . v
     beta_list = betas.tolist()
     for k in range(steps):
         prev, beta = beta_list[k], beta_list[k + 1]
@@ -274,17 +287,31 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
         torch.mv(v_now, gap, out=sums[2, k])
         if k == steps - 1:
             break
-        u = torch.from_numpy(words.random_raw(n_words).view(np.int32))
+        u = draw_words()
         up.sample(u[: n * m].view(n, m), t.mul_(2.0**31))
         x = up(beta / 2, torch.add(half_base, gap, alpha=beta / 2, out=v_bias))
         bits = down.sample(u[n * m : n * (m + d)].view(n, d), x.tanh_().mul_(2.0**31))
         v_now.copy_(bits.view(torch.uint8))
-    sums = sums.double()
+    sums, betas = sums.double(), betas.to(device)
     top = torch.maximum(betas[1:], betas[:-1])[:, None]
     log_w = (betas.diff()[:, None] * (sums[2] + 2 / top * sums[1]) - sums[0]).sum(0)
     if beta_list[-1] == 1:
         return log_w + _requantization_gap(bits, W, down.Wq, c)
     return log_w - _requantization_gap(v, W, down.Wq, c)
+
+
+def _random_words(count: int, gen: torch.Generator | None, device: torch.device):
+    """A function returning ``count`` uniform int32 words per call: on the CPU from a
+    NumPy SFC64 stream seeded once by ``gen`` (several times faster than torch's
+    generator for this volume), elsewhere from ``gen`` on the device."""
+    if device.type == "cpu":
+        words = np.random.SFC64(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        n_words = (count + 1) // 2
+        return lambda: torch.from_numpy(words.random_raw(n_words).view(np.int32))
+    low, high = -(2**31), 2**31
+    return lambda: torch.randint(
+        low, high, (count,), generator=gen, dtype=torch.int32, device=device
+    )
 
 
 def _requantization_gap(v, W, Wq, c) -> torch.Tensor:
@@ -306,13 +333,13 @@ def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> 
     with torch.no_grad():
         W, b, c = rbm.W.double(), rbm.b.double(), rbm.c.double()
         if d <= m:
-            states = binary_states(d).double()
+            states = binary_states(d, device=W.device).double()
             logits = states @ b + F.softplus(states @ W + c).sum(1)
             idx = torch.multinomial(
                 torch.softmax(logits, 0), n, replacement=True, generator=generator
             )
             return states[idx]
-        states = binary_states(m).double()
+        states = binary_states(m, device=W.device).double()
         logits = states @ c + F.softplus(states @ W.T + b).sum(1)
         idx = torch.multinomial(torch.softmax(logits, 0), n, replacement=True, generator=generator)
         return _bernoulli(torch.sigmoid(b + states[idx] @ W.T), generator)
@@ -338,7 +365,7 @@ def raise_(
     ``samples`` are the stacked states (v, h2).
     """
     _checks.positive_int("n_chains", n_chains)
-    gen = _checks.generator("generator", generator)
+    gen = _checks.generator("generator", generator, energy_device(rbm))
     betas = _schedule(n_temperatures, schedule)
     start = time.perf_counter()
     with torch.no_grad():
@@ -346,6 +373,6 @@ def raise_(
         if samples is None:
             v = rbm_exact_samples(rbm, n_chains, gen)
         else:
-            v = torch.as_tensor(np.asarray(samples), dtype=torch.float64).reshape(-1, rbm.n_visible)
+            v = _as_rows(samples, rbm.n_visible, W.device)
         log_w = _anneal_rbm(v, betas.flip(0), W, b, c, b_a, gen)
     return _estimate(log_w, log_z0, "raise", betas, start, sign=-1)

@@ -10,8 +10,10 @@ estimator: annealing targets the RBM with weights W_q throughout, and one final
 importance step from W_q to W (see ``ebmlab.partition.ais``) makes the estimate
 refer to W again.
 
-Where the quantized kernel is unavailable or fails a one-time exactness check,
-:class:`FloatProduct` keeps the same interface with W_q = W in float32.
+The quantized kernel runs only on CPU tensors, where it exists and passes a one-time
+exactness check (:func:`quantized_available`); everywhere else (CUDA, MPS, CPUs
+without it, ``EBMLAB_CPU_FAST_PATHS=0``) :class:`FloatProduct` keeps the same
+interface with W_q = W in float32.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import functools
 
 import torch
+
+from ebmlab import hardware
 
 _HIGH = 128  # weight of the high digit; [128 x | x] still fits in uint8
 _MAX_INNER = 100_000  # keeps 16,319 * inner below 2^31 in the int32 accumulator
@@ -29,9 +33,11 @@ class FloatProduct:
 
     def __init__(self, W: torch.Tensor, batch: int):
         self.W = W.float()
-        self.Wq = W.double()
-        self.x = torch.empty(batch, W.shape[0])
-        self._bits = torch.empty(batch, W.shape[0], dtype=torch.bool)
+        # float64 is missing on some accelerators (MPS); W_q is only read for one
+        # final importance weight, so it stays in the widest dtype the device has
+        self.Wq = W.double() if W.device.type != "mps" else self.W
+        self.x = torch.empty(batch, W.shape[0], device=W.device)
+        self._bits = torch.empty(batch, W.shape[0], dtype=torch.bool, device=W.device)
 
     def sample(self, u: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
         """Store x = 1[u < threshold] and return it as bool."""
@@ -85,9 +91,15 @@ class QuantizedProduct:
         )  # fmt: skip
 
 
+def quantized_available(device: torch.device) -> bool:
+    """Whether binary products on ``device`` can use the int8 kernel: CPU tensors only,
+    where the kernel exists and reproduces an exact product."""
+    return device.type == "cpu" and hardware.cpu_fast_paths_allowed() and _quantized_exact()
+
+
 @functools.cache
-def quantized_available() -> bool:
-    """Whether the int8 kernel exists here and reproduces an exact product."""
+def _quantized_exact() -> bool:
+    """Whether the int8 kernel exists on this CPU and reproduces an exact product."""
     try:
         gen = torch.Generator().manual_seed(0)
         W = torch.randn(37, 11, generator=gen, dtype=torch.float64)
@@ -108,6 +120,6 @@ def binary_products(
 
     Both use the same W_q (``Wq``), so they describe one model.
     """
-    if max(W.shape) <= _MAX_INNER and quantized_available():
+    if max(W.shape) <= _MAX_INNER and quantized_available(W.device):
         return QuantizedProduct(W, batch), QuantizedProduct(W.T, batch)
     return FloatProduct(W, batch), FloatProduct(W.T, batch)

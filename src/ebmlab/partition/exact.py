@@ -12,18 +12,11 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
+from ebmlab.energies.boltzmann import binary_states
 from ebmlab.partition.estimate import LogZEstimate, log_sum
 
 MAX_ENUMERATION_BITS = 26
-
-
-def binary_states(n_bits: int, start: int = 0, stop: int | None = None) -> torch.Tensor:
-    """Rows ``start..stop`` of all 2^n_bits binary vectors, as float (N, n_bits), bit 0 first."""
-    _checks.positive_int("n_bits", n_bits)
-    stop = 2**n_bits if stop is None else stop
-    codes = torch.arange(start, stop, dtype=torch.long)
-    return ((codes[:, None] >> torch.arange(n_bits)) & 1).float()
 
 
 def _enumerate(
@@ -33,14 +26,16 @@ def _enumerate(
     chunk: int,
     dtype: torch.dtype = torch.float64,
     offset: float = 0.0,
+    device: torch.device | None = None,
 ) -> LogZEstimate:
     """log sum over all 2^n_bits binary states of exp(log_terms(states)) + offset, in chunks,
-    accumulated in float64; an exact estimate (lower = upper = value)."""
+    accumulated in float64 on ``device``; an exact estimate (lower = upper = value)."""
     start_time = time.perf_counter()
-    total = torch.tensor(-math.inf, dtype=torch.float64)
+    total = torch.tensor(-math.inf, dtype=torch.float64, device=device)
     with torch.no_grad():
         for start in range(0, 2**n_bits, chunk):
-            states = binary_states(n_bits, start, min(start + chunk, 2**n_bits)).to(dtype)
+            stop = min(start + chunk, 2**n_bits)
+            states = binary_states(n_bits, start, stop, device).to(dtype)
             total = torch.logaddexp(total, torch.logsumexp(log_terms(states).double(), 0))
     value = float(total) + offset
     cost = {"terms": 2**n_bits, "seconds": time.perf_counter() - start_time}
@@ -64,7 +59,7 @@ def enumerate_log_partition(
     _checks.positive_int("n_bits", n_bits)
     _check_bits(n_bits, "every state")
     fn = as_energy_fn(energy)
-    return _enumerate(n_bits, lambda x: -fn(x), chunk=chunk, dtype=dtype)
+    return _enumerate(n_bits, lambda x: -fn(x), chunk=chunk, dtype=dtype, device=energy_device(fn))
 
 
 def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
@@ -77,7 +72,12 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
     if rbm.n_hidden > rbm.n_visible:  # enumerate v instead: swap the layers' roles
         W, b, c = W.T, c, b
     _check_bits(W.shape[1], "the smaller layer")
-    return _enumerate(W.shape[1], lambda h: h @ c + F.softplus(h @ W.T + b).sum(1), chunk=chunk)
+    return _enumerate(
+        W.shape[1],
+        lambda h: h @ c + F.softplus(h @ W.T + b).sum(1),
+        chunk=chunk,
+        device=W.device,
+    )
 
 
 def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstimate:
@@ -161,7 +161,9 @@ def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
             logits = (h @ W.T + b).view(len(h), rbm.n_groups, rbm.n_categories)
             return torch.logsumexp(logits, 2).sum(1)
 
-    return _enumerate(rbm.n_hidden, lambda h: h @ c + visible(h), chunk=chunk, offset=offset)
+    return _enumerate(
+        rbm.n_hidden, lambda h: h @ c + visible(h), chunk=chunk, offset=offset, device=W.device
+    )
 
 
 def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:
@@ -177,7 +179,9 @@ def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:
     if model.n_visible <= m * k:
         _check_bits(model.n_visible, "the visible layer")
         double = copy.deepcopy(model).double()
-        return _enumerate(model.n_visible, lambda x: -double.free_energy(x), chunk=chunk)
+        return _enumerate(
+            model.n_visible, lambda x: -double.free_energy(x), chunk=chunk, device=model.W.device
+        )
     _check_bits(m * k, "the gate-subspace products")
     W = model.W.detach().double().reshape(model.n_visible, m * k)
     b, c, D = (p.detach().double() for p in (model.b, model.c, model.D))
@@ -189,7 +193,7 @@ def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:
         gates = (c + (zs * D).sum(2) + off * closed).sum(1)
         return gates + F.softplus(z @ W.T + b).sum(1)
 
-    return _enumerate(m * k, log_terms, chunk=chunk)
+    return _enumerate(m * k, log_terms, chunk=chunk, device=W.device)
 
 
 def label_sum_log_partition(

@@ -18,18 +18,23 @@ from collections.abc import Sequence
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 
 Bounds = Sequence[tuple[float, float]]
 
 
-def grid_points(bounds: Bounds, n_points: int) -> tuple[torch.Tensor, float]:
-    """Cell midpoints of an ``n_points``-per-axis grid over the box, and the cell volume."""
+def grid_points(
+    bounds: Bounds, n_points: int, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, float]:
+    """Cell midpoints of an ``n_points``-per-axis grid over the box (float64, on
+    ``device``), and the cell volume."""
     axes, volume = [], 1.0
+    dtype = torch.float64 if torch.device(device or "cpu").type != "mps" else torch.float32
     for lo, hi in bounds:
         width = (hi - lo) / n_points
-        axes.append(lo + width * (torch.arange(n_points, dtype=torch.float64) + 0.5))
+        steps = torch.arange(n_points, dtype=dtype, device=device)
+        axes.append(lo + width * (steps + 0.5))
         volume *= width
     mesh = torch.meshgrid(*axes, indexing="ij")
     return torch.stack([m.reshape(-1) for m in mesh], 1), volume
@@ -45,11 +50,11 @@ def _check_bounds(bounds: Bounds, n_points: int) -> None:
 
 def _neg_energies(fn, pts: torch.Tensor, chunk: int) -> torch.Tensor:
     with torch.no_grad():
-        return torch.cat([-fn(p.float()).double() for p in pts.split(chunk)])
+        return torch.cat([-fn(p.float()).to(pts.dtype) for p in pts.split(chunk)])
 
 
 def _log_integral(fn, bounds: Bounds, n_points: int, chunk: int) -> float:
-    pts, volume = grid_points(bounds, n_points)
+    pts, volume = grid_points(bounds, n_points, energy_device(fn))
     return float(torch.logsumexp(_neg_energies(fn, pts, chunk), 0)) + math.log(volume)
 
 
@@ -87,11 +92,14 @@ def quadrature_sample(
     """
     _check_bounds(bounds, n_points)
     _checks.positive_int("n", n)
-    pts, _ = grid_points(bounds, n_points)
-    neg = _neg_energies(as_energy_fn(energy), pts, chunk)
+    fn = as_energy_fn(energy)
+    pts, _ = grid_points(bounds, n_points, energy_device(fn))
+    neg = _neg_energies(fn, pts, chunk)
     if not torch.isfinite(neg).any():
         raise ValueError("the energy is not finite anywhere on the grid")
     cells = torch.multinomial(torch.softmax(neg, 0), n, replacement=True, generator=generator)
-    width = torch.tensor([(hi - lo) / n_points for lo, hi in bounds], dtype=torch.float64)
-    jitter = torch.rand(n, len(bounds), generator=generator, dtype=torch.float64) - 0.5
+    width = [(hi - lo) / n_points for lo, hi in bounds]
+    width = torch.tensor(width, dtype=pts.dtype, device=pts.device)
+    jitter = torch.rand(n, len(bounds), generator=generator, dtype=pts.dtype, device=pts.device)
+    jitter -= 0.5
     return (pts[cells] + jitter * width).float()

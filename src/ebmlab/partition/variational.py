@@ -144,9 +144,11 @@ def trw_log_partition(
     )
 
 
-def _gumbel(shape: tuple[int, ...], gen: torch.Generator | None) -> torch.Tensor:
-    """Zero-mean Gumbel noise (standard Gumbel minus Euler's constant)."""
-    u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp(1e-300, 1.0)
+def _gumbel(
+    shape: tuple[int, ...], gen: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
+    """Zero-mean Gumbel noise (standard Gumbel minus Euler's constant) on ``device``."""
+    u = torch.rand(shape, generator=gen, dtype=torch.float64, device=device).clamp(1e-300, 1.0)
     return -torch.log(-torch.log(u)) - EULER_GAMMA
 
 
@@ -173,16 +175,17 @@ def perturb_and_map_log_partition(
             f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
         )
     _checks.positive_int("n_samples", n_samples)
-    gen = _checks.generator("generator", generator)
+    device = model.b.device
+    gen = _checks.generator("generator", generator, device)
     start = time.perf_counter()
     with torch.no_grad():
         if isinstance(model, BoltzmannMachine):
             d = model.n_visible
             if d > 20:
                 raise ValueError(f"exact MAP enumerates 2^D states; D must be <= 20, got {d}")
-            states = binary_states(d).double()
+            states = binary_states(d, device=device).double()
             neg_energy = -model.energy(states.to(model.b.dtype)).double()
-            g = _gumbel((n_samples, d, 2), gen)
+            g = _gumbel((n_samples, d, 2), gen, device)
             scores = (
                 neg_energy[None]
                 + g[:, :, 0].sum(1, keepdim=True)
@@ -197,9 +200,9 @@ def perturb_and_map_log_partition(
                 )
             if W.shape[1] > W.shape[0]:  # enumerate the visible layer instead of the hidden one
                 W, b, c = W.T, c, b
-            g_outer = _gumbel((n_samples, W.shape[0], 2), gen)  # perturbations of the summed layer
-            g_inner = _gumbel((n_samples, W.shape[1], 2), gen)  # ... and of the enumerated layer
-            states = binary_states(W.shape[1]).double()  # (S, m)
+            g_outer = _gumbel((n_samples, W.shape[0], 2), gen, device)  # the summed layer's
+            g_inner = _gumbel((n_samples, W.shape[1], 2), gen, device)  # the enumerated layer's
+            states = binary_states(W.shape[1], device=device).double()  # (S, m)
             # -E = b.v + c.h + v W h; for fixed h the best v_i is 1 iff its field is positive
             field = (b + states @ W.T)[None] + (g_outer[:, :, 1] - g_outer[:, :, 0])[:, None, :]
             outer = torch.relu(field).sum(2) + g_outer[:, :, 0].sum(1, keepdim=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ class SamplerState:
         n_grad_evals: int,
     ) -> SamplerState:
         """A fresh state at ``x`` with zero counts."""
-        zeros = torch.zeros(x.shape[0], dtype=torch.long)
+        zeros = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         return cls(x, energy, grad, zeros, zeros.clone(), n_grad_evals, 0)
 
     def replace(self: S, **changes: Any) -> S:
@@ -79,6 +80,15 @@ class SampleRun:
     samples: torch.Tensor
     final: SamplerState
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def check_device(energy: Any, x: torch.Tensor, name: str = "x0") -> None:
+    """Raise before any step when an ``nn.Module`` energy's parameters live on another
+    device than the chains ``x``."""
+    if isinstance(energy, nn.Module):
+        first = next(itertools.chain(energy.parameters(), energy.buffers()), None)
+        if first is not None:
+            _checks.same_device_as(name, x, first, "the energy's parameters")
 
 
 @contextmanager
@@ -152,7 +162,8 @@ class Sampler(Generic[S]):
         _checks.positive_int("burn_in", burn_in, allow_zero=True)
         if thin is not None:
             _checks.positive_int("thin", thin)
-        gen = _checks.generator("generator", generator)
+        gen = _checks.generator("generator", generator, x0.device)
+        check_device(energy, x0)
         fn = as_energy_fn(energy)
         kept: list[torch.Tensor] = []
         with frozen_parameters(energy):
@@ -211,7 +222,9 @@ def add_scaled(
 def accept(log_ratio: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Metropolis test per chain: True with probability min(1, exp(log_ratio)); NaN
     rejects (every comparison with NaN is False)."""
-    u = torch.rand(log_ratio.shape, generator=generator, dtype=log_ratio.dtype)
+    u = torch.rand(
+        log_ratio.shape, generator=generator, dtype=log_ratio.dtype, device=log_ratio.device
+    )
     return u.log_() < log_ratio
 
 

@@ -73,31 +73,45 @@ class Gibbs(Sampler[SamplerState]):
         shape = state.x.shape
         flat = state.x.reshape(shape[0], -1).clone()
         d = flat.shape[1]
-        sites = (
-            torch.arange(d)
+        # the sites in visiting order: Python ints, or (random scan) 0-d tensors on the
+        # device, so that the order is never read back to the host
+        random_sites = (
+            None
             if self.scan == "sequential"
-            else torch.randint(d, (d,), generator=generator)
+            else torch.randint(d, (d,), generator=generator, device=flat.device)
         )
+        sites = range(d) if random_sites is None else random_sites.unbind()
         with torch.no_grad():
             # x_i = 1 with probability sigmoid(logit) <=> logit(u) < logit, u ~ U(0, 1)
-            u = torch.rand(d, shape[0], generator=generator, dtype=flat.dtype)
+            u = torch.rand(d, shape[0], generator=generator, dtype=flat.dtype, device=flat.device)
             thresholds = torch.logit(u)
             if self.model is not None:
                 w, b = self.model.couplings()
-                rows = 2 * w[sites].to(flat.dtype)  # the log-odds' weights, site by site
+                if random_sites is not None:
+                    w, b = w[random_sites], b[random_sites]
+                rows = 2 * w.to(flat.dtype)  # the log-odds' weights, site by site
                 if self.beta is not None:  # beta (2 W_i . x + b_i) > logit(u)
                     thresholds /= self.beta.to(flat.dtype)
-                thresholds -= b[sites].to(flat.dtype)[:, None]
+                thresholds -= b.to(flat.dtype)[:, None]
                 units = flat.t().contiguous()  # a site's values are a contiguous row
-                for i, row, threshold in zip(sites.tolist(), rows, thresholds, strict=True):
-                    torch.gt(torch.mv(units.t(), row), threshold, out=units[i])
+                for i, row, threshold in zip(sites, rows, thresholds, strict=True):
+                    _set_row(units, i, torch.mv(units.t(), row) > threshold)
                 flat = units.t().contiguous()
             else:
-                for k, i in enumerate(sites.tolist()):
-                    flat[:, i] = self._energy_log_odds(flat, shape, i, energy) > thresholds[k]
+                for k, i in enumerate(sites):
+                    value = self._energy_log_odds(flat, shape, i, energy) > thresholds[k]
+                    _set_row(flat.t(), i, value)
             x = flat.view(shape)
             e = energy(x)
         return state.replace(x=x, energy=e, accepted=state.accepted + 1, t=state.t + 1)
+
+
+def _set_row(x: torch.Tensor, i: int | torch.Tensor, value: torch.Tensor) -> None:
+    """x[i] = value, for a site given as an int or as a 0-d tensor on x's device."""
+    if isinstance(i, int):
+        x[i] = value
+    else:
+        x.index_copy_(0, i.view(1), value.to(x.dtype).unsqueeze(0))
 
 
 @dataclass(frozen=True)
@@ -134,7 +148,9 @@ class BlockGibbs(Sampler[BlockGibbsState]):
     ) -> BlockGibbsState:
         logits = state.hidden_logits
         with torch.no_grad():
-            u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype)
+            u = torch.rand(
+                logits.shape, generator=generator, dtype=logits.dtype, device=logits.device
+            )
             h = (u < torch.sigmoid(logits)).to(logits.dtype)
             v = self.model.sample_visible(h, generator).view(state.x.shape)
             logits = self.model.hidden_logits(v)

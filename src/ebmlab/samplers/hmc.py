@@ -19,7 +19,12 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
   steps at a step size set by the narrowest scale);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
   E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T (per gradient), with
-  trajectory lengths jittered uniformly in (0, T] both during and after burn-in.
+  trajectory lengths jittered in (0, T] both during and after burn-in by the base-2
+  Halton sequence (quasi-random, as in ChEES-HMC), so that no random number is read
+  back from the device to set a step's number of leapfrog steps.
+
+Warm-up reads the pooled acceptance and criteria back to the host once per step (the
+step size and length are host numbers); after warm-up a step reads nothing back.
 
 As the base kernel of parallel tempering (:meth:`AdaptiveHMC.tempered`) every
 temperature's replicas form a group with its own mass, started at 1 / beta (the
@@ -76,6 +81,20 @@ def leapfrog(
     return x, p, e, grad
 
 
+def halton(index: int, base: int = 2) -> float:
+    """The ``index``-th (>= 1) element of the van der Corput / Halton sequence, in (0, 1)."""
+    value, scale = 0.0, 1.0
+    while index:
+        index, digit = divmod(index, base)
+        scale /= base
+        value += digit * scale
+    return value
+
+
+def _generator_device(generator: torch.Generator | None) -> torch.device | None:
+    return generator.device if generator is not None else None
+
+
 def _kinetic(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
     return 0.5 * (p * p * inv_mass).flatten(1).sum(1)
 
@@ -121,8 +140,9 @@ class HMC(Sampler[SamplerState]):
         return self._rescaled("step_size", beta, 0.5)
 
     def _jittered(self, base: float | torch.Tensor, n: int, generator) -> torch.Tensor:
-        u = torch.rand(n, generator=generator) * 2 - 1
-        return base * (1 + self.jitter * u)
+        device = base.device if isinstance(base, torch.Tensor) else None
+        u = torch.rand(n, generator=generator, device=device or _generator_device(generator))
+        return base * (1 + self.jitter * (u * 2 - 1))
 
     def trajectory(
         self,
@@ -135,7 +155,8 @@ class HMC(Sampler[SamplerState]):
     ) -> Trajectory:
         """Draw a momentum and integrate; the proposal with its log acceptance ratio."""
         x0 = state.x
-        p0 = torch.randn(x0.shape, generator=generator, dtype=x0.dtype) / inv_mass.sqrt()
+        p0 = torch.randn(x0.shape, generator=generator, dtype=x0.dtype, device=x0.device)
+        p0 /= inv_mass.sqrt()
         x, p, e, g = leapfrog(energy, x0, p0, state.grad, step_size, n_steps, inv_mass)
         h0 = state.energy + _kinetic(p0, inv_mass)
         h1 = e + _kinetic(p, inv_mass)
@@ -159,8 +180,10 @@ class HMC(Sampler[SamplerState]):
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
-        eps = self._jittered(self.step_size, state.x.shape[0], generator)
-        traj = self.trajectory(state, energy, eps, self.n_leapfrog, self.inv_mass, generator)
+        x = state.x
+        eps = self._jittered(self.step_size, x.shape[0], generator).to(x.device)
+        inv_mass = self.inv_mass.to(x.device)
+        traj = self.trajectory(state, energy, eps, self.n_leapfrog, inv_mass, generator)
         return self._move(state, traj, self.n_leapfrog, generator)
 
 
@@ -257,7 +280,7 @@ class AdaptiveHMC(HMC):
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
         base = super().init(x0, energy)
-        inv_mass = torch.ones(x0.shape[1:], dtype=x0.dtype)
+        inv_mass = torch.ones(x0.shape[1:], dtype=x0.dtype, device=x0.device)
         if self.chain_betas is not None:
             if len(self.chain_betas) != len(x0):
                 raise ValueError(
@@ -309,10 +332,10 @@ class AdaptiveHMC(HMC):
         self, state: AdaptiveState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> AdaptiveState:
         n_chains = state.x.shape[0]
-        u = 1.0 - float(torch.rand((), generator=generator))  # in (0, 1]
+        u = halton(state.t + 1)
         length = u * state.trajectory_length
         n_steps = self._n_leapfrog(length, state.step_size)
-        eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype)
+        eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype, device=state.x.device)
         traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
         new = self._move(state, traj, n_steps, generator)
         if state.t < state.warmup_steps:

@@ -83,7 +83,9 @@ class Langevin(Sampler[SamplerState]):
         h = per_chain(self.step_size * factor, state.x)
         sigma = (2 * h) ** 0.5 if self.noise_scale is None else self.noise_scale
         g = state.grad if self.grad_clip is None else _clip_rows(state.grad, self.grad_clip)
-        noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
+        noise = torch.randn(
+            state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device
+        )
         x = add_scaled(add_scaled(state.x, -h, g), sigma, noise, inplace=True)
         if self.clamp is not None:
             x = x.clamp(*self.clamp)

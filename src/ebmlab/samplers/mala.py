@@ -49,7 +49,9 @@ class MALA(Sampler[SamplerState]):
     ) -> SamplerState:
         h = self.step_size
         hx = per_chain(h, state.x)
-        noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
+        noise = torch.randn(
+            state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device
+        )
         proposal = add_scaled(add_scaled(state.x, -hx, state.grad), (2 * hx) ** 0.5, noise)
         e_new, g_new = energy_and_grad(energy, proposal)
         # log q(x' | x) = -|sqrt(2h) noise|^2 / (4h) = -|noise|^2 / 2

@@ -40,7 +40,9 @@ class MetropolisHastings(Sampler[SamplerState]):
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
-        noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
+        noise = torch.randn(
+            state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device
+        )
         proposal = add_scaled(state.x, per_chain(self.scale, state.x), noise)
         with torch.no_grad():
             e_new = energy(proposal)

@@ -102,7 +102,7 @@ def _halves_turning(
 
 
 def _log_uniform(n: int, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.rand(n, generator=generator, dtype=like.dtype).log()
+    return torch.rand(n, generator=generator, dtype=like.dtype, device=like.device).log()
 
 
 class NUTS(AdaptiveHMC):
@@ -145,19 +145,20 @@ class NUTS(AdaptiveHMC):
     ) -> AdaptiveState:
         x0, inv_mass = state.x, state.inv_mass
         n = x0.shape[0]
-        p0 = torch.randn(x0.shape, generator=generator, dtype=x0.dtype) / inv_mass.sqrt()
+        p0 = torch.randn(x0.shape, generator=generator, dtype=x0.dtype, device=x0.device)
+        p0 /= inv_mass.sqrt()
         start = _Point(x0, p0, state.energy, state.grad)
         h0 = state.energy + _kinetic(p0, inv_mass)
         left = right = proposal = start
-        log_weight = torch.zeros(n, dtype=x0.dtype)  # log sum of exp(H_0 - H) over the tree
+        log_weight = x0.new_zeros(n)  # log sum of exp(H_0 - H) over the tree
         rho = p0
-        done = torch.zeros(n, dtype=torch.bool)
+        done = torch.zeros(n, dtype=torch.bool, device=x0.device)
         moved, divergent = done.clone(), done.clone()
-        accept_sum = torch.zeros(n, dtype=x0.dtype)
-        n_points = torch.zeros(n, dtype=x0.dtype)
+        accept_sum = x0.new_zeros(n)
+        n_points = x0.new_zeros(n)
         n_grads = 0
         for depth in range(self.max_depth):
-            forward = torch.rand(n, generator=generator) < 0.5
+            forward = torch.rand(n, generator=generator, device=x0.device) < 0.5
             edge = right.where(forward, left).where(~done, start)  # stopped chains idle at x0
             eps = torch.where(forward, state.step_size, -state.step_size).to(x0.dtype)
             sub = self._subtree(energy, edge, eps, depth, h0, ~done, inv_mass, generator)

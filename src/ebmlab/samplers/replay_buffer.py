@@ -16,15 +16,26 @@ from typing import Any
 import torch
 
 from ebmlab import _checks
+from ebmlab.devices import move_to
 
 InitFn = Callable[[int, torch.Generator | None], torch.Tensor]
 
 
-def uniform_init(shape: tuple[int, ...], low: float = -1.0, high: float = 1.0) -> InitFn:
-    """Chains started uniformly in the box [low, high]^shape (the seed's eq. 6.28 start)."""
+def uniform_init(
+    shape: tuple[int, ...],
+    low: float = -1.0,
+    high: float = 1.0,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> InitFn:
+    """Chains started uniformly in the box [low, high]^shape (the seed's eq. 6.28 start),
+    on ``device`` (by default the generator's, else the CPU)."""
 
     def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        return low + (high - low) * torch.rand(n, *shape, generator=generator)
+        where = device if device is not None else generator.device if generator else None
+        u = torch.rand(n, *shape, generator=generator, device=where, dtype=dtype)
+        return u.mul_(high - low).add_(low)
 
     return init
 
@@ -34,8 +45,32 @@ def _draw_components(
 ) -> torch.Tensor:
     """n mixture-component indices drawn with ``weights`` (none for n = 0)."""
     if n == 0:
-        return torch.zeros(0, dtype=torch.long)
-    return torch.multinomial(weights.double(), n, replacement=True, generator=generator)
+        return torch.zeros(0, dtype=torch.long, device=weights.device)
+    return torch.multinomial(weights, n, replacement=True, generator=generator)
+
+
+class _PerDevice:
+    """Tensors (any nesting of tuples and lists) copied once to each device asked for,
+    so that an init function draws wherever its generator lives without copying its
+    constants on every call."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.copies: dict[torch.device, Any] = {}
+
+    def on(self, device: torch.device) -> Any:
+        if device not in self.copies:
+            self.copies[device] = move_to(self.value, device)
+        return self.copies[device]
+
+
+def _select(which: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
+    """Row i of ``parts[which[i]]``, without reading ``which`` on the host."""
+    out = parts[0]
+    mask_shape = (-1, *([1] * (out.ndim - 1)))
+    for k, part in enumerate(parts[1:], start=1):
+        out = torch.where((which == k).view(mask_shape), part, out)
+    return out
 
 
 def gaussian_init(
@@ -52,7 +87,7 @@ def gaussian_init(
     model learns to tell data from blurred, digit-like look-alikes; such chains never
     meet noise, so combine them with :func:`uniform_init` through :func:`mixture_init`
     where the model must also rank noise low early on. ``clamp`` projects the draws onto
-    a box (images live in one)."""
+    a box (images live in one). The draws are made on ``data``'s device."""
     if data.ndim < 2 or not data.is_floating_point():
         raise ValueError(
             f"data must be a float tensor (N, ...), got {data.dtype} {tuple(data.shape)}"
@@ -60,28 +95,29 @@ def gaussian_init(
     _checks.positive("ridge", ridge)
     shape, flat = data.shape[1:], data.detach().flatten(1).double()
     if labels is None:
-        labels = torch.zeros(len(flat), dtype=torch.long)
+        labels = torch.zeros(len(flat), dtype=torch.long, device=flat.device)
     elif labels.shape != (len(flat),) or labels.is_floating_point():
         raise ValueError(f"labels must be ({len(flat)},) class indices, got {tuple(labels.shape)}")
+    labels = labels.to(flat.device)
     classes, counts = torch.unique(labels, return_counts=True)
     if int(counts.min()) < 2:
         raise ValueError("every class needs at least two rows of data to fit a covariance")
     means, factors = [], []
     for k in classes:
         rows = flat[labels == k]
-        mean = rows.mean(0)
         cov = torch.cov(rows.T, correction=0).reshape(flat.shape[1], -1)
-        cov += ridge * torch.eye(flat.shape[1], dtype=cov.dtype)
-        means.append(mean.float())
+        cov += ridge * torch.eye(flat.shape[1], dtype=cov.dtype, device=cov.device)
+        means.append(rows.mean(0).float())
         factors.append(torch.linalg.cholesky(cov).T.float())
-    weights = counts.double() / counts.sum()
+    fitted = _PerDevice((counts.double() / counts.sum(), means, factors))
 
     def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        device = generator.device if generator is not None else flat.device
+        weights, means_here, factors_here = fitted.on(device)
         which = _draw_components(weights, n, generator)
-        x = torch.randn(n, flat.shape[1], generator=generator)
-        for k, (mean, factor) in enumerate(zip(means, factors, strict=True)):
-            rows = which == k
-            x[rows] = torch.addmm(mean, x[rows], factor)
+        x = torch.randn(n, flat.shape[1], generator=generator, device=device)
+        parts = [torch.addmm(m, x, f) for m, f in zip(means_here, factors_here, strict=True)]
+        x = _select(which, parts)
         if clamp is not None:
             x.clamp_(*clamp)
         return x.reshape(n, *shape)
@@ -92,7 +128,8 @@ def gaussian_init(
 def mixture_init(inits: list[InitFn], weights: list[float] | None = None) -> InitFn:
     """Chains started from a mixture: each start comes from ``inits[k]`` with probability
     ``weights[k]`` (equal by default), e.g. noise and data-like starts together, so that
-    the model meets negatives both far from and near the data."""
+    the model meets negatives both far from and near the data. Every component draws
+    all n starts and each row keeps one, so no count is read back from the device."""
     if not inits:
         raise ValueError("inits must name at least one init function")
     for fn in inits:
@@ -101,13 +138,12 @@ def mixture_init(inits: list[InitFn], weights: list[float] | None = None) -> Ini
     if w.shape != (len(inits),) or not bool((w >= 0).all()) or float(w.sum()) <= 0:
         raise ValueError(f"weights must be {len(inits)} numbers >= 0, not all 0, got {weights}")
 
+    weights = _PerDevice(w.double())
+
     def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        which = _draw_components(w, n, generator)
-        parts = [fn(int((which == k).sum()), generator) for k, fn in enumerate(inits)]
-        x = torch.empty(n, *parts[0].shape[1:], dtype=parts[0].dtype)
-        for k, part in enumerate(parts):
-            x[which == k] = part
-        return x
+        parts = [fn(n, generator) for fn in inits]
+        which = _draw_components(weights.on(parts[0].device), n, generator)
+        return _select(which, [p.to(parts[0].dtype) for p in parts])
 
     return init
 
@@ -145,17 +181,20 @@ class ReplayBuffer:
         _checks.positive_int("n", n)
         if (y is None) != (self.n_classes is None):
             raise ValueError("y must be given exactly when the buffer has n_classes")
+        device = self.buffer.device
         if y is None:
-            slots = torch.randint(self.capacity, (n,), generator=generator)
+            slots = torch.randint(self.capacity, (n,), generator=generator, device=device)
         else:
             if y.shape != (n,) or int(y.min()) < 0 or int(y.max()) >= self.n_classes:
                 raise ValueError(f"y must be ({n},) class indices in [0, {self.n_classes})")
             per_class = self.capacity // self.n_classes
-            slots = y.long() * per_class + torch.randint(per_class, (n,), generator=generator)
-        starts = self.buffer[slots].clone()
-        fresh = torch.rand(n, generator=generator) < self.reinit_prob
-        if fresh.any():
-            starts[fresh] = self.init_fn(int(fresh.sum()), generator).to(starts.dtype)
+            slots = torch.randint(per_class, (n,), generator=generator, device=device)
+            slots += y.long() * per_class
+        starts = self.buffer[slots]
+        if self.reinit_prob > 0:  # every row gets a fresh draw; the reinitialised keep it
+            fresh = torch.rand(n, generator=generator, device=device) < self.reinit_prob
+            draws = self.init_fn(n, generator).to(starts.dtype)
+            starts = torch.where(fresh.view(-1, *([1] * (starts.ndim - 1))), draws, starts)
         return starts, slots
 
     def push(self, x: torch.Tensor, slots: torch.Tensor) -> None:
@@ -172,4 +211,10 @@ class ReplayBuffer:
                 f"replay buffer state has shape {tuple(buf.shape)}, "
                 f"expected {tuple(self.buffer.shape)}"
             )
-        self.buffer = buf.clone()
+        self.buffer = buf.to(self.buffer.device, copy=True)
+
+    def to(self, device: torch.device | str) -> ReplayBuffer:
+        """Move the stored chains to ``device`` (in place; returns the buffer). Fresh
+        starts are drawn where the generator passed to :meth:`sample` lives."""
+        self.buffer = self.buffer.to(device)
+        return self

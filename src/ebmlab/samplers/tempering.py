@@ -61,7 +61,7 @@ class ParallelTempering(Sampler[TemperingState]):
         self.betas = betas_t.float()
         self.swap_every = _checks.positive_int("swap_every", swap_every)
         self.scale_steps = scale_steps
-        self._layouts: dict[int, tuple[torch.Tensor, Sampler]] = {}
+        self._layouts: dict[tuple[int, torch.device], tuple[torch.Tensor, Sampler]] = {}
 
     @staticmethod
     def geometric_ladder(n_temperatures: int, min_beta: float) -> list[float]:
@@ -70,16 +70,20 @@ class ParallelTempering(Sampler[TemperingState]):
         _checks.probability("min_beta", min_beta)
         return torch.logspace(0, torch.log10(torch.tensor(min_beta)), n_temperatures).tolist()
 
-    def _layout(self, n_chains: int) -> tuple[torch.Tensor, Sampler]:
-        """Per-row inverse temperatures and the (rescaled) kernel, built once per batch size."""
-        if n_chains not in self._layouts:
-            beta_rows = self.betas.repeat_interleave(n_chains)
+    def _layout(self, x: torch.Tensor) -> tuple[torch.Tensor, Sampler]:
+        """Per-row inverse temperatures and the (rescaled) kernel for chains ``x``, built
+        once per batch size and device."""
+        key = (x.shape[0], x.device)
+        if key not in self._layouts:
+            beta_rows = self.betas.to(x.device).repeat_interleave(x.shape[0])
             kernel = self.base.tempered(beta_rows) if self.scale_steps else self.base
-            self._layouts[n_chains] = (beta_rows, kernel)
-        return self._layouts[n_chains]
+            self._layouts[key] = (beta_rows, kernel)
+        return self._layouts[key]
 
-    def _tempered(self, energy: EnergyFn, n_chains: int) -> tuple[EnergyFn, torch.Tensor, Sampler]:
-        beta_rows, kernel = self._layout(n_chains)
+    def _tempered(
+        self, energy: EnergyFn, x: torch.Tensor
+    ) -> tuple[EnergyFn, torch.Tensor, Sampler]:
+        beta_rows, kernel = self._layout(x)
         return (lambda x: beta_rows.to(x.dtype) * energy(x)), beta_rows, kernel
 
     def _cold(self, replicas: SamplerState, n: int) -> dict:
@@ -90,35 +94,35 @@ class ParallelTempering(Sampler[TemperingState]):
         }
 
     def begin_warmup(self, state: TemperingState, n_steps: int) -> TemperingState:
-        kernel = self._layout(state.x.shape[0])[1]
+        kernel = self._layout(state.x)[1]
         return state.replace(replicas=kernel.begin_warmup(state.replicas, n_steps))
 
     def end_warmup(self, state: TemperingState) -> TemperingState:
-        kernel = self._layout(state.x.shape[0])[1]
+        kernel = self._layout(state.x)[1]
         return state.replace(replicas=kernel.end_warmup(state.replicas))
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TemperingState:
         k, n = len(self.betas), x0.shape[0]
-        tempered, _, kernel = self._tempered(energy, n)
+        tempered, _, kernel = self._tempered(energy, x0)
         replicas = kernel.init(x0.repeat(k, *([1] * (x0.ndim - 1))), tempered)
-        zeros = torch.zeros(n, dtype=torch.long)
+        zeros = torch.zeros(n, dtype=torch.long, device=x0.device)
         return TemperingState(
             **self._cold(replicas, n),
             accepted=zeros,
             divergent=zeros.clone(),
             n_grad_evals=replicas.n_grad_evals,
             replicas=replicas,
-            swaps_accepted=torch.zeros(k - 1, dtype=torch.long),
-            swaps_proposed=torch.zeros(k - 1, dtype=torch.long),
+            swaps_accepted=torch.zeros(k - 1, dtype=torch.long, device=x0.device),
+            swaps_proposed=torch.zeros(k - 1, dtype=torch.long, device=x0.device),
         )
 
     def step(
         self, state: TemperingState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> TemperingState:
         n, k = state.x.shape[0], len(self.betas)
-        tempered, beta_rows, kernel = self._tempered(energy, n)
+        tempered, beta_rows, kernel = self._tempered(energy, state.x)
         replicas = kernel.step(state.replicas, tempered, generator)
-        accepted_cold = torch.zeros(n, dtype=torch.long)
+        accepted_cold = torch.zeros_like(state.accepted)
         swaps_acc, swaps_prop = state.swaps_accepted.clone(), state.swaps_proposed.clone()
         if (state.t + 1) % self.swap_every == 0:
             replicas, accepted_cold, swaps_acc, swaps_prop = self._swap(
@@ -146,10 +150,12 @@ class ParallelTempering(Sampler[TemperingState]):
         """Even-odd neighbour swaps; energies and gradients move with the states,
         rescaled from the temperature they were computed at to their new one."""
         raw_e = (replicas.energy / beta_rows).view(k, n)
-        source = torch.arange(k * n).view(k, n)  # the row whose state each slot takes
+        # the row whose state each slot takes
+        source = torch.arange(k * n, device=raw_e.device).view(k, n)
         lo, hi = slice(t % 2, k - 1, 2), slice(t % 2 + 1, k, 2)  # the neighbour pairs
         if t % 2 < k - 1:
-            log_ratio = (self.betas[lo] - self.betas[hi])[:, None] * (raw_e[lo] - raw_e[hi])
+            betas = beta_rows.view(k, n)[:, :1]
+            log_ratio = (betas[lo] - betas[hi]) * (raw_e[lo] - raw_e[hi])
             ok = accept(log_ratio, generator)  # (pairs, n)
             swaps_prop[lo] += n
             swaps_acc[lo] += ok.sum(1)
@@ -195,12 +201,12 @@ def anneal(
     to 1); with it, (1 - beta) E_0 + beta E.
     """
     _checks.positive_int("steps_per_beta", steps_per_beta)
-    gen = _checks.generator("generator", generator)
+    gen = _checks.generator("generator", generator, x0.device)
     fn = as_energy_fn(energy)
     fn0 = (
         as_energy_fn(base_energy)
         if base_energy is not None
-        else (lambda x: torch.zeros(x.shape[0], dtype=x.dtype))
+        else (lambda x: x.new_zeros(x.shape[0]))
     )
     x = x0
     with frozen_parameters(energy):

@@ -50,7 +50,8 @@ class BMContrastiveDivergence:
         if self.persistent:
             if self.chains is None:
                 n = self.n_chains or data.shape[0]
-                self.chains = data[torch.randint(data.shape[0], (n,), generator=generator)].clone()
+                pick = torch.randint(data.shape[0], (n,), generator=generator, device=data.device)
+                self.chains = data[pick].clone()
             start = self.chains
         else:
             start = data

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from ebmlab.devices import move_to
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt, truncated or contains disallowed objects."""
@@ -44,13 +46,19 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
     return path
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a checkpoint saved by :func:`save_checkpoint`; never runs code from the file."""
+def load_checkpoint(
+    path: str | os.PathLike, map_location: torch.device | str = "cpu"
+) -> dict[str, Any]:
+    """Load a checkpoint saved by :func:`save_checkpoint` with its tensors on
+    ``map_location``; never runs code from the file. Random-number states stay on the
+    CPU, where ``set_state`` expects them, and so does the optimizer state, which
+    ``Optimizer.load_state_dict`` places next to each parameter itself."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
+
     except pickle.UnpicklingError as err:
         raise CheckpointError(
             f"refused to load {path}: it holds objects other than tensors and plain containers "
@@ -60,4 +68,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated: {err}") from err
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {path} does not hold a dict")
-    return state
+    device = torch.device(map_location)
+    if device.type == "cpu":
+        return state
+    kept = ("optimizer", "rng", "rng_by_rank")
+    return {k: v if k in kept else move_to(v, device) for k, v in state.items()}

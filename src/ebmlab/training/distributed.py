@@ -10,38 +10,52 @@ order (:func:`gather_state`), so a distributed run's checkpoint is also a valid
 single-process one; on resume each rank takes back its slice (:func:`scatter_state`).
 
 The process group is joined on first use from the environment ``torchrun`` provides
-(``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``...), with the ``gloo`` backend on CPU.
-Without that environment every function here is the identity of a single process.
+(``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``MASTER_ADDR``...). The training device
+decides the backend: NCCL for CUDA, with one GPU per rank (``LOCAL_RANK``, made the
+current device), and gloo otherwise; every collective's tensors sit on the backend's
+device. Without that environment every function here is the identity of a single
+process.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
 import torch
 from torch import distributed as dist
 
-_joined: dict[str, int] = {}  # this process's rank and the group size, decided once
+_joined: dict[str, Any] = {}  # rank, group size and collective device, decided once
 
 
-def init() -> None:
+def init(device: torch.device | None = None) -> None:
     """Join the process group described by the environment, or settle on a single
-    process. Decided on first use and kept: it never joins again after :func:`shutdown`."""
+    process, for training on ``device`` (the CPU when None). Decided on first use and
+    kept: it never joins again after :func:`shutdown`."""
+    device = torch.device("cpu") if device is None else torch.device(device)
     if _joined:
+        if _joined["world"] > 1 and _joined["device"].type != device.type:
+            raise ValueError(
+                f"the process group was joined for {_joined['device'].type} and training "
+                f"asks for {device}: choose the device before anything else joins the group"
+            )
         return
     if not dist.is_initialized():
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-            _joined.update(rank=0, world=1)
+            _joined.update(rank=0, world=1, device=device)
             return
         # This module binds the default group into its functions' default arguments when
         # first imported (torch.optim imports it through torch._dynamo). Imported after
         # joining, it keeps the group and its threads alive past destroy_process_group,
         # and those threads can abort the process at interpreter exit.
-        import torch.distributed.nn.functional
+        importlib.import_module("torch.distributed.nn.functional")
 
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    _joined.update(rank=dist.get_rank(), world=dist.get_world_size())
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    backend_device = device if dist.get_backend() == "nccl" else torch.device("cpu")
+    _joined.update(rank=dist.get_rank(), world=dist.get_world_size(), device=backend_device)
 
 
 def shutdown() -> None:
@@ -102,7 +116,7 @@ def any_true(flag: bool) -> bool:
     """Whether ``flag`` holds on any rank (every rank must call)."""
     if not active():
         return flag
-    t = torch.tensor([float(flag)])
+    t = torch.tensor([float(flag)], device=_joined["device"])
     dist.all_reduce(t)
     return bool(t.item() > 0)
 
@@ -111,7 +125,11 @@ def weighted_mean(values: dict[str, float], weight: float) -> dict[str, float]:
     """The ``weight``-weighted mean of each value over ranks (same keys on every rank)."""
     if not active() or not values:
         return values
-    t = torch.tensor([weight, *(weight * v for v in values.values())], dtype=torch.float64)
+    t = torch.tensor(
+        [weight, *(weight * v for v in values.values())],
+        dtype=torch.float64,
+        device=_joined["device"],
+    )
     dist.all_reduce(t)
     return {k: float(v) for k, v in zip(values, (t[1:] / t[0]).tolist(), strict=True)}
 
@@ -126,7 +144,9 @@ def average_gradients(params: list[torch.nn.Parameter], weight: float) -> None:
     if not active():
         return
     grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
-    present = torch.tensor([float(p.grad is not None) for p in params], dtype=grads[0].dtype)
+    present = torch.tensor(
+        [float(p.grad is not None) for p in params], dtype=grads[0].dtype, device=grads[0].device
+    )
     flat = torch.cat([*(g.reshape(-1) for g in grads), present]).mul_(weight)
     dist.all_reduce(flat)
     parts = flat.split([*(g.numel() for g in grads), len(params)])

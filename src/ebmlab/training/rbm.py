@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
+from ebmlab.devices import autocast
 from ebmlab.energies.boltzmann import (
     BernoulliRBM,
     GaussianBernoulliRBM,
@@ -119,8 +120,7 @@ class ContrastiveDivergence:
             if isinstance(rbm, BernoulliRBM):
                 ph_data, v_neg = self._closed_form_gradient(v, generator)
             else:
-                low = self.matmul_dtype is not None
-                with torch.autocast("cpu", self.matmul_dtype, enabled=low):
+                with autocast(v.device, self.matmul_dtype):
                     v_neg = self._start(v, generator)
                     v_neg = rbm.gibbs(v_neg, self.k, generator).to(v.dtype)
                     self._keep(v_neg)
@@ -142,7 +142,8 @@ class ContrastiveDivergence:
             return v
         if self.chains is None:
             n = self.n_chains or v.shape[0]
-            self.chains = v[torch.randint(v.shape[0], (n,), generator=generator)].clone()
+            pick = torch.randint(v.shape[0], (n,), generator=generator, device=v.device)
+            self.chains = v[pick].clone()
         return self.chains
 
     def _keep(self, v_neg: torch.Tensor) -> None:
@@ -233,10 +234,10 @@ def _phase_difference(
     dtype = ph_data.dtype
     n_neg, n_pos = v_neg.shape[0], v.shape[0]
     n_visible, n_hidden = v.shape[1], ph_data.shape[1]
-    rows = torch.ones(n_neg + n_pos, n_visible + 1, dtype=dtype)
+    rows = torch.ones(n_neg + n_pos, n_visible + 1, dtype=dtype, device=v.device)
     rows[:n_neg, :n_visible] = v_neg
     rows[n_neg:, :n_visible] = v
-    right = torch.zeros(n_neg + n_pos, -(-(n_hidden + 1) // 32) * 32, dtype=dtype)
+    right = torch.zeros(n_neg + n_pos, -(-(n_hidden + 1) // 32) * 32, dtype=dtype, device=v.device)
     torch.div(ph_neg, n_neg, out=right[:n_neg, :n_hidden])
     torch.div(ph_data, -n_pos, out=right[n_neg:, :n_hidden])
     right[:n_neg, n_hidden] = 1 / n_neg
@@ -267,7 +268,7 @@ def classification_rbm_loss(
     """
     _checks.one_of("mode", mode, ["discriminative", "generative", "hybrid"])
     _checks.positive("alpha", alpha, allow_zero=True)
-    loss = torch.zeros((), dtype=model.W.dtype)
+    loss = model.W.new_zeros(())
     if mode != "generative":
         loss = loss + torch.nn.functional.cross_entropy(model.class_scores(x), y)
     if mode != "discriminative":
@@ -299,8 +300,10 @@ class DBMLearning:
         with torch.no_grad():
             mu1, mu2 = dbm.mean_field(v, self.mean_field_iters)
             if self.chains is None:
-                start = v[torch.randint(v.shape[0], (self.n_chains,), generator=generator)]
-                self.chains = (start, torch.zeros(self.n_chains, dbm.n_hidden2, dtype=v.dtype))
+                pick = torch.randint(
+                    v.shape[0], (self.n_chains,), generator=generator, device=v.device
+                )
+                self.chains = (v[pick], v.new_zeros(self.n_chains, dbm.n_hidden2))
             nv, nh1, nh2 = dbm.gibbs(*self.chains, self.k, generator)
             self.chains = (nv, nh2)
             n, m = v.shape[0], nv.shape[0]
@@ -331,13 +334,13 @@ def _train_doubled_rbm(
     """CD-1 for an RBM whose upward (``double_up``) or downward input is doubled, the
     modified RBMs of Salakhutdinov & Hinton (2009, section 3.1); returns (W, b, c)."""
     n, d = data.shape
-    W = torch.randn(d, n_hidden, generator=generator, dtype=data.dtype) * 0.01
+    W = torch.randn(d, n_hidden, generator=generator, dtype=data.dtype, device=data.device) * 0.01
     b = base_rate_logits(data).to(data.dtype)
-    c = torch.zeros(n_hidden, dtype=data.dtype)
+    c = data.new_zeros(n_hidden)
     up, down = (2.0, 1.0) if double_up else (1.0, 2.0)
     velocity = [torch.zeros_like(p) for p in (W, b, c)]
     for _ in range(epochs):
-        for idx in torch.randperm(n, generator=generator).split(batch_size):
+        for idx in torch.randperm(n, generator=generator, device=data.device).split(batch_size):
             v = data[idx]
             logits = up * (v @ W + c)
             ph = torch.sigmoid(logits)

@@ -184,8 +184,8 @@ class CompletionTask(Task):
         """Independent per-pixel logistic regression on the top half (scikit-learn)."""
         from sklearn.linear_model import LogisticRegression
 
-        top, bottom = (t.numpy() for t in self.halves(self.train.x))
-        test_top, test_bottom = (t.numpy() for t in self.halves(self.test.x))
+        top, bottom = (t.cpu().numpy() for t in self.halves(self.train.x))
+        test_top, test_bottom = (t.cpu().numpy() for t in self.halves(self.test.x))
         predictions = np.empty_like(test_bottom)
         for j in range(HALF):
             if np.unique(bottom[:, j]).size == 1:  # a pixel constant in training

@@ -28,6 +28,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ebmlab import _checks
+from ebmlab.devices import move_to, resolve_device
 from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
@@ -85,6 +86,7 @@ class TrainerConfig:
     restart_lr_factor: float = 0.5
     progress: bool = True
     tensorboard: bool = False
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps; auto: cuda, then mps, then cpu
 
     def __post_init__(self) -> None:
         _checks.positive_int("epochs", self.epochs)
@@ -107,6 +109,7 @@ class TrainerConfig:
         _checks.positive_int("max_steps", self.max_steps, allow_zero=True)
         _checks.positive_int("divergence_restarts", self.divergence_restarts, allow_zero=True)
         _checks.probability("restart_lr_factor", self.restart_lr_factor)
+        resolve_device(self.device)
 
 
 @dataclass
@@ -156,6 +159,14 @@ class Task:
         (e.g. the test log-likelihood of an RBM)."""
         return {}
 
+    def to(self, device: torch.device) -> Task:
+        """Move everything the task holds to ``device``: the model, tensors, replay
+        buffers, data records (see :func:`ebmlab.devices.move_to`). Tasks that keep
+        device state elsewhere extend it."""
+        for name, value in vars(self).items():
+            setattr(self, name, move_to(value, device))
+        return self
+
 
 class Trainer:
     """Runs a :class:`Task` over in-memory tensors ``train_data`` for ``config.epochs``."""
@@ -179,7 +190,8 @@ class Trainer:
         n = train_data[0].shape[0]
         if n == 0 or any(t.shape[0] != n for t in train_data):
             raise ValueError("train_data tensors must be non-empty and share their first dimension")
-        distributed.init()
+        self.device = resolve_device(self.config.device)
+        distributed.init(self.device)
         self.world_size = distributed.world_size()
         if self.config.batch_size < self.world_size:
             raise ValueError(
@@ -189,7 +201,8 @@ class Trainer:
         if n < self.world_size:
             raise ValueError(f"train_data has {n} rows, fewer than the {self.world_size} processes")
         self.main = distributed.is_main()
-        self.train_data = train_data
+        self.task = task.to(self.device)
+        self.train_data = tuple(t.to(self.device) for t in train_data)
         self.n_batches = len(self._batches(0))
         self.total_steps = self.config.epochs * self.n_batches
         if self.config.max_steps:
@@ -208,7 +221,9 @@ class Trainer:
             weight_decay=self.config.weight_decay,
             momentum=self.config.momentum,
         )
-        self.generator = torch.Generator().manual_seed(distributed.rank_seed(self.config.seed))
+        self.generator = torch.Generator(self.device).manual_seed(
+            distributed.rank_seed(self.config.seed)
+        )
         self.epoch = 0
         self.batch = 0
         self.step = 0
@@ -223,9 +238,14 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """The full training state; under ``torchrun`` every rank must call it (the task
         state and random-number states of all ranks are gathered)."""
-        rngs = distributed.all_objects(
-            {"generator": self.generator.get_state(), "torch": torch.get_rng_state()}
-        )
+        rng = {
+            "device": str(self.device),
+            "generator": self.generator.get_state(),
+            "torch": torch.get_rng_state(),
+        }
+        if torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        rngs = distributed.all_objects(rng)
         return {
             "format": 1,
             "model": self.task.model.state_dict(),
@@ -265,8 +285,13 @@ class Trainer:
             t["metric_records"],
         )
         rng = state["rng_by_rank"][distributed.rank()] if self.world_size > 1 else state["rng"]
-        self.generator.set_state(rng["generator"])
         torch.set_rng_state(rng["torch"])
+        if rng.get("device", "cpu").split(":")[0] == self.device.type:
+            self.generator.set_state(rng["generator"])
+            if "cuda" in rng and len(rng["cuda"]) == torch.cuda.device_count():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        else:  # another kind of generator: the run goes on, not bit for bit
+            self.generator.manual_seed(distributed.rank_seed(self.config.seed) + self.step)
 
     def save(self, which: str = "last") -> None:
         if self.run is None:
@@ -282,7 +307,7 @@ class Trainer:
         """Continue from ``checkpoints/last.pt`` of the run directory."""
         if self.run is None:
             raise ValueError("resume needs a run directory")
-        self.load_state_dict(load_checkpoint(self.run.last))
+        self.load_state_dict(load_checkpoint(self.run.last, map_location=self.device))
         if self.main:
             self.run.truncate_metrics(self.metric_records)
 
@@ -330,7 +355,7 @@ class Trainer:
             )
 
     def _train_step(self, idx: torch.Tensor) -> dict[str, float]:
-        local = distributed.local_slice(idx)
+        local = distributed.local_slice(idx).to(self.device)
         weight = len(local) / len(idx)
         batch = tuple(t[local] for t in self.train_data)
         for group in self.optimizer.param_groups:

@@ -117,11 +117,11 @@ class DensityTask(BufferTask):
         torch.manual_seed(seed)
         self.model = MLPEnergy(2, hidden=(config.hidden,) * config.depth)
         (x0, x1), (y0, y1) = self.toy.bounds
-        low = torch.tensor([x0, y0])
-        span = torch.tensor([x1 - x0, y1 - y0])
 
         def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-            return low + span * torch.rand(n, 2, generator=generator)
+            device = generator.device if generator is not None else None
+            u = torch.rand(n, 2, generator=generator, device=device)
+            return torch.stack([x0 + (x1 - x0) * u[:, 0], y0 + (y1 - y0) * u[:, 1]], 1)
 
         self.buffer = self._replay_buffer(config.buffer_size, init, config.reinit_prob, seed)
         self.init = init
@@ -177,7 +177,7 @@ class DensityTask(BufferTask):
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
     ) -> None:
         if run is not None:
-            pts = self.buffer.buffer[:2000].numpy()
+            pts = self.buffer.buffer[:2000]
             scatter_panels(
                 [(f"replay buffer, epoch {epoch}", pts)],
                 run.samples / "buffer.png",
@@ -197,35 +197,36 @@ def evaluate(
     data of exact model samples (drawn on the quadrature grid: a measure of the model) and
     of Langevin samples from the chains (a measure of model and sampler together)."""
     task: DensityTask = setup.task  # type: ignore[assignment]
-    test = load_dataset(task.config.data, "test").x
+    device = task.val.device
+    test = load_dataset(task.config.data, "test").x.to(device)
     est = task.log_z(512)
     with torch.no_grad():
-        true_nll = float(-task.toy.log_prob(test).mean())
+        true_nll = float(-task.toy.log_prob(test.cpu()).mean())
         grid, cell = grid_points(task.toy.bounds, 256)
-        grid = grid.float()
-        log_p_true = task.toy.log_prob(grid).double()
+        log_p_true = task.toy.log_prob(grid.float()).double().to(device)
+        grid = grid.float().to(device)
         log_p_model = -task.model(grid).double() - est.log_z
         p_true = log_p_true.exp() * cell
         mask = p_true > 0
         kl = float((p_true[mask] * (log_p_true[mask] - log_p_model[mask])).sum())
-    gen = torch.Generator().manual_seed(1234)
+    gen = torch.Generator(device).manual_seed(1234)
     exact = quadrature_sample(task.model, task.toy.bounds, n_samples, generator=gen)
     starts, _ = task.buffer.sample(n_samples, gen)
     samples = task.sampler.sample(task.model, starts, sample_steps, generator=gen)
     side = int(len(grid) ** 0.5)
     density_panels(
         [
-            ("true density", log_p_true.exp().reshape(side, side).numpy()),
-            ("model density", log_p_model.exp().reshape(side, side).numpy()),
+            ("true density", log_p_true.exp().reshape(side, side)),
+            ("model density", log_p_model.exp().reshape(side, side)),
         ],
         run.path / "density.png",
         bounds=task.toy.bounds,
     )
     scatter_panels(
         [
-            ("test data", test[:n_samples].numpy()),
-            ("exact model samples (grid)", exact.numpy()),
-            (f"model samples ({sample_steps} Langevin steps)", samples.numpy()),
+            ("test data", test[:n_samples]),
+            ("exact model samples (grid)", exact),
+            (f"model samples ({sample_steps} Langevin steps)", samples),
         ],
         run.path / "samples.png",
         bounds=task.toy.bounds,
@@ -249,11 +250,11 @@ def evaluate(
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
     """A scatter plot of ``n`` model samples after ``steps`` Langevin steps from the chains."""
     task: DensityTask = setup.task  # type: ignore[assignment]
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(task.val.device).manual_seed(seed)
     starts, _ = task.buffer.sample(n, gen)
     x = task.sampler.sample(task.model, starts, steps, generator=gen)
     title = f"{n} samples, {steps} Langevin steps"
-    scatter_panels([(title, x.numpy())], out, bounds=task.toy.bounds)
+    scatter_panels([(title, x)], out, bounds=task.toy.bounds)
     return out
 
 

@@ -55,6 +55,7 @@ from torch.nn import functional as F
 from ebmlab import _checks
 from ebmlab.data import PIXELS, apply_transform, load_dataset
 from ebmlab.data.augment import random_affine
+from ebmlab.devices import autocast
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
 from ebmlab.evaluation import (
     accuracy,
@@ -214,10 +215,13 @@ class JEMTask(BufferTask):
                 )
             )
         if c.data_noise:
-            rows = [r + c.data_noise * torch.randn(r.shape, generator=generator) for r in rows]
+            rows = [
+                r + c.data_noise * torch.randn(r.shape, generator=generator, device=r.device)
+                for r in rows
+            ]
         x_neg = self.negatives(n, generator)
         # One forward pass: data, its augmented copy (classifier only), then the samples.
-        with torch.autocast(x.device.type, torch.bfloat16, enabled=c.train_dtype == "bfloat16"):
+        with autocast(x.device, torch.bfloat16 if c.train_dtype == "bfloat16" else None):
             out = self.model.logits(torch.cat([*rows, x_neg])).float()
         logits = out[: len(rows) * n]
         y = y.repeat(len(rows))
@@ -296,13 +300,16 @@ def ood_sets(task: JEMTask, ood_data: str | None = None) -> dict[str, torch.Tens
     """The OOD sets of the evaluation, in the model's input format: uniform noise, the test
     images with permuted pixels and flipped left-right and up-down, and a user file."""
     test = task.test
+    device = test.x.device
     spec = PIXELS["digits" if task.config.data == "digits" else "mnist"]
     raws = shifted_images(test.raw)
     if ood_data:
         raws["user_file"] = load_ood_file(ood_data, test.raw.shape[1:])
-    sets = {"uniform_noise": uniform_noise(len(test), test.x.shape[1], test.value_range)}
+    noise = uniform_noise(len(test), test.x.shape[1], test.value_range, device=device)
+    sets = {"uniform_noise": noise}
     for name, raw in raws.items():
-        sets[name] = apply_transform(raw, spec, test.transform)[0].reshape(len(raw), -1)
+        x = apply_transform(raw, spec, test.transform)[0].reshape(len(raw), -1)
+        sets[name] = x.to(device)
     return sets
 
 
@@ -340,7 +347,7 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
         for score, s in _ood_scores(task, x).items():
             values[score], stderrs[score] = auroc(in_scores[score], s, return_stderr=True)
         result["ood_auroc"][name], result["ood_auroc_stderr"][name] = values, stderrs
-    gen = torch.Generator().manual_seed(2024)
+    gen = torch.Generator(test.x.device).manual_seed(2024)
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
     x = task.negatives(n, gen)
@@ -357,7 +364,7 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
     result["samples"] = quality
     task.grid(x[:100], run.path / "samples_unconditional.png", "unconditional samples")
     task.grid(x1000[:100], run.path / "samples_after_1000_steps.png", "after 1000 further steps")
-    y = torch.arange(10).repeat_interleave(10)
+    y = torch.arange(10, device=test.x.device).repeat_interleave(10)
     conditional = task.sampler.sample(task.model.conditional(y), x[:100], 100, generator=gen)
     task.grid(
         conditional,
@@ -371,7 +378,7 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
     """``n`` samples after ``steps`` SGLD steps from the run's chains, as a PNG grid."""
     task: JEMTask = setup.task  # type: ignore[assignment]
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(task.test.x.device).manual_seed(seed)
     x = task.negatives(n, gen, steps)
     task.grid(x, out, f"{n} samples, {steps} SGLD steps", ncol=max(1, int(n**0.5)))
     return out

@@ -50,6 +50,7 @@ from ebmlab.energies import (
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
+from ebmlab.energies.base import energy_device
 from ebmlab.energies.boltzmann import base_rate_logits
 from ebmlab.evaluation import log_likelihood
 from ebmlab.partition import (
@@ -321,20 +322,24 @@ class RBMTask(Task):
 
     def evaluate(self) -> dict[str, Any]:
         """Train and test log-likelihood with the partition function used."""
-        log_z = self.log_partition("auto", torch.Generator().manual_seed(0))
+        log_z = self.log_partition("auto", self.generator(0))
         return {
             "log_z": log_z.to_dict(),
             "train_log_likelihood": self.log_likelihood(self.train, log_z),
             "test_log_likelihood": self.log_likelihood(self.test, log_z),
         }
 
+    def generator(self, seed: int) -> torch.Generator:
+        """A generator seeded with ``seed`` on the model's device."""
+        return torch.Generator(energy_device(self.model)).manual_seed(seed)
+
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` visible samples after ``steps`` Gibbs steps from the persistent chains (or
         from training images)."""
         pool = self.chains if self.chains is not None else self.train.x
-        start = pool[torch.randint(len(pool), (n,), generator=generator)]
+        start = pool[torch.randint(len(pool), (n,), generator=generator, device=pool.device)]
         if self.dbm is not None:
-            top = torch.zeros(n, self.model.n_hidden2)
+            top = start.new_zeros(n, self.model.n_hidden2)
             return self.model.gibbs(start, top, steps, generator)[0]
         return self.model.gibbs(start, steps, generator)
 
@@ -351,7 +356,8 @@ class RBMTask(Task):
             return v.detach()
         groups = v.view(v.shape[0], -1, GREY_LEVELS)
         probs = torch.softmax(groups, 2) if soft else groups
-        return (probs * torch.arange(GREY_LEVELS, dtype=v.dtype)).sum(2) / (GREY_LEVELS - 1)
+        levels = torch.arange(GREY_LEVELS, dtype=v.dtype, device=v.device)
+        return (probs * levels).sum(2) / (GREY_LEVELS - 1)
 
     @property
     def value_range(self) -> tuple[float, float]:
@@ -521,8 +527,7 @@ class DBNTask(RBMTask):
         variational lower bound (10 draws per image)."""
         if self.layer == 0:
             return log_likelihood(self.model.layers[0], part.x, log_z).mean
-        gen = torch.Generator().manual_seed(0)
-        return self.model.log_likelihood_bound(part.x, log_z.log_z, 10, gen)[0]
+        return self.model.log_likelihood_bound(part.x, log_z.log_z, 10, self.generator(0))[0]
 
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
         if self.layer == 0:
@@ -567,7 +572,7 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
     """``n`` samples after ``steps`` Gibbs steps (see each task's ``draw``)."""
     task: RBMTask = setup.task  # type: ignore[assignment]
-    x = task.draw(n, steps, torch.Generator().manual_seed(seed))
+    x = task.draw(n, steps, task.generator(seed))
     image_grid(
         task.images(x),
         out,
@@ -580,7 +585,7 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
 
 def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
     task: RBMTask = setup.task  # type: ignore[assignment]
-    return task.log_partition(method, torch.Generator().manual_seed(seed))
+    return task.log_partition(method, task.generator(seed))
 
 
 register(

@@ -1,0 +1,90 @@
+"""Choosing a device and moving work onto it.
+
+``resolve_device("auto")`` picks a CUDA GPU, then Apple's MPS, then the CPU; under
+``torchrun`` a CUDA run takes the GPU of its ``LOCAL_RANK``. A device that is not
+there is a ``ValueError`` that lists the devices that are. :func:`move_to` moves a
+task's state (tensors, modules, replay buffers, data records, and containers of
+them) to a device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+
+
+def available() -> list[str]:
+    """The devices torch can use here, as ``--device`` spells them."""
+    found = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    return [*found, "cpu"]
+
+
+def resolve_device(spec: str | torch.device = "auto") -> torch.device:
+    """The device ``spec`` names (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``),
+    checked to exist here. ``auto`` and ``cuda`` take the GPU of ``LOCAL_RANK`` (0
+    without torchrun)."""
+    if isinstance(spec, torch.device):
+        spec = str(spec)
+    if not isinstance(spec, str):
+        raise TypeError(f"device must be a string such as 'cuda:0', got {type(spec).__name__}")
+    name = spec.strip().lower()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if name == "auto":
+        if torch.cuda.is_available():
+            name = "cuda"
+        elif torch.backends.mps.is_available():
+            name = "mps"
+        else:
+            name = "cpu"
+    if name == "cuda":
+        name = f"cuda:{local}"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(
+            f"device must be one of {', '.join(DEVICE_CHOICES)}, got {spec!r}"
+        ) from None
+    present = (
+        device.type == "cpu"
+        or (device.type == "mps" and torch.backends.mps.is_available())
+        or (device.type == "cuda" and (device.index or 0) < torch.cuda.device_count())
+    )
+    if not present:
+        raise ValueError(
+            f"device {spec!r} is not available here; available: {', '.join(available())}"
+        )
+    return torch.device("mps") if device.type == "mps" else device
+
+
+def autocast(
+    device: torch.device, dtype: torch.dtype | None
+) -> torch.autocast | contextlib.nullcontext:
+    """``torch.autocast`` on ``device`` in ``dtype``, or nothing for ``dtype`` None (and so
+    on any device, also one autocast does not know)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype)
+
+
+def move_to(value: Any, device: torch.device) -> Any:
+    """``value`` on ``device``: tensors and modules (in place), objects with a ``to``
+    method (replay buffers, data records), and tuples, lists and dicts of them; other
+    values are returned as they are."""
+    if isinstance(value, (torch.Tensor, nn.Module)):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(move_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: move_to(v, device) for k, v in value.items()}
+    mover = getattr(value, "to", None)
+    if callable(mover) and not isinstance(value, type):
+        return mover(device)
+    return value

@@ -1,0 +1,158 @@
+"""What this machine offers, and which fast paths ebmlab takes on it.
+
+Each question is answered once, on first use, and cached: importing ebmlab reads
+nothing and changes nothing. A CPU fast path (oneDNN's packed weights, its int8
+products, cache blocking) is taken only for tensors on the CPU and only where the
+check below says the kernel exists and reproduces the portable result; everywhere
+else (other CPUs, CUDA, MPS) the portable PyTorch path gives the same answer within
+rounding.
+
+Two settings restrict the fast paths, for testing the portable path on a CPU that
+has more: ``ONEDNN_MAX_CPU_ISA`` naming an instruction set without bfloat16 units
+(``AVX2``, ``AVX``, ``SSE41``, ``AVX2_VNNI``) turns the bfloat16 kernels off, as
+oneDNN itself would, and ``EBMLAB_CPU_FAST_PATHS=0`` turns every CPU fast path off.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ebmlab import devices
+
+# oneDNN instruction-set limits under which its bfloat16 kernels are unavailable
+_ISAS_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI"}
+
+
+@functools.cache
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's entries in Linux's /proc/cpuinfo (empty elsewhere)."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return info
+
+
+def cpu_name() -> str:
+    """The CPU's model name, or the machine's architecture where none is reported."""
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux reports them (empty elsewhere)."""
+    info = _cpuinfo()
+    return frozenset((info.get("flags") or info.get("Features") or "").split())
+
+
+def cpu_features() -> dict[str, bool]:
+    """The instruction-set extensions that matter for ebmlab's CPU kernels."""
+    flags = cpu_flags()
+    return {
+        "avx2": "avx2" in flags,
+        "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx": {"amx_tile", "amx_bf16"} <= flags,
+        "avx_vnni": "avx_vnni" in flags or "avx512_vnni" in flags,
+        "neon": "asimd" in flags or platform.machine() in ("arm64", "aarch64"),
+    }
+
+
+@functools.cache
+def l2_cache_bytes(default: int = 1 << 20) -> int:
+    """A core's level-2 cache size as Linux reports it, else ``default``."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "level").read_text().strip() == "2":
+                size = (index / "size").read_text().strip().upper()
+                scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+                return int(size.rstrip("KM")) * scale
+        except (OSError, ValueError):
+            break
+    return default
+
+
+def cpu_fast_paths_allowed() -> bool:
+    """False when ``EBMLAB_CPU_FAST_PATHS=0`` asks for the portable path everywhere."""
+    return os.environ.get("EBMLAB_CPU_FAST_PATHS", "1").lower() not in ("0", "off", "false")
+
+
+def _onednn_isa_has_bf16() -> bool:
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", ""))
+    return limit.upper() not in _ISAS_WITHOUT_BF16
+
+
+def _packed_linear_works(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's packed linear runs here in ``dtype`` and matches ``addmm``."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        w = torch.randn(24, 40, generator=gen).to(dtype)
+        x = torch.randn(300, 40, generator=gen).to(dtype)
+        b = torch.randn(24, generator=gen).to(dtype)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w)
+        got = torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], "")
+        want = torch.addmm(b.float(), x.float(), w.float().t())
+        return bool(torch.allclose(got.float(), want, rtol=2e-2, atol=2e-2))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+@functools.cache
+def _packed_linear(dtype: torch.dtype) -> bool:
+    if not (cpu_fast_paths_allowed() and torch.backends.mkldnn.is_available()):
+        return False
+    if dtype == torch.bfloat16 and not (
+        _onednn_isa_has_bf16() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    ):
+        return False
+    return _packed_linear_works(dtype)
+
+
+def packed_linear(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether weights on ``device`` in ``dtype`` can use oneDNN's packed layout
+    (float32 everywhere oneDNN runs; bfloat16 only on CPUs with bfloat16 units)."""
+    return (
+        device.type == "cpu"
+        and dtype in (torch.float32, torch.bfloat16)
+        and (_packed_linear(dtype))
+    )
+
+
+def cache_blocking(device: torch.device) -> bool:
+    """Whether element-wise passes are worth splitting into cache-sized row blocks
+    (CPUs only: a GPU keeps the whole batch in one kernel launch)."""
+    return device.type == "cpu" and cpu_fast_paths_allowed()
+
+
+def report() -> dict[str, Any]:
+    """Everything ``ebmlab info`` prints about the hardware, as plain data."""
+    cuda = [
+        {"device": f"cuda:{i}", "name": torch.cuda.get_device_name(i),
+         "bf16": torch.cuda.is_bf16_supported()}
+        for i in range(torch.cuda.device_count())
+    ]  # fmt: skip
+    cpu = torch.device("cpu")
+    return {
+        "cpu": cpu_name(),
+        "cpu_features": cpu_features(),
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cuda": cuda,
+        "mps": torch.backends.mps.is_available(),
+        "devices": devices.available(),
+        "fast_paths": {
+            "onednn_packed_float32": packed_linear(cpu, torch.float32),
+            "onednn_packed_bfloat16": packed_linear(cpu, torch.bfloat16),
+            "l2_cache_blocking": cache_blocking(cpu),
+            "l2_cache_bytes": l2_cache_bytes(),
+        },
+    }

@@ -1,0 +1,147 @@
+"""Every sampler runs on a simulated accelerator: draws on the device, no CPU tensor
+mixed in, no host synchronisation inside a step, and the same chains as on the CPU."""
+
+import pytest
+import torch
+
+from ebmlab import conformance as cf
+from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
+from ebmlab.samplers import (
+    HMC,
+    MALA,
+    NUTS,
+    AdaptiveHMC,
+    BlockGibbs,
+    Gibbs,
+    Langevin,
+    MetropolisHastings,
+    ParallelTempering,
+    ReplayBuffer,
+    anneal,
+    gaussian_init,
+    mixture_init,
+    uniform_init,
+)
+from ebmlab.samplers.base import as_energy_fn
+
+pytestmark = pytest.mark.fastpath
+
+
+def gaussian():
+    return Gaussian(torch.tensor([1.0, -1.0]), torch.tensor([[1.0, 0.8], [0.8, 1.5]]))
+
+
+def mlp():
+    torch.manual_seed(0)
+    return MLPEnergy(2, hidden=(16, 16))
+
+
+def rbm():
+    torch.manual_seed(0)
+    model = BernoulliRBM(6, 4)
+    with torch.no_grad():
+        model.W.normal_()
+    return model
+
+
+CONTINUOUS = {
+    "langevin": lambda: Langevin(0.05),
+    "mala": lambda: MALA(0.15),
+    "hmc": lambda: HMC(0.2, 5),
+    "adaptive_hmc": lambda: AdaptiveHMC(),
+    "nuts": lambda: NUTS(max_depth=4),
+    "metropolis_hastings": lambda: MetropolisHastings(0.5),
+    "parallel_tempering": lambda: ParallelTempering(MALA(0.1), [1.0, 0.5, 0.25]),
+}
+BINARY = {
+    "gibbs": lambda model: Gibbs(),
+    "block_gibbs": lambda model: BlockGibbs(model),
+}
+
+
+def steps(sampler, energy, x0, n, seed, sim=None):
+    """init, then ``n`` steps (each under no_sync when simulated, except NUTS's), as
+    Sampler.run does."""
+    fn = as_energy_fn(energy)
+    gen = torch.Generator(device=x0.device).manual_seed(seed)
+    state = sampler.begin_warmup(sampler.init(x0, fn), 0)
+    state = sampler.end_warmup(state)
+    before = sim.host_syncs if sim else 0
+    for _ in range(n):
+        if sim is None or isinstance(sampler, NUTS):
+            state = sampler.step(state, fn, gen)
+        else:
+            with sim.no_sync(f"a {type(sampler).__name__} step"):
+                state = sampler.step(state, fn, gen)
+    return state.x, (sim.host_syncs if sim else 0) - before
+
+
+def same_chains_on_device(make_sampler, make_energy, x0, n=6):
+    want, _ = steps(make_sampler(), make_energy(), x0, n, seed=3)
+    with cf.simulated_device() as sim:
+        energy, sampler = cf.to_device(make_energy()), make_sampler()
+        got, syncs = steps(sampler, energy, cf.to_device(x0), n, seed=3, sim=sim)
+        assert cf.on_device(got)
+    torch.testing.assert_close(cf.cpu_value(got), want)
+    # NUTS reads one flag per tree doubling, to stop when every chain has turned
+    assert syncs <= (n * sampler.max_depth if isinstance(sampler, NUTS) else 0)
+
+
+@pytest.mark.parametrize("energy", [gaussian, mlp], ids=["gaussian", "mlp"])
+@pytest.mark.parametrize("name", list(CONTINUOUS))
+def test_continuous_samplers_run_on_the_device(name, energy):
+    x0 = torch.randn(8, 2, generator=torch.Generator().manual_seed(1))
+    same_chains_on_device(CONTINUOUS[name], energy, x0)
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_samplers_run_on_the_device(name):
+    x0 = (torch.rand(8, 6, generator=torch.Generator().manual_seed(1)) < 0.5).float()
+    model = rbm()
+    same_chains_on_device(lambda: BINARY[name](model), lambda: model, x0)
+
+
+def test_sample_and_run_take_a_seed_on_the_device():
+    x0 = torch.randn(8, 2, generator=torch.Generator().manual_seed(1))
+    want = Langevin(0.05).run(gaussian(), x0, 5, burn_in=2, thin=1, generator=4)
+    with cf.simulated_device():
+        got = Langevin(0.05).run(
+            cf.to_device(gaussian()), cf.to_device(x0), 5, burn_in=2, thin=1, generator=4
+        )
+    torch.testing.assert_close(cf.cpu_value(got.samples), want.samples)
+    assert got.info == want.info
+
+
+def test_anneal_runs_on_the_device():
+    x0 = torch.randn(8, 2, generator=torch.Generator().manual_seed(1))
+    betas = [0.1, 0.5, 1.0]
+    want = anneal(MALA(0.1), gaussian(), x0, betas, generator=2)
+    with cf.simulated_device():
+        got = anneal(MALA(0.1), cf.to_device(gaussian()), cf.to_device(x0), betas, generator=2)
+    torch.testing.assert_close(cf.cpu_value(got), want)
+
+
+@pytest.mark.parametrize(
+    "init",
+    [
+        lambda data: uniform_init((2,)),
+        lambda data: gaussian_init(data),
+        lambda data: mixture_init([uniform_init((2,)), gaussian_init(data)], [0.3, 0.7]),
+    ],
+    ids=["uniform", "gaussian", "mixture"],
+)
+def test_replay_buffer_runs_on_the_device(init):
+    data = torch.randn(50, 2, generator=torch.Generator().manual_seed(0))
+
+    def cycle(buffer_data, gen, sim=None):
+        buffer = ReplayBuffer(20, init(buffer_data), reinit_prob=0.3, generator=gen)
+        for _ in range(3):
+            with sim.no_sync("a replay-buffer draw") if sim else torch.no_grad():
+                x, slots = buffer.sample(6, gen)
+                buffer.push(x + 1.0, slots)
+        return buffer.buffer
+
+    want = cycle(data, torch.Generator().manual_seed(9))
+    with cf.simulated_device() as sim:
+        got = cycle(cf.to_device(data), torch.Generator(device=cf.DEVICE).manual_seed(9), sim)
+    torch.testing.assert_close(cf.cpu_value(got), want)

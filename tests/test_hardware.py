@@ -1,0 +1,78 @@
+"""Capability checks: made on first use, reported, and able to turn the fast paths off."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ebmlab import devices, hardware
+
+pytestmark = pytest.mark.fastpath
+
+
+def test_import_reads_and_registers_nothing():
+    code = (
+        "import builtins, io, torch\n"
+        "from torch.optim import optimizer\n"
+        "hooks = len(optimizer._global_optimizer_post_hooks)\n"
+        "opened = []\n"
+        "real_open = builtins.open\n"
+        "def spy(f, *a, **k):\n"
+        "    opened.append(str(f))\n"
+        "    return real_open(f, *a, **k)\n"
+        "builtins.open = io.open = spy\n"
+        "import ebmlab, ebmlab.energies, ebmlab.samplers, ebmlab.partition, ebmlab.training\n"
+        "builtins.open = io.open = real_open\n"
+        "assert len(optimizer._global_optimizer_post_hooks) == hooks\n"
+        "assert not [f for f in opened if f.startswith(('/sys', '/proc'))], opened\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    planted = code.replace(
+        "builtins.open = io", "ebmlab.hardware.l2_cache_bytes()\nbuiltins.open = io"
+    )
+    assert subprocess.run([sys.executable, "-c", planted], capture_output=True).returncode != 0
+
+
+def test_fast_paths_are_for_cpu_tensors_only():
+    for device in (torch.device("meta"), torch.device("cuda", 0)):
+        assert not hardware.packed_linear(device, torch.float32)
+        assert not hardware.cache_blocking(device)
+
+
+def test_the_override_turns_every_cpu_fast_path_off(monkeypatch):
+    monkeypatch.setenv("EBMLAB_CPU_FAST_PATHS", "0")
+    hardware._packed_linear.cache_clear()
+    try:
+        cpu = torch.device("cpu")
+        assert not hardware.packed_linear(cpu, torch.float32)
+        assert not hardware.packed_linear(cpu, torch.bfloat16)
+        assert not hardware.cache_blocking(cpu)
+    finally:
+        hardware._packed_linear.cache_clear()
+
+
+def test_bfloat16_kernels_follow_the_onednn_isa_limit(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    hardware._packed_linear.cache_clear()
+    try:
+        assert not hardware.packed_linear(torch.device("cpu"), torch.bfloat16)
+    finally:
+        hardware._packed_linear.cache_clear()
+
+
+def test_report_lists_devices_features_and_fast_paths():
+    report = hardware.report()
+    assert report["devices"][-1] == "cpu"
+    assert set(report["cpu_features"]) >= {"avx2", "avx512", "amx", "avx512_bf16"}
+    assert set(report["fast_paths"]) >= {"onednn_packed_float32", "onednn_packed_bfloat16"}
+
+
+def test_resolve_device():
+    assert devices.resolve_device("auto") == torch.device(devices.available()[0])
+    assert devices.resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda"):
+        devices.resolve_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"'cuda:1' is not available here; available: .*cpu"):
+            devices.resolve_device("cuda:1")
