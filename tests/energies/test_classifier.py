@@ -120,6 +120,7 @@ def test_large_batches_go_through_in_cache_blocks_with_the_same_result(monkeypat
     x = torch.randn(300, 6)
     whole = m.energy_and_grad(x)
     monkeypatch.setattr(mlp.hardware, "l2_cache_bytes", lambda: 2 * 32 * 4 * 100)  # 128-row blocks
+    monkeypatch.setattr(mlp.hardware, "cache_blocking", lambda device: True)
     calls = []
     fused_pass = m.net._fused_pass
     monkeypatch.setattr(

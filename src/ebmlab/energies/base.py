@@ -103,6 +103,19 @@ def as_energy_fn(energy: EnergyLike) -> EnergyFunction:
     return EnergyFunction(energy)
 
 
+EVAL_CHUNK = 1024  # rows per forward pass when a whole split is evaluated
+
+
+def in_chunks(fn: Callable[..., Any], x: torch.Tensor, chunk: int = EVAL_CHUNK) -> Any:
+    """``fn(x)`` computed ``chunk`` rows at a time and concatenated (a tensor, or a tuple
+    of tensors), so that evaluating a large network on a whole split never holds more
+    than one chunk's activations."""
+    parts = [fn(part) for part in x.split(chunk)]
+    if isinstance(parts[0], tuple):
+        return tuple(torch.cat(column) for column in zip(*parts, strict=True))
+    return torch.cat(parts)
+
+
 def energy_device(energy: Any, default: torch.device | str = "cpu") -> torch.device:
     """Where an energy's parameters live (``default`` for a parameter-free callable):
     the device on which estimators that make their own points (grids, base samples)

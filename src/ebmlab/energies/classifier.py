@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyModel
+from ebmlab.energies.base import EnergyModel, in_chunks
 from ebmlab.energies.mlp import FeedForward
 
 
@@ -82,7 +82,7 @@ class ClassifierEnergy(EnergyModel):
         if int(y.min()) < 0 or int(y.max()) >= self.num_classes:
             raise ValueError(f"y must hold class indices in [0, {self.num_classes})")
         with torch.no_grad():
-            logits = self.logits(x).double()
+            logits = in_chunks(self.logits, x).double()
         target = logits.gather(1, y.view(-1, 1)).squeeze(1)
 
         def slope(log_beta: float) -> float:

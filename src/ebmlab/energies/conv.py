@@ -62,7 +62,16 @@ class ConvNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.view(x.shape[0], *self.image_shape)
+        if self._channels_last():
+            x = x.contiguous(memory_format=torch.channels_last)
         return self.head(self.features(x).flatten(1))
+
+    def _channels_last(self) -> bool:
+        """Whether the weights were put in NHWC layout
+        (``model.to(memory_format=torch.channels_last)``); the input then follows, so
+        that no convolution converts layouts."""
+        w = next(p for p in self.features.parameters() if p.ndim == 4)
+        return w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
 
 
 class ConvEnergy(EnergyModel):

@@ -57,6 +57,7 @@ from ebmlab.data import PIXELS, apply_transform, load_dataset
 from ebmlab.data.augment import random_affine
 from ebmlab.devices import autocast
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
+from ebmlab.energies.base import in_chunks
 from ebmlab.evaluation import (
     accuracy,
     auroc,
@@ -251,7 +252,7 @@ class JEMTask(BufferTask):
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         """Error and NLL at beta = 1, then (``calibrate``) beta refitted on this split."""
         with torch.no_grad():
-            probs = torch.softmax(self.model.logits(self.val.x), 1)
+            probs = torch.softmax(in_chunks(self.model.logits, self.val.x), 1)
         metrics = {"val_error": 1 - accuracy(probs, self.val.y), "val_nll": nll(probs, self.val.y)}
         if self.config.calibrate and self.val.split == "val":
             metrics["beta"] = self.model.calibrate(self.val.x, self.val.y)
@@ -287,8 +288,8 @@ def build(config: JEMConfig, trainer: TrainerConfig) -> Setup:
 def _ood_scores(task: JEMTask, x: torch.Tensor) -> dict[str, torch.Tensor]:
     """The three OOD scores, higher meaning more in-distribution."""
     with torch.no_grad():
-        logits = task.model.logits(x)
-    _, grad = task.model.energy_and_grad(x)
+        logits = in_chunks(task.model.logits, x)
+    _, grad = in_chunks(task.model.energy_and_grad, x)
     return {
         "log_px": torch.logsumexp(logits, 1),
         "max_prob": torch.softmax(task.model.beta * logits, 1).max(1).values,
@@ -328,7 +329,7 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
     with torch.no_grad():
-        logits = task.model.logits(test.x)
+        logits = in_chunks(task.model.logits, test.x)
     probs = torch.softmax(task.model.beta * logits, 1)
     reliability_diagram(probs, test.y, run.path / "reliability.png")
     result: dict[str, Any] = {
