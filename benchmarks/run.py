@@ -16,7 +16,7 @@ import torch
 import benchmarks
 from benchmarks.harness import markdown_table, measure, write_json
 
-SKIP = {"harness", "run"}
+SKIP = {"harness", "run", "gpu"}  # gpu.py runs on its own: python -m benchmarks.gpu
 
 
 def main() -> None:

@@ -17,3 +17,13 @@ def mnist_dir() -> Path:
 def _seed_and_threads():
     torch.manual_seed(0)
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` run wherever a CUDA GPU is present, and are skipped elsewhere."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU here")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

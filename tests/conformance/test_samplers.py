@@ -46,6 +46,7 @@ def rbm():
 
 CONTINUOUS = {
     "langevin": lambda: Langevin(0.05),
+    "langevin_clipped": lambda: Langevin(0.05, 0.01, grad_clip=1.0, clamp=(-2.0, 2.0)),
     "mala": lambda: MALA(0.15),
     "hmc": lambda: HMC(0.2, 5),
     "adaptive_hmc": lambda: AdaptiveHMC(),

@@ -125,3 +125,19 @@ def test_a_run_evaluates_on_the_device_asked_for(tmp_path, capsys):
     picture = tmp_path / "s.png"
     assert main(["sample", str(run), "--n", "8", "--steps", "2", "--out", str(picture)]) == 0
     assert picture.is_file()
+
+
+def test_loss_scaling_trains_and_resumes_exactly(tmp_path):
+    Trainer(Regression(), data(), config(grad_scaler=True), tmp_path / "full").fit()
+    Trainer(Regression(), data(), config(grad_scaler=True, max_steps=3), tmp_path / "part").fit()
+    part = Regression()
+    Trainer(part, data(), config(grad_scaler=True), tmp_path / "part").fit(resume=True)
+    full = load_checkpoint(tmp_path / "full" / "checkpoints" / "last.pt")
+    for name, value in full["model"].items():
+        assert torch.equal(value, part.model.state_dict()[name])
+    assert full["grad_scaler"]["scale"] > 0
+
+
+def test_float16_jem_needs_the_loss_scaler(tmp_path, capsys):
+    code = main(["train", "jem", "--out", str(tmp_path / "r"), "--train-dtype", "float16"])
+    assert code == 2 and "needs grad_scaler (--grad-scaler)" in capsys.readouterr().err

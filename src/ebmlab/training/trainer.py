@@ -100,6 +100,7 @@ class TrainerConfig:
     compile: bool = False  # torch.compile the model's networks (training and sampler passes)
     compile_mode: str = "default"  # or reduce-overhead (CUDA graphs), max-autotune
     channels_last: bool = False  # convolution weights and inputs in NHWC (CUDA tensor cores)
+    grad_scaler: bool = False  # scale the loss for float16 autocast (torch.amp.GradScaler)
 
     def __post_init__(self) -> None:
         _checks.positive_int("epochs", self.epochs)
@@ -242,6 +243,9 @@ class Trainer:
         self.generator = torch.Generator(self.device).manual_seed(
             distributed.rank_seed(self.config.seed)
         )
+        # float16 gradients underflow: the scaler multiplies the loss, unscales the
+        # gradients, and skips (and counts) a step whose gradients overflowed
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.config.grad_scaler else None
         self.epoch = 0
         self.batch = 0
         self.step = 0
@@ -268,6 +272,7 @@ class Trainer:
             "format": 1,
             "model": self.task.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            **({"grad_scaler": self.scaler.state_dict()} if self.scaler else {}),
             "task": distributed.gather_state(self.task.state_dict()),
             "trainer": {
                 "world_size": self.world_size,
@@ -294,6 +299,8 @@ class Trainer:
             )
         self.task.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and "grad_scaler" in state:
+            self.scaler.load_state_dict(state["grad_scaler"])
         self.task.load_state_dict(distributed.scatter_state(state["task"]))
         self.epoch, self.batch, self.step = t["epoch"], t["batch"], t["step"]
         self.lr_scale, self.restarts = t.get("lr_scale", 1.0), t.get("restarts", 0)
@@ -395,19 +402,27 @@ class Trainer:
         for name, value in out.items():
             self._check("the loss" if name == "loss" else f"metric '{name}'", value)
         if not result.grads_ready:
-            result.loss.backward()
+            (result.loss if self.scaler is None else self.scaler.scale(result.loss)).backward()
         distributed.average_gradients(self._params, weight)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         # The gradient norm costs a pass over all gradients: it is taken when clipping and once
         # per logging window for the curves. A non-finite gradient that slips through makes the
         # parameters, hence the next loss, non-finite, and checkpoints refuse such parameters.
         if self.config.grad_clip or (self.step + 1) % self.config.log_every == 0:
             grads = [p.grad for p in self._params if p.grad is not None]
             grad_norm = float(torch.nn.utils.get_total_norm(grads))
-            self._check("the gradient norm", grad_norm)
+            if self.scaler is None:  # with a scaler, an overflowed step is skipped instead
+                self._check("the gradient norm", grad_norm)
             if self.config.grad_clip and grad_norm > self.config.grad_clip:
                 torch._foreach_mul_(grads, self.config.grad_clip / grad_norm)
             out["grad_norm"] = grad_norm
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            out["loss_scale"] = self.scaler.get_scale()
         return out
 
     def _where(self) -> str:

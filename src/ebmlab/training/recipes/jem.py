@@ -40,7 +40,9 @@ and cosine decay, 100 epochs) reach 2.0 % test error on the digits (mean of thre
 ``sampler_dtype="bfloat16"`` computes SGLD gradients in bfloat16 (several times faster
 on CPUs with bf16 matrix units); ``train_dtype="bfloat16"`` runs the network's forward
 and backward pass of the loss in bfloat16 as well (mixed precision through
-:class:`torch.autocast`: parameters, optimizer state and the loss terms stay float32).
+:class:`torch.autocast`: parameters, optimizer state and the loss terms stay float32);
+``train_dtype="float16"`` does so in float16, with the trainer's loss scaling
+(``grad_scaler``) against underflowing gradients.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
 
-PRECISIONS = ["float32", "bfloat16"]  # of SGLD gradients and of the training step
+PRECISIONS = ["float32", "bfloat16"]  # of SGLD gradients
+TRAIN_PRECISIONS = [*PRECISIONS, "float16"]  # of the training step (float16: --grad-scaler)
 
 
 @dataclass
@@ -123,7 +126,7 @@ class JEMConfig:
         _checks.one_of("start", self.start, ["uniform", "gaussian"])
         _checks.probability("uniform_share", self.uniform_share)
         _checks.one_of("sampler_dtype", self.sampler_dtype, PRECISIONS)
-        _checks.one_of("train_dtype", self.train_dtype, PRECISIONS)
+        _checks.one_of("train_dtype", self.train_dtype, TRAIN_PRECISIONS)
         _checks.positive_int("buffer_size", self.buffer_size)
         _checks.probability("reinit_prob", self.reinit_prob)
         _checks.positive("sampler_grad_clip", self.sampler_grad_clip, allow_zero=True)
@@ -222,7 +225,8 @@ class JEMTask(BufferTask):
             ]
         x_neg = self.negatives(n, generator)
         # One forward pass: data, its augmented copy (classifier only), then the samples.
-        with autocast(x.device, torch.bfloat16 if c.train_dtype == "bfloat16" else None):
+        low = None if c.train_dtype == "float32" else getattr(torch, c.train_dtype)
+        with autocast(x.device, low):
             out = self.model.logits(torch.cat([*rows, x_neg])).float()
         logits = out[: len(rows) * n]
         y = y.repeat(len(rows))
@@ -281,6 +285,9 @@ class JEMTask(BufferTask):
 
 
 def build(config: JEMConfig, trainer: TrainerConfig) -> Setup:
+    if config.train_dtype == "float16" and not trainer.grad_scaler:
+        raise ValueError("train_dtype float16 needs grad_scaler (--grad-scaler): float16 "
+                         "gradients underflow without loss scaling")  # fmt: skip
     task = JEMTask(config, trainer.seed)
     return Setup(task, (task.train.x, task.train.y))
 

@@ -1,0 +1,89 @@
+"""On a real GPU: samplers, estimators, a recipe's training and evaluation, and the
+distributed backend, each against the CPU's answer. Skipped without CUDA."""
+
+import json
+
+import pytest
+import torch
+
+from ebmlab.cli import main
+from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
+from ebmlab.partition import rbm_ais, rbm_log_partition
+from ebmlab.samplers import HMC, MALA, NUTS, Gibbs, Langevin, ParallelTempering
+from ebmlab.samplers.diagnostics import effective_sample_size
+from ebmlab.testing import assert_mean_close
+
+pytestmark = pytest.mark.cuda
+
+MEAN = torch.tensor([1.0, -1.0])
+COV = torch.tensor([[1.0, 0.8], [0.8, 1.5]])
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [MALA(0.15), HMC(0.25, 8), NUTS(), ParallelTempering(MALA(0.1), [1.0, 0.5])],
+    ids=["mala", "hmc", "nuts", "tempering"],
+)
+def test_samplers_recover_moments_on_the_gpu(sampler):
+    target = Gaussian(MEAN, COV).cuda()
+    x0 = torch.randn(256, 2, device="cuda")
+    traj = sampler.sample(target, x0, 300, burn_in=200, thin=1, generator=3)
+    assert traj.device.type == "cuda"
+
+    ess = effective_sample_size(traj.cpu())
+    assert_mean_close(traj.reshape(-1, 2).cpu(), MEAN, ess=ess)
+
+
+def test_fused_mlp_gradients_match_autograd_on_the_gpu():
+    torch.manual_seed(0)
+    model = MLPEnergy(8, hidden=(64, 64)).cuda()
+    x = torch.randn(512, 8, device="cuda")
+    _, g = model.energy_and_grad(x)
+    xg = x.clone().requires_grad_(True)
+    (g_ref,) = torch.autograd.grad(model.energy(xg).sum(), xg)
+    torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-5)
+    x = Langevin(0.01).sample(model, x, 20, generator=0)
+    assert torch.isfinite(x).all() and x.device.type == "cuda"
+
+
+def test_rbm_estimates_on_the_gpu_match_enumeration():
+    torch.manual_seed(0)
+    rbm = BernoulliRBM(12, 8)
+    with torch.no_grad():
+        rbm.W.normal_(0, 1)
+    exact = rbm_log_partition(rbm).log_z
+    gpu = rbm.cuda()
+    assert rbm_log_partition(gpu).log_z == pytest.approx(exact, abs=1e-6)
+    est = rbm_ais(gpu, n_chains=256, n_temperatures=2000, generator=1)
+    assert abs(est.log_z - exact) < 4 * est.stderr + 0.02
+    x = Gibbs().sample(gpu, (torch.rand(64, 12, device="cuda") < 0.5).float(), 5, generator=2)
+    assert x.device.type == "cuda"
+
+
+def test_a_recipe_trains_resumes_and_evaluates_on_the_gpu(tmp_path, capsys):
+    run = tmp_path / "jem"
+    args = ["train", "jem", "--out", str(run), "--arch", "conv", "--conv-width", "8",
+            "--sampler-steps", "5", "--buffer-size", "200", "--no-progress",
+            "--device", "cuda"]  # fmt: skip
+    assert main([*args, "--epochs", "2", "--max-steps", "20"]) == 0
+    assert main([*args, "--epochs", "2", "--resume"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--device", "cuda"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert 0 <= result["test_error"] <= 1
+    assert main(["evaluate", str(run), "--device", "cpu"]) == 0  # trained on a GPU, read on a CPU
+
+
+def test_bfloat16_training_step_on_the_gpu(tmp_path):
+    args = ["train", "jem", "--out", str(tmp_path / "bf16"), "--arch", "conv", "--conv-width", "8",
+            "--sampler-steps", "3", "--buffer-size", "100", "--epochs", "1", "--max-steps", "10",
+            "--train-dtype", "bfloat16", "--sampler-dtype", "bfloat16", "--channels-last",
+            "--no-progress", "--device", "cuda"]  # fmt: skip
+    assert main(args) == 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpus_train_with_nccl(tmp_path):
+    args = ["train", "density", "--out", str(tmp_path / "ddp"), "--epochs", "1", "--nproc", "2",
+            "--device", "cuda", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
