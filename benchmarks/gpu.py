@@ -91,6 +91,16 @@ def _timed(fn: Callable[[], object], repeats: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def jem_update(logits: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+    """One step on the JEM loss from the logits of the labelled batch and then of the
+    samples: cross-entropy minus (mean log sum exp f on data - on samples)."""
+    data, samples = logits[:BATCH].logsumexp(1), logits[BATCH:].logsumexp(1)
+    loss = F.cross_entropy(logits[:BATCH], y) - (data.mean() - samples.mean())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
 def reference_jem_step(device: torch.device) -> Callable[[], None]:
     """The reference JEM update as its authors' script does it: a buffer of uniform
     starts (5% re-initialised), SGLD on log sum_y exp f(x)[y] with autograd, then the
@@ -113,12 +123,7 @@ def reference_jem_step(device: torch.device) -> Callable[[], None]:
             x_k = (x_k + SGLD_STEP * grad + SGLD_NOISE * torch.randn_like(x_k)).detach()
         net.train()
         buffer[idx] = x_k
-        logits = net(torch.cat([x, x_k]))
-        loss = F.cross_entropy(logits[:BATCH], y)
-        loss = loss - (logits[:BATCH].logsumexp(1).mean() - logits[BATCH:].logsumexp(1).mean())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        jem_update(net(torch.cat([x, x_k])), y, optimizer)
 
     return step
 
@@ -145,11 +150,7 @@ def ebmlab_jem_step(device: torch.device, precision: str, compiled: bool) -> Cal
         buffer.push(x_k, slots)
         with torch.autocast(device.type, torch.bfloat16, enabled=low):
             logits = model.logits(torch.cat([x, x_k])).float()
-        loss = F.cross_entropy(logits[:BATCH], y)
-        loss = loss - (logits[:BATCH].logsumexp(1).mean() - logits[BATCH:].logsumexp(1).mean())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        jem_update(logits, y, optimizer)
 
     return step
 
