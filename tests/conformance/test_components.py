@@ -15,8 +15,6 @@ from ebmlab.data.augment import random_affine
 from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
 from ebmlab.samplers import HMC
 
-pytestmark = pytest.mark.fastpath
-
 GEN = torch.Generator().manual_seed(0)
 E_TABLE = torch.randn(6, 4, generator=GEN, dtype=torch.float64)
 TARGET = torch.tensor([0, 1, 2, 3, 0, 1])

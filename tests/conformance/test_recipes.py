@@ -8,8 +8,6 @@ from ebmlab import conformance as cf
 from ebmlab.training.recipes import get_recipe
 from ebmlab.training.run_dir import RunDirectory
 
-pytestmark = pytest.mark.fastpath
-
 SETTINGS = {
     "density": {"hidden": 16, "depth": 2, "sampler_steps": 3, "buffer_size": 64},
     "jem": {"arch": "mlp", "hidden": (32,), "sampler_steps": 3, "buffer_size": 40},

@@ -24,8 +24,6 @@ from ebmlab.samplers import (
 )
 from ebmlab.samplers.base import as_energy_fn
 
-pytestmark = pytest.mark.fastpath
-
 
 def gaussian():
     return Gaussian(torch.tensor([1.0, -1.0]), torch.tensor([[1.0, 0.8], [0.8, 1.5]]))

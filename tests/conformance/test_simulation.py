@@ -9,8 +9,6 @@ from ebmlab.energies import Gaussian, MLPEnergy
 from ebmlab.samplers import Langevin
 from ebmlab.samplers.base import SamplerState
 
-pytestmark = pytest.mark.fastpath
-
 
 def gaussian():
     return Gaussian(torch.zeros(2), torch.eye(2))

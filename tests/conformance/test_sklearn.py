@@ -6,8 +6,6 @@ import pytest
 from ebmlab import conformance as cf
 from ebmlab import sklearn as sk
 
-pytestmark = pytest.mark.fastpath
-
 RNG = np.random.default_rng(0)
 X = (RNG.random((40, 8)) < 0.4).astype(float)
 Y = RNG.integers(0, 2, 40)

@@ -331,8 +331,13 @@ def _sample_metrics(task: JEMTask, x: torch.Tensor, reference: torch.Tensor) -> 
     }
 
 
-def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> dict[str, Any]:
-    """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability."""
+def evaluate(
+    setup: Setup, run: RunDirectory, ood_data: str | None = None, long_run_steps: int = 1000
+) -> dict[str, Any]:
+    """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
+    (the samples again after 200 and after ``long_run_steps`` further SGLD steps)."""
+    if long_run_steps <= 200:
+        raise ValueError(f"long_run_steps must be > 200, got {long_run_steps}")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
     with torch.no_grad():
@@ -367,11 +372,15 @@ def evaluate(setup: Setup, run: RunDirectory, ood_data: str | None = None) -> di
     }
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
-    x1000 = task.sampler.sample(task.model, x200, 800, generator=gen)
-    quality["after_1000_more_steps"] = _sample_metrics(task, x1000, reference)
+    x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
+    quality[f"after_{long_run_steps}_more_steps"] = _sample_metrics(task, x_long, reference)
     result["samples"] = quality
     task.grid(x[:100], run.path / "samples_unconditional.png", "unconditional samples")
-    task.grid(x1000[:100], run.path / "samples_after_1000_steps.png", "after 1000 further steps")
+    task.grid(
+        x_long[:100],
+        run.path / f"samples_after_{long_run_steps}_steps.png",
+        f"after {long_run_steps} further steps",
+    )
     y = torch.arange(10, device=test.x.device).repeat_interleave(10)
     conditional = task.sampler.sample(task.model.conditional(y), x[:100], 100, generator=gen)
     task.grid(
