@@ -68,6 +68,9 @@ CASES = {
     ),
     "nll_loss": lambda put: L.nll_loss(put(E_TABLE), put(TARGET), beta=2.0),
     "mee_loss": lambda put: L.mee_loss(put(E_TABLE), put(TARGET)),
+    "contrastive_update_loss": lambda put: L.contrastive_update_loss(
+        put(E_CORRECT), put(E_OFFENDING)
+    ),
     "contrastive_divergence_loss": lambda put: L.contrastive_divergence_loss(
         put(mlp()), put(X), put(X_NOISE), l2=0.1
     ),
@@ -85,6 +88,15 @@ CASES = {
     "minimum_probability_flow_loss": lambda put: L.minimum_probability_flow_loss(
         put(rbm()), put(BITS)
     ),
+    "candidate_energies": lambda put: inf.candidate_energies(
+        lambda x, y: ((x - y) ** 2).sum(1), put(X[:4]), put(X_NOISE[:3])
+    ),
+    "chain_energy": lambda put: inf.chain_energy(
+        put(UNARY), put(TRANSITION), put(torch.tensor([[0, 1, 1, 0, 1]] * 3))
+    ),
+    "mean_field_free_energy": lambda put: inf.mean_field_free_energy(
+        inf.PairwiseMRF(put(UNARY), put(PAIR)), put(torch.full((3, 5, 2), 0.5))
+    ),
     "argmin_answer": lambda put: inf.argmin_answer(put(E_TABLE)),
     "most_offending": lambda put: inf.most_offending(put(E_TABLE), put(TARGET)),
     "viterbi": lambda put: inf.viterbi(put(UNARY), put(TRANSITION)),
@@ -101,6 +113,10 @@ CASES = {
     ),
     "icm": lambda put: inf.icm(inf.PairwiseMRF(put(UNARY), put(PAIR))),
     "mean_field": lambda put: inf.mean_field(inf.PairwiseMRF(put(UNARY), put(PAIR)), n_iter=5),
+    "enumerate_log_partition": lambda put: P.enumerate_log_partition(put(rbm()), 6),
+    "log_likelihood": lambda put: ev.log_likelihood(
+        put(rbm()), put(BITS), P.rbm_log_partition(put(rbm()))
+    ),
     "rbm_log_partition": lambda put: P.rbm_log_partition(put(rbm())),
     "exact_log_partition": lambda put: P.exact_log_partition(put(rbm())),
     "rbm_ais": lambda put: P.rbm_ais(
