@@ -27,3 +27,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def bfloat16_anywhere(monkeypatch):
+    """bfloat16 requests run in bfloat16 even on CPUs where ebmlab would take the float32
+    path (emulated there, so slow, but these tests check the reduced-precision arithmetic
+    itself)."""
+    from ebmlab import hardware
+
+    monkeypatch.setattr(hardware, "reduced_precision", lambda device, dtype: dtype)

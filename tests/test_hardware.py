@@ -76,3 +76,18 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"'cuda:1' is not available here; available: .*cpu"):
             devices.resolve_device("cuda:1")
+
+
+def test_bfloat16_requests_take_the_float32_path_without_bfloat16_units(monkeypatch):
+    from ebmlab.energies import MLPEnergy
+
+    monkeypatch.setattr(hardware, "_cpu_bfloat16", lambda: False)
+    cpu = torch.device("cpu")
+    assert hardware.reduced_precision(cpu, torch.bfloat16) is None
+    assert hardware.reduced_precision(torch.device("cuda"), torch.bfloat16) == torch.bfloat16
+    torch.manual_seed(0)
+    model, x = MLPEnergy(4, hidden=(16,)), torch.randn(5, 4)
+    want = model.energy_and_grad(x)
+    model.grad_dtype = torch.bfloat16
+    for got, exact in zip(model.energy_and_grad(x), want, strict=True):
+        assert torch.equal(got, exact)

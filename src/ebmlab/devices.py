@@ -9,7 +9,6 @@ them) to a device.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
@@ -62,16 +61,6 @@ def resolve_device(spec: str | torch.device = "auto") -> torch.device:
             f"device {spec!r} is not available here; available: {', '.join(available())}"
         )
     return torch.device("mps") if device.type == "mps" else device
-
-
-def autocast(
-    device: torch.device, dtype: torch.dtype | None
-) -> torch.autocast | contextlib.nullcontext:
-    """``torch.autocast`` on ``device`` in ``dtype``, or nothing for ``dtype`` None (and so
-    on any device, also one autocast does not know)."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype)
 
 
 def move_to(value: Any, device: torch.device) -> Any:

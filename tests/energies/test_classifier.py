@@ -94,6 +94,7 @@ def test_validation():
         ConvNet((1, 6, 6), 10)
 
 
+@pytest.mark.usefixtures("bfloat16_anywhere")
 @pytest.mark.parametrize("activation", ["silu", "elu"])
 @pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed", "plain"])
 def test_reduced_precision_gradients_are_close(packed, activation, monkeypatch):
@@ -132,6 +133,7 @@ def test_large_batches_go_through_in_cache_blocks_with_the_same_result(monkeypat
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.usefixtures("bfloat16_anywhere")
 def test_reduced_precision_weights_follow_optimizer_steps():
     m = model(64)
     m.grad_dtype = torch.bfloat16
@@ -147,6 +149,7 @@ def test_reduced_precision_weights_follow_optimizer_steps():
     assert (after - exact).norm() / exact.norm() < 0.05
 
 
+@pytest.mark.usefixtures("bfloat16_anywhere")
 def test_fused_weights_follow_loaded_and_replaced_parameters():
     m, other = model(64), model(64)
     x = torch.randn(4, 6)
@@ -161,6 +164,7 @@ def test_fused_weights_follow_loaded_and_replaced_parameters():
     torch.testing.assert_close(m.energy_and_grad(x), other.energy_and_grad(x))
 
 
+@pytest.mark.usefixtures("bfloat16_anywhere")
 @pytest.mark.parametrize("copied", [False, True], ids=["original", "deepcopy"])
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 def test_fused_weights_follow_fused_optimizer_steps(optimizer, copied):

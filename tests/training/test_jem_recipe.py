@@ -156,6 +156,7 @@ def test_fresh_chains_start_where_the_start_option_says():
     assert gap("gaussian", 1.0) > 0.1
 
 
+@pytest.mark.usefixtures("bfloat16_anywhere")
 def test_mixed_precision_step_runs_the_network_in_bfloat16_and_keeps_float32_state():
     def step(train_dtype: str) -> tuple[torch.Tensor, JEMTask]:
         config = JEMConfig(arch="mlp", hidden=(64,), sampler_steps=3, train_dtype=train_dtype)

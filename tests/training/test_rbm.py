@@ -52,6 +52,7 @@ def test_persistent_cd_gradient_approaches_the_exact_gradient():
         assert (got - want).abs().max() < 0.02
 
 
+@pytest.mark.usefixtures("bfloat16_anywhere")
 def test_bfloat16_products_keep_the_pcd_gradient_and_float32_state():
     rbm = random_rbm().float()
     gen = torch.Generator().manual_seed(0)

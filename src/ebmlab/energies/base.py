@@ -15,6 +15,8 @@ from typing import Any, Union
 import torch
 from torch import nn
 
+from ebmlab import hardware
+
 EnergyFn = Callable[[torch.Tensor], torch.Tensor]
 EnergyLike = Union["EnergyModel", EnergyFn]
 
@@ -58,7 +60,7 @@ class EnergyModel(nn.Module):
         gradient override this; samplers call it for every gradient they need."""
         if self.grad_dtype is None:
             return _autograd_energy_and_grad(self.energy, x)
-        with torch.autocast(x.device.type, dtype=self.grad_dtype):
+        with hardware.autocast(x.device, self.grad_dtype):
             e, g = _autograd_energy_and_grad(self.energy, x)
         return e.to(x.dtype), g.to(x.dtype)
 

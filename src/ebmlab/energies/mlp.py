@@ -231,7 +231,7 @@ class FeedForward(nn.Module):
                 e, _ = head(self(xg))
                 (g,) = torch.autograd.grad(e.sum(), xg)
             return e.detach(), g
-        dtype = dtype or x.dtype
+        dtype = hardware.reduced_precision(x.device, dtype) or x.dtype
         layers = self._fused_layers(dtype)
         flat = x.flatten(1).to(dtype)
         rows = block_rows(flat, self._widest)

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
-from ebmlab.devices import autocast
 from ebmlab.energies.boltzmann import (
     BernoulliRBM,
     GaussianBernoulliRBM,
@@ -34,6 +33,7 @@ from ebmlab.energies.boltzmann import (
     base_rate_logits,
     bernoulli_draw,
 )
+from ebmlab.hardware import autocast
 
 
 @dataclass

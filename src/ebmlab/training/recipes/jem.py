@@ -57,7 +57,6 @@ from torch.nn import functional as F
 from ebmlab import _checks
 from ebmlab.data import PIXELS, apply_transform, load_dataset
 from ebmlab.data.augment import random_affine
-from ebmlab.devices import autocast
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
 from ebmlab.energies.base import in_chunks
 from ebmlab.evaluation import (
@@ -71,6 +70,7 @@ from ebmlab.evaluation import (
     shifted_images,
     uniform_noise,
 )
+from ebmlab.hardware import autocast
 from ebmlab.plotting import image_grid
 from ebmlab.samplers import Langevin, gaussian_init, mixture_init, uniform_init
 from ebmlab.samplers.replay_buffer import InitFn
