@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ebmlab import _checks
+from ebmlab import _checks, hardware
 from ebmlab.energies.boltzmann import (
     BernoulliRBM,
     GaussianBernoulliRBM,
@@ -171,7 +171,7 @@ class ContrastiveDivergence:
         data and the negatives, both in the products' dtype.
         """
         rbm = self.rbm
-        dtype = self.matmul_dtype or v.dtype
+        dtype = hardware.reduced_precision(v.device, self.matmul_dtype) or v.dtype
         W, b, c = (p.detach().to(dtype) for p in (rbm.W, rbm.b, rbm.c))
 
         def hidden_probs(x: torch.Tensor) -> torch.Tensor:
