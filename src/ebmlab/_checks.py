@@ -128,11 +128,3 @@ def same_device(a: torch.device | str, b: torch.device | str) -> bool:
         b.index if b.index is not None else current
     )
 
-
-def same_device_as(name: str, value: torch.Tensor, reference: torch.Tensor, what: str) -> None:
-    """Raise unless tensor ``value`` sits on the device of ``reference`` (named ``what``)."""
-    if not same_device(value.device, reference.device):
-        raise ValueError(
-            f"{name} is on {value.device} and {what} on {reference.device}: "
-            f"move them to one device first (e.g. {name}.to({str(reference.device)!r}))"
-        )

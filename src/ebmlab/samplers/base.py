@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,7 +22,13 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn, energy_and_grad
+from ebmlab.energies.base import (
+    EnergyFn,
+    EnergyLike,
+    as_energy_fn,
+    energy_and_grad,
+    energy_device,
+)
 
 S = TypeVar("S", bound="SamplerState")
 K = TypeVar("K", bound="Sampler")
@@ -85,10 +90,12 @@ class SampleRun:
 def check_device(energy: Any, x: torch.Tensor, name: str = "x0") -> None:
     """Raise before any step when an ``nn.Module`` energy's parameters live on another
     device than the chains ``x``."""
-    if isinstance(energy, nn.Module):
-        first = next(itertools.chain(energy.parameters(), energy.buffers()), None)
-        if first is not None:
-            _checks.same_device_as(name, x, first, "the energy's parameters")
+    device = energy_device(energy, x.device)
+    if not _checks.same_device(device, x.device):
+        raise ValueError(
+            f"{name} is on {x.device} and the energy's parameters on {device}: "
+            f"move them to one device first (e.g. {name}.to({str(device)!r}))"
+        )
 
 
 @contextmanager

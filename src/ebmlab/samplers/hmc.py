@@ -91,10 +91,6 @@ def halton(index: int, base: int = 2) -> float:
     return value
 
 
-def _generator_device(generator: torch.Generator | None) -> torch.device | None:
-    return generator.device if generator is not None else None
-
-
 def _kinetic(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
     return 0.5 * (p * p * inv_mass).flatten(1).sum(1)
 
@@ -123,6 +119,7 @@ class HMC(Sampler[SamplerState]):
         self.step_size = _checks.positive("step_size", step_size)
         self.n_leapfrog = _checks.positive_int("n_leapfrog", n_leapfrog)
         self.inv_mass = torch.as_tensor(inv_mass, dtype=torch.float32)
+        self._inv_mass_copies: dict[torch.device, torch.Tensor] = {}
         if not (torch.isfinite(self.inv_mass).all() and (self.inv_mass > 0).all()):
             raise ValueError("inv_mass must be finite and > 0 everywhere")
         _checks.probability("jitter", jitter)
@@ -135,13 +132,19 @@ class HMC(Sampler[SamplerState]):
         e, g = energy_and_grad(energy, x0)
         return SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
 
+    def _inv_mass_on(self, device: torch.device) -> torch.Tensor:
+        """The inverse mass on ``device``, copied there once rather than every step."""
+        if device not in self._inv_mass_copies:
+            self._inv_mass_copies[device] = self.inv_mass.to(device)
+        return self._inv_mass_copies[device]
+
     def tempered(self, beta: torch.Tensor) -> HMC:
         """Step size / sqrt(beta), matched to the tempered distributions' width."""
         return self._rescaled("step_size", beta, 0.5)
 
-    def _jittered(self, base: float | torch.Tensor, n: int, generator) -> torch.Tensor:
-        device = base.device if isinstance(base, torch.Tensor) else None
-        u = torch.rand(n, generator=generator, device=device or _generator_device(generator))
+    def _jittered(self, base: float | torch.Tensor, x: torch.Tensor, generator) -> torch.Tensor:
+        """Per-chain step sizes base (1 + jitter u), u uniform on [-1, 1), on x's device."""
+        u = torch.rand(x.shape[0], generator=generator, device=x.device)
         return base * (1 + self.jitter * (u * 2 - 1))
 
     def trajectory(
@@ -180,9 +183,8 @@ class HMC(Sampler[SamplerState]):
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
-        x = state.x
-        eps = self._jittered(self.step_size, x.shape[0], generator).to(x.device)
-        inv_mass = self.inv_mass.to(x.device)
+        eps = self._jittered(self.step_size, state.x, generator)
+        inv_mass = self._inv_mass_on(state.x.device)
         traj = self.trajectory(state, energy, eps, self.n_leapfrog, inv_mass, generator)
         return self._move(state, traj, self.n_leapfrog, generator)
 
