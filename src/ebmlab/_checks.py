@@ -127,4 +127,3 @@ def same_device(a: torch.device | str, b: torch.device | str) -> bool:
     return (a.index if a.index is not None else current) == (
         b.index if b.index is not None else current
     )
-

@@ -1,4 +1,5 @@
-"""The ``ebmlab`` command: ``info``, ``train``, ``evaluate``, ``sample`` and ``logz``.
+"""The ``ebmlab`` command: ``info``, ``train``, ``evaluate``, ``sample``, ``logz`` and
+``data download``.
 
 Each recipe's options are generated from its config dataclass and the shared
 :class:`~ebmlab.training.TrainerConfig`, so a new recipe needs no change here.
@@ -25,7 +26,8 @@ import torch
 
 import ebmlab
 from ebmlab import _checks, hardware
-from ebmlab.data import DataNotFoundError, available_datasets
+from ebmlab.data import DataNotFoundError, available_datasets, download
+from ebmlab.data.catalog import SOURCES
 from ebmlab.devices import resolve_device
 from ebmlab.partition.binary_products import quantized_available
 from ebmlab.training import (
@@ -77,10 +79,17 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set
 
 
 def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    """The options of commands that load a trained run: device and which weights."""
     parser.add_argument(
         "--device",
         default="auto",
         help="auto | cpu | cuda | cuda:N | mps (auto: cuda, then mps, then cpu)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=["ema", "raw"],
+        default="ema",
+        help="the averaged weights of a run trained with --ema (default) or the last ones",
     )
 
 
@@ -89,7 +98,13 @@ def _build_parser() -> _Parser:
     parser.add_argument("--version", action="version", version=f"ebmlab {ebmlab.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="versions, threads and the data sets found")
-    info.add_argument("--data-root", default=None, help="directory holding MNIST files")
+    info.add_argument("--data-root", default=None, help="directory holding data set files")
+    data = sub.add_parser("data", help="fetch published data sets")
+    dsub = data.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    dl = dsub.add_parser("download", help="download a data set, verifying its checksums")
+    dl.add_argument("name", choices=[n for n, s in SOURCES.items() if s.url])
+    dl.add_argument("dir", help="directory to write (then pass it as --data-root)")
+    dl.add_argument("--mirror", default=None, help="base URL replacing the publisher's")
     train = sub.add_parser("train", help="train a recipe into a run directory")
     rsub = train.add_subparsers(dest="recipe", required=True, parser_class=_Parser)
     for name, recipe in recipes().items():
@@ -162,11 +177,15 @@ def _configs(
     return recipe.configs(settings)
 
 
-def run_config(recipe: Recipe, config: Any) -> dict[str, Any]:
+def run_config(recipe: Recipe, config: Any, setup: Setup) -> dict[str, Any]:
+    """What config.json records: the recipe, its settings, and (for recipes that train on
+    a data set) the data's shape, classes and encoding, so pictures can undo it."""
+    train = getattr(setup.task, "train", None)
     return {
         "recipe": recipe.name,
         "config": dataclasses.asdict(config),
         "ebmlab": ebmlab.__version__,
+        **({"data": train.describe()} if hasattr(train, "describe") else {}),
     }
 
 
@@ -192,7 +211,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         setup = recipe.build(config, trainer_config)
         trainer = Trainer(
-            setup.task, setup.train_data, trainer_config, run, run_config(recipe, config)
+            setup.task, setup.train_data, trainer_config, run, run_config(recipe, config, setup)
         )
         summary = trainer.fit(resume=args.resume)
         distributed.barrier()  # no rank leaves the group while another still writes or talks
@@ -230,10 +249,12 @@ def launch(nproc: int, argv: list[str]) -> int:
 
 
 def load_run(
-    run_dir: str | Path, checkpoint: str = "last", device: str = "auto"
+    run_dir: str | Path, checkpoint: str = "last", device: str = "auto", weights: str = "ema"
 ) -> tuple[Recipe, Setup, RunDirectory]:
     """Rebuild a run's recipe on ``device`` (whatever device trained it) and restore its
-    model and task state from a checkpoint."""
+    model and task state from a checkpoint: with the averaged weights of a run trained
+    with ``ema`` unless ``weights`` is ``"raw"``."""
+    _checks.one_of("weights", weights, ["ema", "raw"])
     run = RunDirectory(run_dir)
     stored = run.read_config()
     recipe = get_recipe(stored["recipe"])
@@ -244,13 +265,15 @@ def load_run(
     setup.task.to(target)
     setup.train_data = tuple(t.to(target) for t in setup.train_data)
     setup.task.model.load_state_dict(state["model"])
+    if weights == "ema" and "ema" in state:
+        setup.task.model.load_state_dict(state["ema"]["average"], strict=False)
     setup.task.load_state_dict(state["task"])
     setup.task.model.eval()
     return recipe, setup, run
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device)
+    recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     options = {"ood_data": args.ood_data} if args.ood_data else {}
     if options and "ood_data" not in inspect.signature(recipe.evaluate).parameters:
         raise ValueError(f"recipe {recipe.name!r} does not take --ood-data")
@@ -263,7 +286,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     _checks.positive_int("--n", args.n)
     _checks.positive_int("--steps", args.steps)
-    recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device)
+    recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     if recipe.sample is None:
         raise ValueError(f"recipe {recipe.name!r} cannot draw samples")
     out = Path(args.out) if args.out else run.samples / "sample.png"
@@ -303,8 +326,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    for path in download(args.name, args.dir, base_url=args.mirror):
+        print(path)
+    return 0
+
+
 def cmd_logz(args: argparse.Namespace) -> int:
-    recipe, setup, _ = load_run(args.run_dir, args.checkpoint, args.device)
+    recipe, setup, _ = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     if recipe.log_partition is None:
         raise ValueError(f"recipe {recipe.name!r} has no partition function estimator")
     estimate = recipe.log_partition(setup, args.method, seed=args.seed)
@@ -318,6 +347,7 @@ COMMANDS = {
     "evaluate": cmd_evaluate,
     "sample": cmd_sample,
     "logz": cmd_logz,
+    "data": cmd_data,
 }
 
 

@@ -64,25 +64,30 @@ def image_grid(
     row_labels: Sequence[str] | None = None,
     title: str | None = None,
 ) -> None:
-    """Tile a batch of images (N, *image_shape) or flat (N, D) into one PNG."""
-    x = images.detach().float().reshape(len(images), *image_shape[-2:]).cpu().numpy()
+    """Tile a batch of images (N, *image_shape) or flat (N, D) into one PNG; images with
+    three channels (C, H, W) are drawn in colour, others in grey."""
+    colour = len(image_shape) == 3 and image_shape[0] == 3
+    shape = tuple(image_shape) if colour else tuple(image_shape[-2:])
+    x = images.detach().float().reshape(len(images), *shape).cpu().numpy()
+    if colour:
+        x = x.transpose(0, 2, 3, 1)
     lo, hi = value_range
     x = np.clip((x - lo) / (hi - lo), 0, 1)
     n = len(x)
     ncol = ncol or math.ceil(math.sqrt(n))
     nrow = math.ceil(n / ncol)
-    h, w = x.shape[1:]
-    canvas = np.ones((nrow * (h + 1) + 1, ncol * (w + 1) + 1))
+    h, w = x.shape[1:3]
+    canvas = np.ones((nrow * (h + 1) + 1, ncol * (w + 1) + 1, *x.shape[3:]))
     for i in range(n):
         r, c = divmod(i, ncol)
         canvas[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + c * (w + 1) : 1 + c * (w + 1) + w] = x[i]
     # about 40 screen pixels per image side at 100 dpi, whatever the image resolution
     inches_per_pixel = 0.4 / max(h, w)
-    height, width = canvas.shape
+    height, width = canvas.shape[:2]
     fig, ax = plt.subplots(
         figsize=(width * inches_per_pixel + 0.6, height * inches_per_pixel + 0.5)
     )
-    ax.imshow(canvas, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    ax.imshow(canvas, cmap=None if colour else "gray", vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks([])
     if row_labels:
         ax.set_yticks([1 + r * (h + 1) + h / 2 for r in range(len(row_labels))], row_labels)

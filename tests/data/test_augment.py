@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ebmlab.data.augment import random_affine
+from ebmlab.data.augment import random_affine, random_crop_flip
 
 SHAPE = (1, 16, 16)
 
@@ -57,3 +57,25 @@ def test_validation():
         random_affine(blob(1), SHAPE, gen, shift=-1.0)
     with pytest.raises(ValueError, match="scale"):
         random_affine(blob(1), SHAPE, gen, scale=1.5)
+
+
+def test_crop_flip_identity_crops_and_mirrors():
+    image = torch.arange(2 * 4 * 5, dtype=torch.float32).reshape(1, 2, 4, 5)
+    x = image.flatten(1).repeat(400, 1)
+    gen = torch.Generator().manual_seed(0)
+    assert torch.equal(random_crop_flip(x, (2, 4, 5), gen), x)
+    out = random_crop_flip(x, (2, 4, 5), gen, pad=2, flip=True, fill=-1.0).reshape(400, 2, 4, 5)
+    padded = torch.nn.functional.pad(image, (2, 2, 2, 2), value=-1.0)[0]
+    windows = {
+        (dy, dx, m): padded[:, dy : dy + 4, dx : dx + 5].flip(2 if m else ())
+        for dy in range(5)
+        for dx in range(5)
+        for m in (False, True)
+    }
+    seen = set()
+    for o in out:
+        match = [key for key, w in windows.items() if torch.equal(o, w)]
+        assert match, "every output is a (mirrored) window of the padded image"
+        seen.update(match)
+    assert {(dy, dx) for dy, dx, _ in seen} == {(a, b) for a in range(5) for b in range(5)}
+    assert {m for _, _, m in seen} == {False, True}

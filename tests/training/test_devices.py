@@ -9,8 +9,9 @@ from torch import nn
 
 from ebmlab.cli import main
 from ebmlab.devices import available
-from ebmlab.energies import ConvNet
+from ebmlab.energies import ConvNet, SNResNet, WideResNet
 from ebmlab.energies.base import in_chunks
+from ebmlab.energies.conv import as_images
 from ebmlab.training import StepResult, Task, Trainer, TrainerConfig, load_checkpoint
 from ebmlab.training.checkpoint import save_checkpoint
 
@@ -80,13 +81,23 @@ def test_compiled_training_gives_the_eager_result(monkeypatch):
         torch.testing.assert_close(a, b)
 
 
-def test_channels_last_convnet_gives_the_same_outputs():
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ConvNet((3, 8, 8), 5, width=4),
+        lambda: WideResNet((3, 8, 8), 5, depth=10, widen=1, norm="group"),
+        lambda: SNResNet((3, 8, 8), 5, width=4, stages=2),
+    ],
+)
+def test_channels_last_image_networks_give_the_same_outputs(make):
     torch.manual_seed(0)
-    net = ConvNet((3, 8, 8), 5, width=4)
+    net = make().eval()  # eval: spectral norm's power iteration stays put
     x = torch.randn(6, 3 * 8 * 8)
     want = net(x)
     net.to(memory_format=torch.channels_last)
-    assert net._channels_last()
+    assert as_images(x, net.image_shape, net.features).is_contiguous(
+        memory_format=torch.channels_last
+    )
     torch.testing.assert_close(net(x), want, rtol=1e-5, atol=1e-5)
 
 

@@ -172,3 +172,33 @@ def test_mixed_precision_step_runs_the_network_in_bfloat16_and_keeps_float32_sta
     assert all(p.dtype == p.grad.dtype == torch.float32 for p in task.model.parameters())
     # the same negatives and batch; only the precision of the network's products differs
     assert 0 < abs(float(mixed - full)) < 0.01 * abs(float(full))
+
+
+def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys):
+    """JEM on the user's RGB data: classes and image shape come from the files, the run
+    records the encoding, and the pictures are in colour."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 60), ("test", 30)):
+        y = np.arange(n) % 3
+        x = rng.integers(0, 256, (n, 3, 8, 8), dtype=np.uint8)
+        x[np.arange(n), y] = 255  # each class has one bright channel
+        np.savez(data / f"{split}.npz", x=x, y=y)
+    run = tmp_path / "run"
+    args = ["train", "jem", "--out", str(run), "--data", str(data), "--conv-width", "8",
+            "--sampler-steps", "3", "--buffer-size", "50", "--epochs", "1"]  # fmt: skip
+    args.append("--no-progress")
+    assert main(args) == 0
+    recorded = json.loads((run / "config.json").read_text())["data"]
+    assert recorded["image_shape"] == [3, 8, 8] and recorded["num_classes"] == 3
+    assert recorded["encoding"]["divisor"] == 255
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"permuted", "flip_lr", "flip_ud", "uniform_noise"} == set(result["ood_auroc"])
+    import matplotlib.image
+
+    picture = matplotlib.image.imread(run / "samples_conditional.png")
+    channels = picture[..., :3].reshape(-1, 3)
+    assert np.abs(channels[:, 0] - channels[:, 1]).max() > 0.1  # not a grey picture

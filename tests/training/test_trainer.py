@@ -1,10 +1,12 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from ebmlab.data import load_dataset
 from ebmlab.training import (
     CheckpointError,
     DivergenceError,
@@ -201,3 +203,67 @@ def test_opt_in_restart_after_divergence_with_a_lower_learning_rate(tmp_path):
     assert trainer.lr_at(trainer.step) == pytest.approx(0.5e-2)
     restarts = [r for r in RunDirectory(tmp_path).read_metrics() if r["split"] == "restart"]
     assert restarts == [{"split": "restart", "epoch": 1, "step": 10, "lr_scale": 0.5}]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_on_disk_train_exactly_as_in_memory(tmp_path, workers):
+    """Streamed through a DataLoader (with or without workers) the batches, hence the
+    parameters, are those of in-memory training, and a resumed run matches an
+    uninterrupted one bit for bit."""
+    (tmp_path / "data").mkdir()
+    np.savez(tmp_path / "data" / "train.npz", x=data()[0].numpy())
+    rows = load_dataset(str(tmp_path / "data"), "train", transform="raw", in_memory=False)
+    streamed = (rows.x, data()[1])
+    memory = NoisyRegression()
+    Trainer(memory, data(), config()).fit()
+    full = NoisyRegression()
+    Trainer(full, streamed, config(num_workers=workers), tmp_path / "full").fit()
+    assert torch.equal(params(memory), params(full))
+    part = NoisyRegression()
+    Trainer(part, streamed, config(num_workers=workers, max_steps=10), tmp_path / "part").fit()
+    resumed = NoisyRegression()
+    Trainer(resumed, streamed, config(num_workers=workers), tmp_path / "part").fit(resume=True)
+    assert torch.equal(params(full), params(resumed))
+
+
+class Recording(NoisyRegression):
+    """Keeps the parameters each step starts from (the previous step's result)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def training_step(self, batch, generator):
+        self.seen.append(params(self))
+        return super().training_step(batch, generator)
+
+
+def test_ema_follows_its_recursion_validates_with_it_and_resumes(tmp_path):
+    decay = 0.8
+    task = Recording()
+    trainer = Trainer(task, data(), config(ema=decay, epochs=2), tmp_path / "full")
+    trainer.fit()
+    expected = task.seen[0].clone()
+    for after_step in [*task.seen[1:], params(task)]:
+        expected = decay * expected + (1 - decay) * after_step
+    average = torch.cat([s.flatten() for s in trainer.ema.shadow])
+    torch.testing.assert_close(average, expected)
+    assert not torch.equal(average, params(task))
+    state = load_checkpoint(tmp_path / "full" / "checkpoints" / "last.pt")
+    assert set(state["ema"]["average"]) == {n for n, _ in task.model.named_parameters()}
+    # the validation metric is the averaged model's
+    own = params(task)
+    with trainer.ema.applied():
+        val_ema = task.validate(None)["val_loss"]
+    records = RunDirectory(tmp_path / "full").read_metrics()
+    assert [r for r in records if r["split"] == "val"][-1]["val_loss"] == pytest.approx(val_ema)
+    assert torch.equal(params(task), own)  # the model's own parameters are back
+    part = Recording()
+    Trainer(part, data(), config(ema=decay, epochs=2, max_steps=9), tmp_path / "part").fit()
+    resumed = Recording()
+    again = Trainer(resumed, data(), config(ema=decay, epochs=2), tmp_path / "part")
+    again.fit(resume=True)
+    assert torch.equal(params(task), params(resumed))
+    assert all(torch.equal(a, b) for a, b in zip(trainer.ema.shadow, again.ema.shadow, strict=True))
+    with pytest.raises(ValueError, match="ema"):
+        TrainerConfig(ema=1.0)

@@ -1,92 +1,244 @@
-"""Data sets: digits (ships with scikit-learn), MNIST IDX files, 2-D toy densities.
+"""Data sets: built-in, published image sets read from their files, and your own.
 
-One entry point, :func:`load_dataset`, returns a :class:`Dataset` record holding
-float tensors ready for training. Image data come in three transforms:
+One entry point, :func:`load_dataset`, returns a :class:`Dataset` record with the split's
+inputs ``x`` ready for a model, its labels, the :class:`Encoding` that maps stored
+values to inputs (kept with a run so pictures can undo it), the image shape and the
+number of classes read from the data. ``name`` is either
 
-- ``"raw"``: the integer pixel values as floats (0..16 for digits, 0..255 for MNIST);
-- ``"scaled"``: [-1, 1]; digits as in the seed book's code, 2 x / 17 - 1; MNIST 2 x / 255 - 1;
-- ``"binary"``: {0, 1}, digits x >= 8, MNIST x / 255 >= 0.5.
+- a built-in set: ``digits`` (scikit-learn's 8x8 digits; train/val/test), ``digits-rgb``
+  (the same digits painted in random colours, RGB), ``mnist10k``
+  (the MNIST test split cut into 8000 training and 2000 test images) and the 2-D toy
+  densities (``8gaussians``, ...);
+- a published set read from its distributed files under ``root`` or ``$EBMLAB_DATA``
+  (:mod:`ebmlab.data.catalog`): ``mnist``, ``fashion-mnist``, ``kmnist``,
+  ``emnist-<variant>``, ``cifar10``, ``cifar100``, ``svhn``;
+- a path: an ``.npy``/``.npz`` array file, an image folder (one sub-folder per class),
+  or a folder holding one of those per split (``train.npz``, ``test.npz``; ``train/``,
+  ``test/``). A single file or folder is split into train, val and test (80/10/10 %)
+  by a fixed permutation.
+
+Image data come in three transforms (:mod:`ebmlab.data.encoding`): ``raw`` stored
+values, ``scaled`` to [-1, 1] (2 x / 255 - 1 for 8-bit pixels; 2 x / 17 - 1 for the
+digits, as in Tomczak's code) and ``binary``. Splits whose encoded floats would take
+more than a quarter of the machine's memory stay on disk (``in_memory=False`` forces
+this): ``x`` is then an :class:`EncodedRows` that reads and encodes only the rows a
+batch asks for.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from ebmlab import _checks
-from ebmlab.data import digits, mnist
-from ebmlab.data.mnist import DataNotFoundError
+from ebmlab.data import digits
+from ebmlab.data.arrays import read_arrays, value_bounds
+from ebmlab.data.catalog import SOURCES, DataNotFoundError, download, find_files, read_split
+from ebmlab.data.encoding import TRANSFORMS, EncodedRows, Encoding
+from ebmlab.data.folders import read_image_folder
+from ebmlab.data.formats import DataFormatError
 from ebmlab.data.toys import TOYS, ToyDistribution, make_toy
 
-IMAGE_SETS = ("digits", "mnist", "mnist10k")
+IMAGE_SETS = ("digits", "digits-rgb", "mnist10k", *SOURCES)
 DATASETS = (*IMAGE_SETS, *TOYS)
-TRANSFORMS = ("raw", "scaled", "binary")
 TOY_SIZES = {"train": 10_000, "val": 2_000, "test": 10_000}
 TOY_SEEDS = {"train": 0, "val": 1, "test": 2}
+HOLDOUT = {"train": (0.0, 0.8), "val": (0.8, 0.9), "test": (0.9, 1.0)}  # shares of one pool
+HOLDOUT_SEED = 0
+MNIST10K_TRAIN = 8000
+IN_MEMORY_SHARE = 0.25  # of physical memory, above which a split stays on disk
+DIGITS_ENCODING = {"divisor": 17.0, "threshold": 8.0}  # Tomczak's scaling of 0..16
+BYTE_ENCODING = {"divisor": 255.0, "threshold": 127.5}
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """A loaded split: inputs ``x`` (N, *shape), labels ``y`` (N,) or None, and metadata."""
+    """A loaded split: inputs ``x`` (N, *shape), labels ``y`` (N,) or None, and metadata.
+
+    ``x`` is a float tensor, or an :class:`EncodedRows` for splits kept on disk. ``raw``
+    holds the stored values of an in-memory image split (N, C, H, W).
+    """
 
     name: str
     split: str
-    x: torch.Tensor
+    x: torch.Tensor | EncodedRows
     y: torch.Tensor | None
-    transform: str
-    value_range: tuple[float, float]
+    encoding: Encoding
     image_shape: tuple[int, ...] | None = None
     num_classes: int | None = None
     raw: np.ndarray | None = None
+    classes: tuple[str, ...] | None = None
 
     def __len__(self) -> int:
         return self.x.shape[0]
 
+    @property
+    def transform(self) -> str:
+        return self.encoding.transform
+
+    @property
+    def value_range(self) -> tuple[float, float]:
+        return self.encoding.value_range
+
     def to(self, device: torch.device | str) -> Dataset:
-        """This split with ``x`` and ``y`` on ``device`` (``raw`` stays a NumPy array)."""
+        """This split with ``x`` and ``y`` on ``device`` (``raw`` stays a NumPy array,
+        rows kept on disk stay there)."""
         y = None if self.y is None else self.y.to(device)
         return dataclasses.replace(self, x=self.x.to(device), y=y)
 
-
-@dataclass(frozen=True)
-class PixelSpec:
-    """How a set's integer pixels map to the transforms."""
-
-    max_value: int
-    scale_denominator: float  # scaled = 2 x / scale_denominator - 1
-    binary_threshold: float  # binary = x >= binary_threshold
-
-
-PIXELS = {
-    "digits": PixelSpec(max_value=16, scale_denominator=17.0, binary_threshold=8.0),
-    "mnist": PixelSpec(max_value=255, scale_denominator=255.0, binary_threshold=127.5),
-}
+    def describe(self) -> dict[str, Any]:
+        """What a run records about its data: enough to rebuild pictures and check shapes."""
+        return {
+            "name": self.name,
+            "split": self.split,
+            "rows": len(self),
+            "image_shape": list(self.image_shape) if self.image_shape else None,
+            "num_classes": self.num_classes,
+            "classes": list(self.classes) if self.classes else None,
+            "encoding": self.encoding.to_dict(),
+        }
 
 
-def apply_transform(
-    raw: np.ndarray, spec: PixelSpec, transform: str
-) -> tuple[torch.Tensor, tuple[float, float]]:
-    """Map integer pixels to the float representation named ``transform``."""
-    _checks.one_of("transform", transform, TRANSFORMS)
-    x = torch.from_numpy(raw.astype(np.float32))
-    if transform == "raw":
-        return x, (0.0, float(spec.max_value))
-    if transform == "binary":
-        return (x >= spec.binary_threshold).float(), (0.0, 1.0)
-    return 2 * x / spec.scale_denominator - 1, (-1.0, 1.0)
+def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
+    """The file or folder ``--data`` names: as given, or relative to ``root``."""
+    path = Path(name).expanduser()
+    if root and not path.is_absolute() and not path.exists():
+        return Path(root) / path
+    return path
 
 
-def _image_arrays(name: str, split: str, root: str | os.PathLike | None):
+def check_data(name: str, builtin: Sequence[str], root: str | os.PathLike | None = None) -> str:
+    """``name`` if it is one of ``builtin`` or an existing file or folder; a recipe's
+    config calls it so that a wrong ``--data`` fails before any work starts."""
+    if name in builtin:
+        return name
+    if name not in DATASETS and resolve_path(name, root).exists():
+        return name
+    raise ValueError(
+        f"data must be one of {list(builtin)} or an existing .npy/.npz file or image "
+        f"folder, got {name!r}"
+    )
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX
+        return 8 << 30
+
+
+def _holdout(n: int, split: str) -> np.ndarray:
+    """The rows of a single pool that form ``split``, by a fixed permutation."""
+    _checks.one_of("split", split, list(HOLDOUT))
+    lo, hi = HOLDOUT[split]
+    perm = np.random.default_rng(HOLDOUT_SEED).permutation(n)
+    return np.sort(perm[int(lo * n) : int(hi * n)])
+
+
+def _own_splits(path: Path) -> dict[str, Path]:
+    """The split files (``train.npz``, ``test.npy``, ...) or split folders (``train/``)
+    of a folder that has a training split; empty otherwise."""
+    if not path.is_dir():
+        return {}
+    own = {}
+    for split in HOLDOUT:
+        candidates = [path / f"{split}.npz", path / f"{split}.npy", path / split]
+        found = next((c for c in candidates if c.exists()), None)
+        if found is not None:
+            own[split] = found
+    return own if "train" in own else {}
+
+
+def local_splits(path: str | os.PathLike) -> list[str]:
+    """The splits a local file or folder offers: its own split files or folders, or the
+    holdout train/val/test of a single pool."""
+    return list(_own_splits(Path(path)) or HOLDOUT)
+
+
+def _read_local(
+    path: Path, split: str, resize: tuple[int, int] | None, labels: str | None
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, list[str] | None, Path]:
+    """(stored values, labels, rows of this split or None for all, class names, the
+    file or folder the split came from), for a split of a local data set."""
+    if not path.exists():
+        raise DataNotFoundError(
+            f"data {str(path)!r} is neither a known data set nor a file or folder"
+        )
+    own = _own_splits(path)
+    _checks.one_of("split", split, list(own or HOLDOUT))
+    if own:
+        path = own[split]
+    if resize is not None and not path.is_dir():
+        raise ValueError(f"resize applies to image folders; {path} is an array file")
+    if path.is_dir():
+        x, y, classes = read_image_folder(path, resize)
+    else:
+        (x, y), classes = read_arrays(path, labels), None
+    return x, y, None if own else _holdout(len(x), split), classes, path
+
+
+def _local_dataset(
+    path: Path, split: str, transform: str, resize: tuple[int, int] | None, labels: str | None
+) -> tuple[
+    np.ndarray, np.ndarray | None, np.ndarray | None, list[str] | None, Encoding, int | None
+]:
+    """A local split with its encoding and number of classes, both fixed by the training
+    split (a single pool: by the whole pool), which every split must agree with."""
+    x, y, rows, classes, where = _read_local(path, split, resize, labels)
+    if len(x) == 0:
+        raise DataFormatError(f"{where} holds no rows")
+    tx, ty, twhere = x, y, where
+    if rows is None and split != "train":
+        tx, ty, _, _, twhere = _read_local(path, "train", resize, labels)
+    if x.dtype == np.uint8:
+        encoding = Encoding.for_values(0, 255, transform, **BYTE_ENCODING)
+    else:
+        bounds = value_bounds(tx, str(twhere))  # also refuses NaN and inf
+        if tx is not x:
+            value_bounds(x, str(where))
+        encoding = Encoding.for_values(*bounds, transform)
+    num_classes = None
+    if classes is not None:
+        num_classes = len(classes)
+    elif ty is not None and len(ty):
+        num_classes = int(ty.max()) + 1
+    if y is not None:
+        part = y if rows is None else y[rows]
+        if len(part) and (part.min() < 0 or part.max() >= (num_classes or 0)):
+            raise DataFormatError(
+                f"{where}: labels must lie in 0..{(num_classes or 1) - 1} (the training "
+                f"split's classes), found {part.min()}..{part.max()}"
+            )
+    return x, y, rows, classes, encoding, num_classes
+
+
+def _named_arrays(
+    name: str, split: str, root: str | os.PathLike | None, transform: str
+) -> tuple[np.ndarray, np.ndarray, Encoding, int]:
     if name == "digits":
         _checks.one_of("split", split, list(digits.SPLITS))
-        return (*digits.load_digits_arrays(split), PIXELS["digits"])
-    _checks.one_of("split", split, ["train", "test"])
-    load = mnist.load_mnist_arrays if name == "mnist" else mnist.load_mnist10k_arrays
-    return (*load(split, root), PIXELS["mnist"])
+        images, labels = digits.load_digits_arrays(split)
+        return images[:, None], labels, Encoding.for_values(0, 16, transform, **DIGITS_ENCODING), 10
+    encoding = Encoding.for_values(0, 255, transform, **BYTE_ENCODING)
+    if name == "digits-rgb":
+        _checks.one_of("split", split, list(digits.SPLITS))
+        return (*digits.load_digits_rgb_arrays(split), encoding, 10)
+    if name == "mnist10k":
+        _checks.one_of("split", split, ["train", "test"])
+        images, labels = read_split(SOURCES["mnist"], "test", root)
+        perm = np.random.default_rng(HOLDOUT_SEED).permutation(len(images))
+        part = perm[:MNIST10K_TRAIN] if split == "train" else perm[MNIST10K_TRAIN:]
+        return images[part], labels[part], encoding, 10
+    source = SOURCES[name]
+    images, labels = read_split(source, split, root)
+    return images, labels, encoding, source.num_classes
 
 
 def load_dataset(
@@ -97,49 +249,102 @@ def load_dataset(
     transform: str = "scaled",
     flatten: bool = True,
     n: int | None = None,
+    resize: tuple[int, int] | None = None,
+    in_memory: bool | None = None,
+    labels: str | os.PathLike | None = None,
 ) -> Dataset:
-    """Load split ``split`` of data set ``name``.
+    """Load split ``split`` of data set ``name`` (a known name or a path; see the module).
 
-    Image sets: ``digits`` (splits train/val/test), ``mnist`` and ``mnist10k`` (train/test),
-    looked up under ``root`` or ``$EBMLAB_DATA``. ``flatten`` gives x of shape (N, H*W),
-    otherwise (N, 1, H, W). Toy sets (``8gaussians``, ``25gaussians``, ``checkerboard``,
-    ``rings``, ``pinwheel``): ``n`` exact samples drawn with a fixed seed per split.
+    ``flatten`` gives image inputs of shape (N, C*H*W), otherwise (N, C, H, W). ``n``
+    keeps the first ``n`` rows (toys: draws ``n`` exact samples). ``resize`` (height,
+    width) resamples an image folder's images. ``in_memory`` keeps the split in memory
+    (True), on disk (False) or decides by its size (None). ``labels`` is the labels file
+    of an ``.npy`` input file.
     """
-    _checks.one_of("name", name, DATASETS)
-    if name in TOYS:
-        _checks.one_of("split", split, list(TOY_SEEDS))
-        size = _checks.positive_int("n", n) if n is not None else TOY_SIZES[split]
-        toy = make_toy(name)
-        gen = torch.Generator().manual_seed(TOY_SEEDS[split])
-        return Dataset(name, split, toy.sample(size, gen), None, "raw", toy.bounds[0])
-    images, labels, spec = _image_arrays(name, split, root)
+    _checks.one_of("transform", transform, TRANSFORMS)
     if n is not None:
         _checks.positive_int("n", n)
-        images, labels = images[:n], labels[:n]
-    x, value_range = apply_transform(images, spec, transform)
-    h, w = images.shape[1:]
-    x = x.reshape(len(x), h * w) if flatten else x.reshape(len(x), 1, h, w)
+    if resize is not None:
+        if len(resize) != 2:
+            raise ValueError(f"resize must be (height, width), got {resize}")
+        resize = (
+            _checks.positive_int("resize", resize[0]),
+            _checks.positive_int("resize", resize[1]),
+        )
+    if name in TOYS:
+        _checks.one_of("split", split, list(TOY_SEEDS))
+        toy = make_toy(name)
+        gen = torch.Generator().manual_seed(TOY_SEEDS[split])
+        x = toy.sample(n if n is not None else TOY_SIZES[split], gen)
+        encoding = Encoding.for_values(*toy.bounds[0], "raw")
+        return Dataset(name, split, x, None, encoding)
+    classes = None
+    rows = None
+    if name in IMAGE_SETS:
+        values, y, encoding, num_classes = _named_arrays(name, split, root, transform)
+    else:
+        path = resolve_path(name, root)
+        values, y, rows, classes, encoding, num_classes = _local_dataset(
+            path, split, transform, resize, None if labels is None else str(labels)
+        )
+    if rows is None:
+        rows = np.arange(len(values))
+    if n is not None:
+        rows = rows[:n]
+    row_shape = values.shape[1:]
+    image_shape = tuple(row_shape) if len(row_shape) == 3 else None
+    if len(row_shape) == 2:  # grayscale images (N, H, W)
+        image_shape = (1, *row_shape)
+    x_shape = (int(np.prod(row_shape)),) if flatten or image_shape is None else image_shape
+    labels_t = None if y is None else torch.from_numpy(np.asarray(y[rows], dtype=np.int64))
+    encoded_bytes = 4 * len(rows) * int(np.prod(row_shape))
+    keep = (
+        in_memory
+        if in_memory is not None
+        else encoded_bytes <= IN_MEMORY_SHARE * _physical_memory()
+    )
+    if keep:
+        stored = np.asarray(values[rows]) if len(rows) < len(values) else np.asarray(values)
+        x: torch.Tensor | EncodedRows = encoding(stored).reshape(len(rows), *x_shape)
+        raw = stored.reshape(len(rows), *image_shape) if image_shape else None
+    else:
+        x, raw = EncodedRows(values, encoding, x_shape, rows), None
     return Dataset(
         name=name,
         split=split,
         x=x,
-        y=torch.from_numpy(labels),
-        transform=transform,
-        value_range=value_range,
-        image_shape=(1, h, w),
-        num_classes=10,
-        raw=images,
+        y=labels_t,
+        encoding=encoding,
+        image_shape=image_shape,
+        num_classes=num_classes,
+        raw=raw,
+        classes=None if classes is None else tuple(classes),
     )
 
 
+def splits_of(name: str, root: str | os.PathLike | None = None) -> list[str]:
+    """The splits data set ``name`` (a known name or a path) offers."""
+    if name in ("digits", "digits-rgb"):
+        return list(digits.SPLITS)
+    if name in TOYS:
+        return list(TOY_SEEDS)
+    if name == "mnist10k":
+        return ["train", "test"]
+    if name in SOURCES:
+        return list(SOURCES[name].files)
+    return local_splits(resolve_path(name, root))
+
+
 def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
-    """Which data sets can be loaded here, each with where it comes from."""
-    found = {"digits": "scikit-learn (built in)"}
-    test = mnist.find_split("test", root)
-    if test is not None:
-        found["mnist10k"] = str(test[0].parent)
-        if mnist.find_split("train", root) is not None:
-            found["mnist"] = str(test[0].parent)
+    """Which named data sets can be loaded here, each with where it comes from."""
+    found = {"digits": "scikit-learn (built in)", "digits-rgb": "digits in colour (built in)"}
+    for name, source in SOURCES.items():
+        test = find_files(source, "test", root)
+        if test is not None:
+            if name == "mnist":
+                found["mnist10k"] = str(test[0].parent)
+            if find_files(source, "train", root) is not None:
+                found[name] = str(test[0].parent)
     for name in TOYS:
         found[name] = "exact 2-D density (built in)"
     return found
@@ -147,12 +352,16 @@ def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
 
 __all__ = [
     "DATASETS",
+    "DataFormatError",
     "DataNotFoundError",
     "Dataset",
-    "PixelSpec",
+    "EncodedRows",
+    "Encoding",
     "ToyDistribution",
-    "apply_transform",
     "available_datasets",
+    "check_data",
+    "download",
     "load_dataset",
     "make_toy",
+    "splits_of",
 ]

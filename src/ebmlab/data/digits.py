@@ -1,8 +1,11 @@
-"""scikit-learn's 8x8 handwritten digits, the embedded default data set.
+"""scikit-learn's 8x8 handwritten digits, the embedded default data set, and a colour
+version of it.
 
 The split follows the seed book's code so results are comparable: the first
 1000 images train, the next 350 validate, the last 447 test. Pixels are
-integers 0..16.
+integers 0..16. ``digits-rgb`` paints each digit in a random colour on a random
+background colour (fixed per image, seed ``COLOUR_SEED``): an RGB set of 8-bit pixels
+(3, 8, 8) that is always available, for colour pipelines on any machine.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import functools
 
 import numpy as np
 
+COLOUR_SEED = 0
 SPLITS = {"train": slice(0, 1000), "val": slice(1000, 1350), "test": slice(1350, 1797)}
 IMAGE_SHAPE = (8, 8)
 
@@ -29,3 +33,15 @@ def load_digits_arrays(split: str) -> tuple[np.ndarray, np.ndarray]:
     images, labels = _all_digits()
     part = SPLITS[split]
     return images[part].copy(), labels[part].copy()
+
+
+def load_digits_rgb_arrays(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(images (N, 3, 8, 8) uint8, labels (N,))``: each digit's ink level a = x / 16
+    mixes a background colour (weight 1 - a) with an ink colour (weight a)."""
+    images, labels = _all_digits()
+    rng = np.random.default_rng(COLOUR_SEED)
+    ink, paper = rng.uniform(0, 255, (2, len(images), 3, 1, 1))
+    a = images[:, None].astype(np.float64) / 16
+    rgb = np.rint((1 - a) * paper + a * ink).astype(np.uint8)
+    part = SPLITS[split]
+    return rgb[part], labels[part].copy()

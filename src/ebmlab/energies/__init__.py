@@ -28,8 +28,9 @@ from ebmlab.energies.boltzmann import (
     SubspaceRBM,
 )
 from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy
-from ebmlab.energies.conv import ConvEnergy, ConvNet
+from ebmlab.energies.conv import ConvEnergy, ConvNet, ImageEnergy
 from ebmlab.energies.mlp import FeedForward, MLPEnergy
+from ebmlab.energies.resnet import SNResNet, WideResNet
 
 __all__ = [
     "AnalyticEnergy",
@@ -55,8 +56,11 @@ __all__ = [
     "Gaussian",
     "GaussianBernoulliRBM",
     "GaussianMixture",
+    "ImageEnergy",
     "MLPEnergy",
+    "SNResNet",
     "SubspaceRBM",
+    "WideResNet",
     "as_energy_fn",
     "energy_and_grad",
     "score",

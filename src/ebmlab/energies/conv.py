@@ -61,26 +61,46 @@ class ConvNet(nn.Module):
         self.head = wrap(nn.Linear(2 * width * (h // 4) * (w // 4), num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.view(x.shape[0], *self.image_shape)
-        if self._channels_last():
-            x = x.contiguous(memory_format=torch.channels_last)
-        return self.head(self.features(x).flatten(1))
-
-    def _channels_last(self) -> bool:
-        """Whether the weights were put in NHWC layout
-        (``model.to(memory_format=torch.channels_last)``); the input then follows, so
-        that no convolution converts layouts."""
-        w = next(p for p in self.features.parameters() if p.ndim == 4)
-        return w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+        return self.head(self.features(as_images(x, self.image_shape, self.features)).flatten(1))
 
 
-class ConvEnergy(EnergyModel):
-    """E(x) = ConvNet(x), one output, for (B, C, H, W) images or their flattened rows.
+def as_images(x: torch.Tensor, image_shape: tuple[int, ...], body: nn.Module) -> torch.Tensor:
+    """Rows (B, C*H*W) or images as (B, C, H, W), in the memory layout of ``body``'s
+    convolution weights: NHWC when the model was put in channels-last layout
+    (``model.to(memory_format=torch.channels_last)``), so no convolution converts."""
+    x = x.view(x.shape[0], *image_shape)
+    w = next(p for p in body.parameters() if p.ndim == 4)
+    if w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous():
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+class ImageEnergy(EnergyModel):
+    """E(x) = net(x)[:, 0] for an image network with one output (:class:`ConvNet`,
+    :class:`~ebmlab.energies.WideResNet`, :class:`~ebmlab.energies.SNResNet`), on
+    (B, C, H, W) images or their flattened rows.
 
     Any sampler runs on it (gradients by autograd; ``grad_dtype = torch.bfloat16``
     for reduced-precision Langevin), and the contrastive-divergence, score-matching
     and NCE losses train it like any other energy.
     """
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        if not hasattr(net, "image_shape"):
+            raise TypeError("net must be an image network with an image_shape attribute")
+        self.net = net
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return self.net.image_shape
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)[:, 0]
+
+
+class ConvEnergy(ImageEnergy):
+    """E(x) = ConvNet(x), one output: the small convolutional energy."""
 
     def __init__(
         self,
@@ -89,12 +109,4 @@ class ConvEnergy(EnergyModel):
         activation: str = "silu",
         spectral_norm: bool = False,
     ) -> None:
-        super().__init__()
-        self.net = ConvNet(image_shape, 1, width, activation, spectral_norm)
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        return self.net.image_shape
-
-    def energy(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)[:, 0]
+        super().__init__(ConvNet(image_shape, 1, width, activation, spectral_norm))

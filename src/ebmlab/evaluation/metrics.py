@@ -10,10 +10,12 @@ from ebmlab import _checks
 
 
 def median_bandwidth(x: torch.Tensor, y: torch.Tensor, max_points: int = 2000) -> float:
-    """The median pairwise distance of the pooled sample (the usual kernel bandwidth)."""
+    """The median pairwise distance of the pooled sample (the usual kernel bandwidth);
+    1 when all points coincide."""
     pooled = torch.cat([x, y])[:max_points].flatten(1).double()
     d = torch.cdist(pooled, pooled)
-    return float(d[d > 0].median())
+    positive = d[d > 0]
+    return float(positive.median()) if len(positive) else 1.0
 
 
 @overload

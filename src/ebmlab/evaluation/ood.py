@@ -56,19 +56,21 @@ def _pair_wins(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def shifted_images(raw: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
-    """OOD variants of raw images (N, H, W): permuted pixels, left-right and up-down flips."""
+    """OOD variants of raw images (N, [C,] H, W): permuted pixels, left-right and up-down
+    flips."""
     rng = np.random.default_rng(seed)
     flat = raw.reshape(len(raw), -1)
     permuted = np.stack([row[rng.permutation(flat.shape[1])] for row in flat]).reshape(raw.shape)
     return {
         "permuted": permuted,
-        "flip_lr": raw[:, :, ::-1].copy(),
-        "flip_ud": raw[:, ::-1, :].copy(),
+        "flip_lr": raw[..., ::-1].copy(),
+        "flip_ud": raw[..., ::-1, :].copy(),
     }
 
 
-def load_ood_file(path: str | Path, image_shape: tuple[int, int]) -> np.ndarray:
-    """Load a user OOD set: a .npy of uint8 images (N, H, W) in the training set's raw format."""
+def load_ood_file(path: str | Path, image_shape: tuple[int, ...]) -> np.ndarray:
+    """Load a user OOD set: a .npy of uint8 images in the training set's stored format,
+    (N, *image_shape); grayscale images (image_shape (1, H, W)) may also come as (N, H, W)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--ood-data file {path} does not exist")
@@ -76,9 +78,12 @@ def load_ood_file(path: str | Path, image_shape: tuple[int, int]) -> np.ndarray:
         arr = np.load(path, allow_pickle=False)
     except ValueError as err:
         raise ValueError(f"--ood-data file {path} is not a plain .npy array: {err}") from err
-    if arr.dtype != np.uint8 or arr.ndim != 3 or tuple(arr.shape[1:]) != tuple(image_shape):
+    shape = tuple(image_shape)
+    if arr.dtype == np.uint8 and len(shape) == 3 and shape[0] == 1 and arr.shape[1:] == shape[1:]:
+        arr = arr[:, None]
+    if arr.dtype != np.uint8 or tuple(arr.shape[1:]) != shape:
         raise ValueError(
-            f"--ood-data must hold uint8 images of shape (N, {image_shape[0]}, {image_shape[1]}), "
+            f"--ood-data must hold uint8 images of shape (N, {', '.join(map(str, shape))}), "
             f"got {arr.dtype} {arr.shape}"
         )
     if len(arr) == 0:

@@ -16,10 +16,11 @@ run directory.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,10 +29,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ebmlab import _checks
+from ebmlab.data.encoding import EncodedRows
 from ebmlab.devices import move_to, resolve_device
 from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
+from ebmlab.training.ema import WeightAverage
 from ebmlab.training.run_dir import RunDirectory
 
 # Adam, AdamW and SGD use PyTorch's fused kernels: one pass over all parameters, 3-5x
@@ -61,6 +64,20 @@ def compile_networks(model: nn.Module, mode: str = "default") -> None:
     pay off where shapes stay fixed (a constant batch and chain count)."""
     for child in list(model.children()) or [model]:
         child.compile(mode=mode)
+
+
+class _Batches(torch.utils.data.Dataset):
+    """Item i is the rows ``shares[i]`` of every array in ``data``: a DataLoader over it
+    yields whole batches, in the order the trainer's seeded shuffle chose."""
+
+    def __init__(self, data: tuple[Any, ...], shares: list[torch.Tensor]) -> None:
+        self.data, self.shares = data, shares
+
+    def __len__(self) -> int:
+        return len(self.shares)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        return tuple(t[self.shares[i]] for t in self.data)
 
 
 class DivergenceError(RuntimeError):
@@ -101,6 +118,10 @@ class TrainerConfig:
     compile_mode: str = "default"  # or reduce-overhead (CUDA graphs), max-autotune
     channels_last: bool = False  # convolution weights and inputs in NHWC (CUDA tensor cores)
     grad_scaler: bool = False  # scale the loss for float16 autocast (torch.amp.GradScaler)
+    num_workers: int = 0  # DataLoader worker processes for data kept on disk
+    pin_memory: bool = True  # page-locked batches for faster copies to a CUDA device
+    prefetch: int = 2  # batches each worker loads ahead
+    ema: float = 0.0  # decay of an exponential moving average of the weights (0: none)
 
     def __post_init__(self) -> None:
         _checks.positive_int("epochs", self.epochs)
@@ -125,6 +146,10 @@ class TrainerConfig:
         _checks.probability("restart_lr_factor", self.restart_lr_factor)
         resolve_device(self.device)
         _checks.one_of("compile_mode", self.compile_mode, COMPILE_MODES)
+        _checks.positive_int("num_workers", self.num_workers, allow_zero=True)
+        _checks.positive_int("prefetch", self.prefetch)
+        if self.ema and not 0 < self.ema < 1:
+            raise ValueError(f"ema must be 0 (off) or a decay in (0, 1), got {self.ema!r}")
 
 
 @dataclass
@@ -198,9 +223,14 @@ class Trainer:
         self.task = task
         self.callbacks = list(callbacks or [])
         self.config = config or TrainerConfig()
-        if not isinstance(train_data, tuple) or not train_data:
+        if (
+            not isinstance(train_data, tuple)
+            or not train_data
+            or not all(isinstance(t, (torch.Tensor, EncodedRows)) for t in train_data)
+        ):
             raise TypeError(
-                "train_data must be a non-empty tuple of tensors with equal first dimension"
+                "train_data must be a non-empty tuple of tensors (or EncodedRows) with equal "
+                "first dimension"
             )
         n = train_data[0].shape[0]
         if n == 0 or any(t.shape[0] != n for t in train_data):
@@ -222,6 +252,9 @@ class Trainer:
         if self.config.compile:
             compile_networks(task.model, self.config.compile_mode)
         self.train_data = tuple(t.to(self.device) for t in train_data)
+        # rows kept on disk are read by a DataLoader (workers, pinned memory); tensors
+        # are indexed where they live
+        self.streamed = any(isinstance(t, EncodedRows) for t in train_data)
         self.n_batches = len(self._batches(0))
         self.total_steps = self.config.epochs * self.n_batches
         if self.config.max_steps:
@@ -234,6 +267,7 @@ class Trainer:
         params = [p for p in task.model.parameters() if p.requires_grad]
         self._params = params
         distributed.broadcast_parameters(task.model)
+        self.ema = WeightAverage(task.model, self.config.ema) if self.config.ema else None
         self.optimizer = OPTIMIZERS[self.config.optimizer](
             params,
             lr=self.config.lr,
@@ -273,6 +307,7 @@ class Trainer:
             "model": self.task.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             **({"grad_scaler": self.scaler.state_dict()} if self.scaler else {}),
+            **({"ema": self.ema.state_dict()} if self.ema else {}),
             "task": distributed.gather_state(self.task.state_dict()),
             "trainer": {
                 "world_size": self.world_size,
@@ -301,6 +336,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and "grad_scaler" in state:
             self.scaler.load_state_dict(state["grad_scaler"])
+        if self.ema is not None and "ema" in state:
+            self.ema.load_state_dict(state["ema"])
         self.task.load_state_dict(distributed.scatter_state(state["task"]))
         self.epoch, self.batch, self.step = t["epoch"], t["batch"], t["step"]
         self.lr_scale, self.restarts = t.get("lr_scale", 1.0), t.get("restarts", 0)
@@ -379,10 +416,33 @@ class Trainer:
                 f"training diverged at step {self.step}: {what} is {value}; {self._where()}"
             )
 
-    def _train_step(self, idx: torch.Tensor) -> dict[str, float]:
-        local = distributed.local_slice(idx).to(self.device)
-        weight = len(local) / len(idx)
-        batch = tuple(t[local] for t in self.train_data)
+    def _epoch_data(
+        self, batches: list[torch.Tensor]
+    ) -> Iterator[tuple[tuple[torch.Tensor, ...], float]]:
+        """This rank's share of the epoch's batches from ``self.batch`` on, each with its
+        weight (the share of the global batch), on the trainer's device."""
+        shares = [distributed.local_slice(idx) for idx in batches[self.batch :]]
+        weights = [
+            len(share) / len(idx) for share, idx in zip(shares, batches[self.batch :], strict=True)
+        ]
+        if not self.streamed:
+            for share, weight in zip(shares, weights, strict=True):
+                local = share.to(self.device)
+                yield tuple(t[local] for t in self.train_data), weight
+            return
+        c = self.config
+        loader = torch.utils.data.DataLoader(
+            _Batches(self.train_data, shares),
+            batch_size=None,
+            num_workers=c.num_workers,
+            pin_memory=c.pin_memory and self.device.type == "cuda",
+            prefetch_factor=c.prefetch if c.num_workers else None,
+            generator=torch.Generator(),  # its seed draw leaves the global stream alone
+        )
+        for batch, weight in zip(loader, weights, strict=True):
+            yield tuple(t.to(self.device, non_blocking=True) for t in batch), weight
+
+    def _train_step(self, batch: tuple[torch.Tensor, ...], weight: float) -> dict[str, float]:
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
         failure = None
@@ -423,6 +483,8 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             out["loss_scale"] = self.scaler.get_scale()
+        if self.ema is not None:
+            self.ema.update()
         return out
 
     def _where(self) -> str:
@@ -445,7 +507,9 @@ class Trainer:
         """End-of-epoch work; returns True when early stopping says stop."""
         self.task.model.eval()
         due = (self.epoch + 1) % self.config.val_every == 0 or self.epoch + 1 == self.config.epochs
-        val = distributed.weighted_mean(self.task.validate(self.generator) if due else {}, 1.0)
+        with self.ema.applied() if self.ema else contextlib.nullcontext():
+            val = self.task.validate(self.generator) if due else {}
+        val = distributed.weighted_mean(val, 1.0)
         stop = False
         if val:
             for name, value in val.items():
@@ -544,8 +608,8 @@ class Trainer:
         while self.epoch < c.epochs and (not c.max_steps or self.step < c.max_steps):
             batches = self._batches(self.epoch)
             self.task.model.train()
-            while self.batch < len(batches):
-                metrics = self._train_step(batches[self.batch])
+            for batch, weight in self._epoch_data(batches):
+                metrics = self._train_step(batch, weight)
                 self.batch += 1
                 self.step += 1
                 window.append(metrics)

@@ -55,10 +55,11 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
-from ebmlab.data import PIXELS, apply_transform, load_dataset
-from ebmlab.data.augment import random_affine
-from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward
+from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
+from ebmlab.data.augment import random_affine, random_crop_flip
+from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
 from ebmlab.energies.base import in_chunks
+from ebmlab.energies.resnet import NORMS
 from ebmlab.evaluation import (
     accuracy,
     auroc,
@@ -79,6 +80,7 @@ from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
 
 PRECISIONS = ["float32", "bfloat16"]  # of SGLD gradients
+ARCHS = ["mlp", "conv", "wrn", "resnet"]
 TRAIN_PRECISIONS = [*PRECISIONS, "float16"]  # of the training step (float16: --grad-scaler)
 
 
@@ -88,10 +90,15 @@ class JEMConfig:
 
     data: str = "digits"
     data_root: str = ""
-    arch: str = "conv"
+    resize: tuple[int, ...] = ()  # (height, width) for image folders of mixed sizes
+    arch: str = "conv"  # mlp | conv | wrn (WideResNet) | resnet (IGEBM's SN ResNet)
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "silu"
-    conv_width: int = 48
+    conv_width: int = 48  # conv: first layer's channels; resnet: first stage's
+    wrn_depth: int = 28
+    wrn_widen: int = 10
+    norm: str = "none"  # wrn: none | batch | group | layer
+    dropout: float = 0.0  # wrn
     sampler_steps: int = 20
     step_size: float = 1.0
     noise: float = 0.01
@@ -108,14 +115,21 @@ class JEMConfig:
     shift_augment: float = 1.0
     rotate_augment: float = 12.0
     scale_augment: float = 0.1
+    crop_pad: int = 0  # random crops of the image padded by this many pixels (CIFAR: 4)
+    hflip: bool = False  # random horizontal flips (natural images, not digits)
     energy_l2: float = 0.3
     gen_weight: float = 1.0
     max_energy: float = 1e4
     calibrate: bool = True
 
     def __post_init__(self) -> None:
-        _checks.one_of("data", self.data, ["digits", "mnist10k", "mnist"])
-        _checks.one_of("arch", self.arch, ["mlp", "conv"])
+        check_data(self.data, IMAGE_SETS, self.data_root or None)
+        if self.resize and len(self.resize) != 2:
+            raise ValueError(f"resize must be (height, width), got {self.resize}")
+        _checks.one_of("arch", self.arch, ARCHS)
+        _checks.one_of("norm", self.norm, list(NORMS))
+        _checks.probability("dropout", self.dropout)
+        _checks.positive_int("crop_pad", self.crop_pad, allow_zero=True)
         for width in self.hidden:
             _checks.positive_int("hidden", width)
         _checks.positive_int("conv_width", self.conv_width)
@@ -140,6 +154,22 @@ class JEMConfig:
 
 
 MAX_EVAL_SAMPLES = 500  # chains run for the sample-quality metrics (and test images compared)
+GAUSSIAN_FIT_ROWS = 10_000  # training rows the class Gaussians of fresh chains are fitted to
+GRID_CLASSES = 10  # classes drawn in the conditional-samples picture
+
+
+def network(
+    config: JEMConfig, dim: int, image_shape: tuple[int, ...] | None, k: int
+) -> torch.nn.Module:
+    """The classifier network NN(x) with ``k`` outputs that ``config.arch`` names."""
+    c = config
+    if c.arch == "mlp":
+        return FeedForward([dim, *c.hidden, k], c.activation)
+    if c.arch == "conv":
+        return ConvNet(image_shape, k, c.conv_width, c.activation)
+    if c.arch == "resnet":
+        return SNResNet(image_shape, k, c.conv_width, activation=c.activation)
+    return WideResNet(image_shape, k, c.wrn_depth, c.wrn_widen, c.dropout, c.norm, c.activation)
 
 
 class JEMTask(BufferTask):
@@ -148,17 +178,23 @@ class JEMTask(BufferTask):
     def __init__(self, config: JEMConfig, seed: int) -> None:
         self.config = config
         root = config.data_root or None
-        self.train = load_dataset(config.data, "train", root=root)
-        split = "val" if config.data == "digits" else "test"
-        self.val = load_dataset(config.data, split, root=root)
-        self.test = load_dataset(config.data, "test", root=root)
+        split = "val" if "val" in splits_of(config.data, root) else "test"
+        self.train, self.val, self.test = (
+            load_dataset(config.data, s, root=root, resize=config.resize or None)
+            for s in ("train", split, "test")
+        )
+        k = self.train.num_classes
+        if self.train.y is None or k is None or k < 2:
+            raise ValueError(f"data {config.data!r} needs labels of at least two classes for JEM")
+        if self.train.image_shape is None and (config.arch == "conv" or self.augments):
+            raise ValueError(
+                f"data {config.data!r} holds feature vectors, not images: use arch 'mlp' and "
+                "turn the image augmentations off (shift/rotate/scale_augment 0)"
+            )
         torch.manual_seed(seed)
-        dim = self.train.x.shape[1]
-        if config.arch == "mlp":
-            net = FeedForward([dim, *config.hidden, 10], config.activation)
-        else:
-            net = ConvNet(self.train.image_shape, 10, config.conv_width, config.activation)
-        self.model = ClassifierEnergy(net, 10)
+        self.model = ClassifierEnergy(
+            network(config, self.train.x.shape[1], self.train.image_shape, k), k
+        )
         self.model.grad_dtype = None if config.sampler_dtype == "float32" else torch.bfloat16
         self.init_fn = self._start_fn()
         self.buffer = self._replay_buffer(
@@ -171,13 +207,31 @@ class JEMTask(BufferTask):
             clamp=self.train.value_range if config.clamp else None,
         )
 
+    @property
+    def augments(self) -> bool:
+        c = self.config
+        return bool(c.shift_augment or c.rotate_augment or c.scale_augment or c.crop_pad or c.hflip)
+
+    def augment(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """A randomly moved copy of the flat images ``x``: affine moves, then crops and flips."""
+        c, shape, fill = self.config, self.train.image_shape, self.train.value_range[0]
+        if c.shift_augment or c.rotate_augment or c.scale_augment:
+            moves = {"shift": c.shift_augment, "rotate": c.rotate_augment, "scale": c.scale_augment}
+            x = random_affine(x, shape, generator, **moves, fill=fill)
+        if c.crop_pad or c.hflip:
+            x = random_crop_flip(x, shape, generator, pad=c.crop_pad, flip=c.hflip, fill=fill)
+        return x
+
     def _start_fn(self) -> InitFn:
         """Where fresh chains begin: the data box, or the class Gaussians with a share
         ``uniform_share`` still drawn from the box."""
         uniform = uniform_init((self.train.x.shape[1],), *self.train.value_range)
         if self.config.start == "uniform":
             return uniform
-        gaussian = gaussian_init(self.train.x, self.train.y, clamp=self.train.value_range)
+        rows = slice(0, GAUSSIAN_FIT_ROWS)
+        gaussian = gaussian_init(
+            self.train.x[rows], self.train.y[rows], clamp=self.train.value_range
+        )
         share = self.config.uniform_share
         return mixture_init([uniform, gaussian], [share, 1 - share])
 
@@ -206,18 +260,8 @@ class JEMTask(BufferTask):
         c = self.config
         n = x.shape[0]
         rows = [x]
-        if c.shift_augment or c.rotate_augment or c.scale_augment:
-            rows.append(
-                random_affine(
-                    x,
-                    self.train.image_shape,
-                    generator,
-                    shift=c.shift_augment,
-                    rotate=c.rotate_augment,
-                    scale=c.scale_augment,
-                    fill=self.train.value_range[0],
-                )
-            )
+        if self.augments:
+            rows.append(self.augment(x, generator))
         if c.data_noise:
             rows = [
                 r + c.data_noise * torch.randn(r.shape, generator=generator, device=r.device)
@@ -263,6 +307,9 @@ class JEMTask(BufferTask):
         return metrics
 
     def grid(self, x: torch.Tensor, path: Path, title: str, row_labels=None, ncol=10) -> None:
+        """A picture of images ``x`` (nothing for feature vectors)."""
+        if self.train.image_shape is None:
+            return
         image_grid(
             x,
             path,
@@ -309,15 +356,15 @@ def ood_sets(task: JEMTask, ood_data: str | None = None) -> dict[str, torch.Tens
     images with permuted pixels and flipped left-right and up-down, and a user file."""
     test = task.test
     device = test.x.device
-    spec = PIXELS["digits" if task.config.data == "digits" else "mnist"]
+    noise = uniform_noise(len(test), test.x.shape[1], test.value_range, device=device)
+    sets = {"uniform_noise": noise}
+    if test.raw is None:  # feature vectors (or a test split kept on disk): noise only
+        return sets
     raws = shifted_images(test.raw)
     if ood_data:
         raws["user_file"] = load_ood_file(ood_data, test.raw.shape[1:])
-    noise = uniform_noise(len(test), test.x.shape[1], test.value_range, device=device)
-    sets = {"uniform_noise": noise}
     for name, raw in raws.items():
-        x = apply_transform(raw, spec, test.transform)[0].reshape(len(raw), -1)
-        sets[name] = x.to(device)
+        sets[name] = test.encoding(raw).reshape(len(raw), -1).to(device)
     return sets
 
 
@@ -364,7 +411,7 @@ def evaluate(
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
     x = task.negatives(n, gen)
-    floor, floor_stderr = mmd2(task.train.x[:n], reference, return_stderr=True)
+    floor, floor_stderr = mmd2(task.train.x[:n].to(reference.device), reference, return_stderr=True)
     quality = {
         "train_test_floor_mmd2": floor,
         "train_test_floor_mmd2_stderr": floor_stderr,
@@ -381,13 +428,15 @@ def evaluate(
         run.path / f"samples_after_{long_run_steps}_steps.png",
         f"after {long_run_steps} further steps",
     )
-    y = torch.arange(10, device=test.x.device).repeat_interleave(10)
-    conditional = task.sampler.sample(task.model.conditional(y), x[:100], 100, generator=gen)
+    classes = min(task.model.num_classes, GRID_CLASSES)
+    y = torch.arange(classes, device=test.x.device).repeat_interleave(10)
+    conditional = task.sampler.sample(task.model.conditional(y), x[: len(y)], 100, generator=gen)
+    names = task.train.classes or [str(k) for k in range(classes)]
     task.grid(
         conditional,
         run.path / "samples_conditional.png",
         "p(x | y), one row per class",
-        row_labels=[str(k) for k in range(10)],
+        row_labels=list(names[:classes]),
     )
     return result
 

@@ -40,7 +40,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
-from ebmlab.data import load_dataset
+from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
 from ebmlab.energies import (
     BernoulliRBM,
     CategoricalRBM,
@@ -106,7 +106,7 @@ class RBMConfig:
     ais_temperatures: int = 1000
 
     def __post_init__(self) -> None:
-        _checks.one_of("data", self.data, ["digits", "mnist10k", "mnist"])
+        check_data(self.data, IMAGE_SETS, self.data_root or None)
         _checks.one_of("model", self.model, MODELS)
         if self.model == "categorical" and self.data != "digits":
             raise ValueError(
@@ -207,7 +207,7 @@ class RBMTask(Task):
     def __init__(self, config: RBMConfig, trainer: TrainerConfig) -> None:
         self.config = config
         root = config.data_root or None
-        split = "val" if config.data == "digits" else "test"
+        split = "val" if "val" in splits_of(config.data, root) else "test"
         transform = "binary" if config.model in BINARY else "raw"
         self.train, self.val, self.test = (
             load_dataset(config.data, s, root=root, transform=transform)

@@ -1,0 +1,298 @@
+"""The published image data sets ebmlab reads from the files their publishers distribute.
+
+Each :class:`Source` names its files per split, how to read them, their published md5
+checksums (verified on every load where the publisher gives one) and where to download
+them. Files are looked for in the directory given by argument (``--data-root``), else
+in ``$EBMLAB_DATA``: directly there or in the set's own sub-folder (``mnist/``,
+``cifar-10-batches-bin/`` as the CIFAR-10 archive unpacks, ...). Nothing is
+downloaded unless asked for: :func:`download` (``ebmlab data download NAME DIR``)
+fetches the files into a folder, writing each under a temporary name and renaming it
+only once its checksum matches.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ebmlab.data.formats import (
+    DataFormatError,
+    md5sum,
+    read_cifar,
+    read_idx_pair,
+    read_svhn,
+    verify_md5,
+)
+
+Reader = Callable[[list[Path]], tuple[np.ndarray, np.ndarray]]
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A data set's files are missing; the message lists where they were looked for."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A published data set: its files per split and how to read them."""
+
+    name: str
+    folder: str  # the sub-folder its files live in
+    files: dict[str, tuple[str, ...]]  # split -> file names (IDX files may also end in .gz)
+    read: Reader
+    num_classes: int
+    md5: dict[str, str] = field(default_factory=dict)  # published checksums, by file name
+    url: str | None = None  # base URL of the files (or of the archive)
+    archive: str | None = None  # a .tar.gz that unpacks into ``folder``
+    gzipped: bool = False  # files are published gzip-compressed (name + ".gz")
+
+
+def _idx(transpose: bool = False, label_offset: int = 0) -> Reader:
+    def read(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+        images, labels = read_idx_pair(paths[0], paths[1], transpose=transpose)
+        return images, labels - label_offset
+
+    return read
+
+
+def _cifar(label_bytes: int) -> Reader:
+    return lambda paths: read_cifar(paths, label_bytes, label_bytes - 1)
+
+
+def _svhn(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
+    return read_svhn(paths[0])
+
+
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+
+def _emnist(variant: str, classes: int) -> Source:
+    files = {
+        split: (
+            f"emnist-{variant}-{split}-images-idx3-ubyte",
+            f"emnist-{variant}-{split}-labels-idx1-ubyte",
+        )
+        for split in ("train", "test")
+    }
+    # EMNIST stores images transposed; its letters are labelled 1..26
+    reader = _idx(transpose=True, label_offset=1 if variant == "letters" else 0)
+    return Source(f"emnist-{variant}", "emnist", files, reader, classes, gzipped=True)
+
+
+SOURCES: dict[str, Source] = {
+    s.name: s
+    for s in [
+        Source(
+            "mnist",
+            "mnist",
+            _IDX_FILES,
+            _idx(),
+            10,
+            md5={
+                "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+                "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+                "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+                "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+            },
+            url="https://ossci-datasets.s3.amazonaws.com/mnist/",
+            gzipped=True,
+        ),
+        Source(
+            "fashion-mnist",
+            "fashion-mnist",
+            _IDX_FILES,
+            _idx(),
+            10,
+            md5={
+                "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+                "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+                "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+                "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+            },
+            url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+            gzipped=True,
+        ),
+        Source(
+            "kmnist",
+            "kmnist",
+            _IDX_FILES,
+            _idx(),
+            10,
+            url="http://codh.rois.ac.jp/kmnist/dataset/kmnist/",
+            gzipped=True,
+        ),
+        _emnist("balanced", 47),
+        _emnist("byclass", 62),
+        _emnist("bymerge", 47),
+        _emnist("digits", 10),
+        _emnist("letters", 26),
+        _emnist("mnist", 10),
+        Source(
+            "cifar10",
+            "cifar-10-batches-bin",
+            {
+                "train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
+                "test": ("test_batch.bin",),
+            },
+            _cifar(1),
+            10,
+            md5={"cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530"},
+            url="https://www.cs.toronto.edu/~kriz/",
+            archive="cifar-10-binary.tar.gz",
+        ),
+        Source(
+            "cifar100",
+            "cifar-100-binary",
+            {"train": ("train.bin",), "test": ("test.bin",)},
+            _cifar(2),
+            100,
+            md5={"cifar-100-binary.tar.gz": "03b5dce01913d631647c71ecec9e9cb8"},
+            url="https://www.cs.toronto.edu/~kriz/",
+            archive="cifar-100-binary.tar.gz",
+        ),
+        Source(
+            "svhn",
+            "svhn",
+            {
+                "train": ("train_32x32.mat",),
+                "test": ("test_32x32.mat",),
+                "extra": ("extra_32x32.mat",),
+            },
+            _svhn,
+            10,
+            md5={
+                "train_32x32.mat": "e26dedcc434d2e4c54c9b2d4a06d8373",
+                "test_32x32.mat": "eb5a983be6a315427106f1b164d9cef3",
+                "extra_32x32.mat": "a93ce644f1a588dc4d68dda5feec44a7",
+            },
+            url="http://ufldl.stanford.edu/housenumbers/",
+        ),
+    ]
+}
+
+
+def search_dirs(source: Source, root: str | os.PathLike | None) -> list[Path]:
+    """The directories searched for ``source``'s files, in order."""
+    base = root if root is not None else os.environ.get("EBMLAB_DATA")
+    if not base:
+        return []
+    return [Path(base), Path(base) / source.folder]
+
+
+def find_files(
+    source: Source, split: str, root: str | os.PathLike | None = None
+) -> list[Path] | None:
+    """The paths of ``split``'s files (the first directory holding all of them), or None."""
+    names = source.files[split]
+    for d in search_dirs(source, root):
+        found = []
+        for name in names:
+            candidates = [d / (name + ".gz"), d / name] if source.gzipped else [d / name]
+            found.append(next((p for p in candidates if p.is_file()), None))
+        if None not in found:
+            return found  # type: ignore[return-value]
+    return None
+
+
+def read_split(
+    source: Source, split: str, root: str | os.PathLike | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, C, H, W) uint8 and labels (N,) of ``split``, checksums verified."""
+    if split not in source.files:
+        raise ValueError(
+            f"split must be one of {list(source.files)} for {source.name}, got {split!r}"
+        )
+    paths = find_files(source, split, root)
+    if paths is None:
+        where = ", ".join(str(d) for d in search_dirs(source, root)) or (
+            "nowhere (no data root given, EBMLAB_DATA unset)"
+        )
+        raise DataNotFoundError(
+            f"{source.name} {split} files {list(source.files[split])} not found; looked in: "
+            f"{where}. Pass --data-root DIR (root=DIR), set EBMLAB_DATA"
+            + (f", or run: ebmlab data download {source.name} DIR" if source.url else "")
+        )
+    images, labels = source.read([verify_md5(p, source.md5.get(p.name)) for p in paths])
+    if len(labels) and (labels.min() < 0 or labels.max() >= source.num_classes):
+        raise DataFormatError(
+            f"{paths[-1]}: labels must lie in 0..{source.num_classes - 1}, "
+            f"found {labels.min()}..{labels.max()}"
+        )
+    return images, labels
+
+
+def _fetch(url: str, target: Path, md5: str | None, timeout: float) -> Path:
+    """``url`` saved as ``target`` through a temporary file renamed once verified."""
+    if target.is_file() and (md5 is None or md5sum(target) == md5):
+        return target
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+        got = md5sum(tmp)
+        if md5 is not None and got != md5:
+            raise DataFormatError(f"downloaded {target.name} has md5 {got}, expected {md5}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def download(
+    name: str,
+    root: str | os.PathLike,
+    splits: tuple[str, ...] | None = None,
+    base_url: str | None = None,
+    timeout: float = 60.0,
+) -> list[Path]:
+    """Download data set ``name`` into ``root`` (all splits, or ``splits``), verifying
+    published checksums; archives are unpacked into the set's folder. Files already
+    present and verified are kept. ``base_url`` replaces the publisher's address (a
+    mirror)."""
+    if name not in SOURCES:
+        raise ValueError(f"name must be one of {list(SOURCES)}, got {name!r}")
+    source = SOURCES[name]
+    url = base_url or source.url
+    if url is None:
+        raise ValueError(
+            f"{name} has no public per-file download; fetch it from its publisher and "
+            f"unpack its files into {Path(root) / source.folder}"
+        )
+    url = url.rstrip("/") + "/"
+    for split in splits or ():
+        if split not in source.files:
+            raise ValueError(f"splits must be among {list(source.files)}, got {split!r}")
+    root = Path(root)
+    if source.archive is not None:
+        root.mkdir(parents=True, exist_ok=True)
+        archive = _fetch(
+            url + source.archive, root / source.archive, source.md5.get(source.archive), timeout
+        )
+        with tarfile.open(archive) as tar:
+            tar.extractall(root, filter="data")
+        return [p for s in source.files for p in find_files(source, s, root) or []]
+    folder = root / source.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for split in splits or tuple(source.files):
+        for stem in source.files[split]:
+            name_on_disk = stem + ".gz" if source.gzipped else stem
+            written.append(
+                _fetch(
+                    url + name_on_disk, folder / name_on_disk, source.md5.get(name_on_disk), timeout
+                )
+            )
+    return written

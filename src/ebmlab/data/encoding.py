@@ -1,0 +1,135 @@
+"""How stored values become model inputs, and rows encoded on demand.
+
+A data set is stored as integers (pixels) or floats (features). An :class:`Encoding`
+maps them to what a model sees, in one of three forms:
+
+- ``"raw"``: the stored values as floats;
+- ``"scaled"``: [-1, 1], x -> 2 (x - lo) / d - 1 for a divisor d (the value span, or 17
+  for scikit-learn's digits as in Tomczak's code);
+- ``"binary"``: {0, 1}, x >= a threshold.
+
+The encoding travels with a run, so that pictures and saved samples can be mapped back
+to pixel values. :class:`EncodedRows` keeps a (memory-mapped) array on disk and encodes
+only the rows a batch asks for, so a data set larger than memory trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ebmlab import _checks
+
+TRANSFORMS = ("raw", "scaled", "binary")
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """``raw``: x; ``scaled``: scale * x + shift; ``binary``: x >= threshold."""
+
+    transform: str
+    low: float  # smallest stored value
+    high: float  # largest stored value
+    divisor: float  # scaled = 2 (x - low) / divisor - 1
+    threshold: float  # binary = x >= threshold
+
+    @classmethod
+    def for_values(
+        cls,
+        low: float,
+        high: float,
+        transform: str = "scaled",
+        divisor: float | None = None,
+        threshold: float | None = None,
+    ) -> Encoding:
+        """The encoding of values in [low, high] (divisor: the span; threshold: the middle)."""
+        _checks.one_of("transform", transform, TRANSFORMS)
+        span = float(high - low) or 1.0
+        return cls(
+            transform,
+            float(low),
+            float(high),
+            float(divisor if divisor is not None else span),
+            float(threshold if threshold is not None else low + span / 2),
+        )
+
+    @property
+    def value_range(self) -> tuple[float, float]:
+        """The box the encoded values live in."""
+        if self.transform == "raw":
+            return self.low, self.high
+        if self.transform == "binary":
+            return 0.0, 1.0
+        return -1.0, 1.0
+
+    def __call__(self, values: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Stored values (any numeric dtype) as encoded float32."""
+        if isinstance(values, np.ndarray):  # a writable float32 copy (memory maps are read-only)
+            values = np.array(values, dtype=np.float32)
+        x = torch.as_tensor(values).float()
+        if self.transform == "raw":
+            return x
+        if self.transform == "binary":
+            return (x >= self.threshold).float()
+        return (x - self.low) * (2 / self.divisor) - 1
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        """Model inputs back on the stored scale (binary inputs give low or high)."""
+        if self.transform == "raw":
+            return x
+        if self.transform == "binary":
+            return self.low + x * (self.high - self.low)
+        return (x + 1) * (self.divisor / 2) + self.low
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class EncodedRows:
+    """Rows of a stored array encoded on demand: ``rows[idx]`` reads only those rows.
+
+    Behaves like the float tensor of all encoded rows (N, *row_shape) for indexing with
+    an integer tensor, array or slice, ``shape``, ``len`` and ``split``, without holding
+    it: the array may be a ``numpy.memmap`` far larger than memory. ``index`` selects
+    and orders the rows of ``array`` that belong to this split. Rows stay on the CPU:
+    the trainer moves each batch to its device.
+    """
+
+    def __init__(
+        self,
+        array: np.ndarray,
+        encoding: Encoding,
+        row_shape: tuple[int, ...],
+        index: np.ndarray | None = None,
+    ) -> None:
+        self.array, self.encoding, self.row_shape = array, encoding, tuple(row_shape)
+        self.index = np.arange(len(array)) if index is None else np.asarray(index)
+        self.device = torch.device("cpu")
+        self.dtype = torch.float32
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self.index), *self.row_shape))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        rows = self.index[key.cpu().numpy() if isinstance(key, torch.Tensor) else key]
+        rows = np.atleast_1d(rows)
+        # read in file order (sequential pages), then restore the batch's order
+        order = np.argsort(rows, kind="stable")
+        values = np.empty((len(rows), *self.array.shape[1:]), dtype=self.array.dtype)
+        values[order] = self.array[rows[order]]
+        return self.encoding(values).reshape(len(rows), *self.row_shape)
+
+    def split(self, size: int) -> list[torch.Tensor]:
+        """Consecutive chunks of ``size`` encoded rows (like :meth:`torch.Tensor.split`)."""
+        return [self[start : start + size] for start in range(0, len(self), size)]
+
+    def to(self, device: torch.device | str) -> EncodedRows:
+        """Itself: rows are encoded on the CPU and batches are moved where they are used."""
+        return self
