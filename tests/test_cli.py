@@ -142,3 +142,21 @@ def test_recipe_configs_start_from_the_recipe_defaults():
     assert trainer.lr == 0.01 and config.conv_width == 16
     for name in ("epochs", "optimizer", "lr_schedule", "warmup_steps"):
         assert getattr(trainer, name) == recipe.trainer_defaults[name]
+
+
+def test_bad_data_fails_before_the_run_directory_exists(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "jem", "--data", str(tmp_path / "missing.npz"), "--out", str(run)]) == 2
+    assert "existing .npy/.npz file or image folder" in capsys.readouterr().err
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    assert main(["train", "jem", "--data", str(bad), "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and err.count("\n") == 1
+    assert not run.exists()
+
+
+def test_data_download_offers_the_sets_with_a_public_address(capsys):
+    assert main(["data", "download", "emnist-letters", "somewhere"]) == 2
+    err = capsys.readouterr().err
+    assert "cifar10" in err and "svhn" in err

@@ -78,8 +78,12 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
         "after_training_steps",
         "after_200_more_steps",
         "after_1000_more_steps",
+        "classifier_features",
     }
     assert result["samples"]["after_training_steps"]["mmd2_stderr"] > 0
+    features = result["samples"]["classifier_features"]
+    assert features["frechet_distance"] > 0 and features["kid_stderr"] > 0
+    assert 0 <= features["precision"] <= 1 and 0 <= features["recall"] <= 1
     for png in ("reliability.png", "samples_unconditional.png", "samples_conditional.png"):
         assert (jem_run / png).is_file(), png
 

@@ -10,6 +10,13 @@ from ebmlab.evaluation.classification import (
 from ebmlab.evaluation.likelihood import LogLikelihood, log_likelihood
 from ebmlab.evaluation.metrics import median_bandwidth, mmd2, mmd_permutation_test
 from ebmlab.evaluation.ood import auroc, load_ood_file, shifted_images, uniform_noise
+from ebmlab.evaluation.sample_quality import (
+    frechet_distance,
+    kernel_distance,
+    penultimate_features,
+    precision_recall,
+    sample_quality,
+)
 
 __all__ = [
     "LogLikelihood",
@@ -17,13 +24,18 @@ __all__ = [
     "auroc",
     "calibration_bins",
     "expected_calibration_error",
+    "frechet_distance",
+    "kernel_distance",
     "load_ood_file",
     "log_likelihood",
     "median_bandwidth",
     "mmd2",
     "mmd_permutation_test",
     "nll",
+    "penultimate_features",
+    "precision_recall",
     "reliability_diagram",
+    "sample_quality",
     "shifted_images",
     "uniform_noise",
 ]

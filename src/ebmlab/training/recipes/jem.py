@@ -67,7 +67,9 @@ from ebmlab.evaluation import (
     load_ood_file,
     mmd2,
     nll,
+    penultimate_features,
     reliability_diagram,
+    sample_quality,
     shifted_images,
     uniform_noise,
 )
@@ -416,6 +418,10 @@ def evaluate(
         "train_test_floor_mmd2": floor,
         "train_test_floor_mmd2_stderr": floor_stderr,
         "after_training_steps": _sample_metrics(task, x, reference),
+        # FD, KID, precision and recall in the classifier's penultimate features
+        "classifier_features": sample_quality(
+            penultimate_features(task.model, x), penultimate_features(task.model, reference)
+        ),
     }
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)

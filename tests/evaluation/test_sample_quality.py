@@ -1,0 +1,67 @@
+"""Sample-quality statistics against closed forms: the Fréchet distance of Gaussians,
+KID's unbiasedness, and precision/recall of identical and disjoint sets."""
+
+import math
+
+import pytest
+import torch
+
+from ebmlab.energies import ClassifierEnergy, ConvNet
+from ebmlab.evaluation import (
+    frechet_distance,
+    kernel_distance,
+    penultimate_features,
+    precision_recall,
+    sample_quality,
+)
+
+
+def gaussian(n, d, mean=0.0, std=1.0, seed=0):
+    return mean + std * torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
+
+
+def test_frechet_distance_matches_the_gaussian_closed_form():
+    """N(0, I) against N(m 1, s^2 I) in d dimensions: d m^2 + d (1 - s)^2."""
+    d, m, s = 4, 0.5, 2.0
+    value, stderr = frechet_distance(gaussian(20000, d), gaussian(20000, d, m, s, seed=1))
+    exact = d * m**2 + d * (1 - s) ** 2
+    assert abs(value - exact) < 4 * stderr + 0.02
+    assert 0 < stderr < 0.2
+
+
+def test_kid_is_unbiased_near_zero_and_detects_a_shift():
+    same = [kernel_distance(gaussian(400, 8, seed=i), gaussian(400, 8, seed=100 + i), 5, 200)
+            for i in range(10)]  # fmt: skip
+    values = torch.tensor([v for v, _ in same])
+    assert abs(float(values.mean())) < 3 * float(values.std()) / math.sqrt(10) + 1e-3
+    shifted, se = kernel_distance(gaussian(400, 8), gaussian(400, 8, 1.0, seed=1), 5, 200)
+    assert shifted > 10 * se > 0
+
+
+def test_precision_recall_identical_disjoint_and_mode_dropping():
+    data = gaussian(500, 2)
+    same = precision_recall(gaussian(500, 2, seed=1), data)
+    assert same["precision"] > 0.9 and same["recall"] > 0.9
+    far = precision_recall(gaussian(500, 2, 10.0, seed=1), data)
+    assert far["precision"] == 0 and far["recall"] == 0
+    # samples covering half the data: precise, but recall about one half
+    half = data[data[:, 0] > 0]
+    dropped = precision_recall(half + 0.01 * gaussian(len(half), 2, seed=2), data)
+    assert dropped["precision"] > 0.9 and 0.35 < dropped["recall"] < 0.65
+    assert dropped["recall_stderr"] == pytest.approx(
+        math.sqrt(dropped["recall"] * (1 - dropped["recall"]) / 500)
+    )
+
+
+def test_penultimate_features_and_the_combined_report():
+    torch.manual_seed(0)
+    model = ClassifierEnergy(ConvNet((3, 8, 8), 4, width=4), 4)
+    x = torch.randn(30, 3 * 8 * 8)
+    features = penultimate_features(model, x)
+    assert features.shape == (30, model.net.head.in_features)
+    report = sample_quality(features[:15], features[15:])
+    assert {"frechet_distance", "kid", "precision", "recall"} <= set(report)
+    with pytest.raises(ValueError, match="NaN"):
+        frechet_distance(features * math.nan, features)
+    with pytest.raises(ValueError, match="k must be below"):
+        precision_recall(features[:3], features, k=3)
