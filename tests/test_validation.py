@@ -131,7 +131,7 @@ CASES = [
     ),
     (lambda: ais(quad), ValueError, "needs base"),
     # data and training
-    (lambda: load_dataset("cifar10"), ValueError, "name must be one of"),
+    (lambda: load_dataset("imagenet"), FileNotFoundError, "neither a known data set"),
     (lambda: load_dataset("digits", transform="zscore"), ValueError, "transform must be one of"),
     (lambda: make_toy("swissroll"), ValueError, "name must be one of"),
     (lambda: TrainerConfig(lr=0.0), ValueError, "lr must be a finite number > 0"),

@@ -1,0 +1,127 @@
+"""Data loading: the trainer's batches of one epoch, in memory and memory-mapped from an
+``.npz`` on disk, against what users write instead (a ``DataLoader`` over a
+``TensorDataset``; a per-row ``Dataset`` over the memory map with default collation),
+and the share of a JEM epoch that loading takes.
+
+The data are MNIST-shaped: 8000 images of 1 x 28 x 28 8-bit pixels (the size of
+mnist10k's training split), random, so the benchmark needs no files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks.harness import Case, MetricCase
+from ebmlab.data import load_dataset
+from ebmlab.training import Trainer, TrainerConfig
+from ebmlab.training.recipes.jem import JEMConfig, JEMTask
+
+N, SHAPE, BATCH = 8000, (1, 28, 28), 64
+
+
+def _files() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="ebmlab-bench-data-"))
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (N, *SHAPE), dtype=np.uint8)
+    np.savez(folder / "train.npz", x=x, y=np.arange(N) % 10)
+    np.savez(folder / "test.npz", x=x[:500], y=np.arange(500) % 10)
+    return folder
+
+
+class _Rows(torch.utils.data.Dataset):
+    """The usual hand-written Dataset: one memory-mapped row per item, scaled to [-1, 1]."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return torch.from_numpy(self.x[i].astype(np.float32) * (2 / 255) - 1).flatten(), self.y[i]
+
+
+def _epoch(trainer: Trainer) -> int:
+    rows = 0
+    for batch, _ in trainer._epoch_data(trainer._batches(0)):
+        rows += len(batch[0])
+    return rows
+
+
+def _trainer(folder: Path, in_memory: bool) -> Trainer:
+    data = load_dataset(str(folder), "train", in_memory=in_memory)
+    config = TrainerConfig(batch_size=BATCH, progress=False, device="cpu")
+    return Trainer(_Loader(), (data.x, data.y), config)
+
+
+class _Loader:
+    """A task that only receives batches (the trainer needs a model with no parameters)."""
+
+    def __init__(self) -> None:
+        self.model = torch.nn.Linear(1, 1)
+
+    def to(self, device):
+        return self
+
+
+def _jem_epoch_seconds(folder: Path, in_memory: bool) -> tuple[float, float]:
+    """(seconds of one JEM epoch, seconds of its data loading alone) on the folder's data."""
+    config = JEMConfig(data=str(folder), conv_width=16, buffer_size=1000, calibrate=False)
+    task = JEMTask(config, seed=0)
+    if not in_memory:
+        task.train = load_dataset(str(folder), "train", in_memory=False)
+    settings = TrainerConfig(epochs=1, batch_size=BATCH, progress=False, device="cpu")
+    trainer = Trainer(task, (task.train.x, task.train.y), settings)
+    start = time.perf_counter()
+    _epoch(trainer)
+    loading = time.perf_counter() - start
+    start = time.perf_counter()
+    trainer.fit()
+    return time.perf_counter() - start, loading
+
+
+def cases() -> list:
+    folder = _files()
+    memory, disk = (_trainer(folder, flag) for flag in (True, False))
+    arrays = np.load(folder / "train.npz")
+    y = arrays["y"]
+    x = torch.from_numpy(arrays["x"].reshape(N, -1).astype(np.float32) * (2 / 255) - 1)
+    tensors = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, torch.from_numpy(y)), batch_size=BATCH, shuffle=True
+    )
+    mapped = load_dataset(str(folder), "train", in_memory=False).x.array
+    per_row = torch.utils.data.DataLoader(_Rows(mapped, y), batch_size=BATCH, shuffle=True)
+
+    def share() -> tuple[float, float]:
+        shares = []
+        for flag in (True, False):
+            epoch, loading = _jem_epoch_seconds(folder, flag)
+            shares.append(100 * loading / epoch)
+        return shares[0], shares[1]
+
+    return [
+        Case(
+            "epoch of batches, 8000 MNIST-size images in memory",
+            lambda: _epoch(memory),
+            lambda: sum(len(b[0]) for b in tensors),
+            "DataLoader(TensorDataset)",
+        ),
+        Case(
+            "epoch of batches, memory-mapped .npz",
+            lambda: _epoch(disk),
+            lambda: sum(len(b[0]) for b in per_row),
+            "per-row Dataset over np.memmap",
+        ),
+        MetricCase(
+            "share of a JEM epoch spent loading (%): in memory vs memory-mapped",
+            share,
+            "memory-mapped",
+            "%",
+            higher_is_better=False,
+        ),
+    ]
