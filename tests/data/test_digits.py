@@ -35,3 +35,14 @@ def test_bad_split_and_transform():
         load_dataset("digits", "validation")
     with pytest.raises(ValueError, match="transform must be one of"):
         load_dataset("digits", transform="normalised")
+
+
+def test_digits_rgb_keeps_labels_and_contrast():
+    grey = load_dataset("digits", "val", transform="raw", flatten=False)
+    rgb = load_dataset("digits-rgb", "val", transform="raw", flatten=False)
+    assert rgb.x.shape == (350, 3, 8, 8) and rgb.image_shape == (3, 8, 8)
+    assert torch.equal(rgb.y, grey.y) and rgb.num_classes == 10
+    # ink pixels (grey level 16) are lighter than paper pixels (0) in every channel
+    ink = rgb.x.permute(1, 0, 2, 3)[:, grey.x[:, 0] == 16]
+    paper = rgb.x.permute(1, 0, 2, 3)[:, grey.x[:, 0] == 0]
+    assert ink.min() >= 145 and paper.max() <= 110

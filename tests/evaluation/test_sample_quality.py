@@ -61,7 +61,10 @@ def test_penultimate_features_and_the_combined_report():
     assert features.shape == (30, model.net.head.in_features)
     report = sample_quality(features[:15], features[15:])
     assert {"frechet_distance", "kid", "precision", "recall"} <= set(report)
+    assert report["kid_stderr"] > 0  # disjoint subsets, even of a small set
     with pytest.raises(ValueError, match="NaN"):
         frechet_distance(features * math.nan, features)
+    with pytest.raises(ValueError, match="at least 20 rows"):
+        kernel_distance(features[:15], features[15:], subsets=10)
     with pytest.raises(ValueError, match="k must be below"):
         precision_recall(features[:3], features, k=3)

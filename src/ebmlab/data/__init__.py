@@ -169,7 +169,8 @@ def _read_local(
     file or folder the split came from), for a split of a local data set."""
     if not path.exists():
         raise DataNotFoundError(
-            f"data {str(path)!r} is neither a known data set nor a file or folder"
+            f"data {str(path)!r} is neither a known data set ({', '.join(DATASETS)}) nor a "
+            "file or folder"
         )
     own = _own_splits(path)
     _checks.one_of("split", split, list(own or HOLDOUT))

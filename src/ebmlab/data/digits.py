@@ -3,8 +3,8 @@ version of it.
 
 The split follows the seed book's code so results are comparable: the first
 1000 images train, the next 350 validate, the last 447 test. Pixels are
-integers 0..16. ``digits-rgb`` paints each digit in a random colour on a random
-background colour (fixed per image, seed ``COLOUR_SEED``): an RGB set of 8-bit pixels
+integers 0..16. ``digits-rgb`` paints each digit in a random light colour on a random
+dark background (fixed per image, seed ``COLOUR_SEED``): an RGB set of 8-bit pixels
 (3, 8, 8) that is always available, for colour pipelines on any machine.
 """
 
@@ -40,7 +40,9 @@ def load_digits_rgb_arrays(split: str) -> tuple[np.ndarray, np.ndarray]:
     mixes a background colour (weight 1 - a) with an ink colour (weight a)."""
     images, labels = _all_digits()
     rng = np.random.default_rng(COLOUR_SEED)
-    ink, paper = rng.uniform(0, 255, (2, len(images), 3, 1, 1))
+    # light ink on dark paper, hues at random: every digit keeps its contrast
+    ink = rng.uniform(145, 255, (len(images), 3, 1, 1))
+    paper = rng.uniform(0, 110, (len(images), 3, 1, 1))
     a = images[:, None].astype(np.float64) / 16
     rgb = np.rint((1 - a) * paper + a * ink).astype(np.uint8)
     part = SPLITS[split]

@@ -12,8 +12,8 @@ are not comparable with those papers' numbers.
   Gaussians fitted to the two sets (Heusel et al. 2017, eq. 6), with a bootstrap
   standard error.
 - :func:`kernel_distance`: the unbiased MMD^2 with the cubic polynomial kernel
-  k(a, b) = (a.b / d + 1)^3, averaged over disjoint subsets, whose spread gives the
-  standard error (Bińkowski et al. 2018, section 4).
+  k(a, b) = (a.b / d + 1)^3, averaged over disjoint random subsets, whose spread gives
+  the standard error (Bińkowski et al. 2018, section 4).
 - :func:`precision_recall`: the share of samples inside the data manifold and of data
   inside the samples' manifold, each manifold being the union of balls reaching every
   point's k-th nearest neighbour (Kynkäänniemi et al. 2019, eqs. 1-3), with binomial
@@ -89,16 +89,20 @@ def kernel_distance(
     a: torch.Tensor, b: torch.Tensor, subsets: int = 10, subset_size: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
     """KID: the unbiased polynomial-kernel MMD^2 between ``a`` and ``b``, averaged over
-    ``subsets`` random subsets of up to ``subset_size`` rows, and its standard error."""
+    ``subsets`` disjoint random subsets of each (up to ``subset_size`` rows, fewer when
+    the sets are small), and its standard error from the subsets' spread."""
     a, b = _features("a", a), _features("b", b)
     _checks.positive_int("subsets", subsets)
-    m = min(subset_size, len(a), len(b))
+    m = min(subset_size, len(a) // subsets, len(b) // subsets)
+    if m < 2:
+        raise ValueError(f"{subsets} subsets need at least {2 * subsets} rows in each set")
     d = a.shape[1]
     gen = torch.Generator(a.device).manual_seed(seed)
+    pa = torch.randperm(len(a), generator=gen, device=a.device)[: subsets * m].view(subsets, m)
+    pb = torch.randperm(len(b), generator=gen, device=b.device)[: subsets * m].view(subsets, m)
     values = []
-    for _ in range(subsets):
-        x = a[torch.randperm(len(a), generator=gen, device=a.device)[:m]]
-        y = b[torch.randperm(len(b), generator=gen, device=b.device)[:m]]
+    for ia, ib in zip(pa, pb, strict=True):
+        x, y = a[ia], b[ib]
         kxx, kyy, kxy = ((p @ q.T / d + 1) ** 3 for p, q in ((x, x), (y, y), (x, y)))
         off = m * (m - 1)
         values.append(
@@ -141,7 +145,8 @@ def sample_quality(
 ) -> dict[str, Any]:
     """FD, KID, precision and recall of sample features against data features."""
     fd, fd_se = frechet_distance(features_samples, features_data)
-    kid, kid_se = kernel_distance(features_samples, features_data)
+    subsets = max(2, min(10, len(features_samples) // 2, len(features_data) // 2))
+    kid, kid_se = kernel_distance(features_samples, features_data, subsets)
     return {
         "frechet_distance": fd,
         "frechet_distance_stderr": fd_se,
