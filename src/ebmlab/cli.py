@@ -27,7 +27,7 @@ import torch
 import ebmlab
 from ebmlab import _checks, hardware
 from ebmlab.data import DataNotFoundError, available_datasets, download
-from ebmlab.data.catalog import SOURCES
+from ebmlab.data.catalog import SOURCES, DownloadError
 from ebmlab.devices import resolve_device
 from ebmlab.partition.binary_products import quantized_available
 from ebmlab.training import (
@@ -42,7 +42,14 @@ from ebmlab.training import (
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
 from ebmlab.training.run_dir import write_json
 
-USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, DataNotFoundError, CheckpointError)
+USAGE_ERRORS = (
+    ValueError,
+    TypeError,
+    FileNotFoundError,
+    DataNotFoundError,
+    DownloadError,
+    CheckpointError,
+)
 
 
 class UsageError(Exception):

@@ -280,3 +280,16 @@ def test_download_unpacks_a_verified_archive(tmp_path, monkeypatch):
     np.testing.assert_array_equal(data.raw, images)
     with pytest.raises(ValueError, match="no public per-file download"):
         catalog.download("emnist-letters", tmp_path)
+
+
+def test_download_from_an_unreachable_address_is_a_clear_error(tmp_path, capsys):
+    from ebmlab.cli import main
+
+    server, url = serve(tmp_path)
+    server.shutdown()
+    server.server_close()  # nothing listens there any more
+    with pytest.raises(catalog.DownloadError, match="could not download"):
+        catalog.download("svhn", tmp_path / "data", splits=("test",), base_url=url)
+    assert not list((tmp_path / "data").rglob("*.mat*"))
+    assert main(["data", "download", "svhn", str(tmp_path / "data"), "--mirror", url]) == 2
+    assert "could not download" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tarfile
 import tempfile
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,10 @@ Reader = Callable[[list[Path]], tuple[np.ndarray, np.ndarray]]
 
 class DataNotFoundError(FileNotFoundError):
     """A data set's files are missing; the message lists where they were looked for."""
+
+
+class DownloadError(OSError):
+    """A download failed (no network, unknown address, server error); nothing was kept."""
 
 
 @dataclass(frozen=True)
@@ -236,9 +241,13 @@ def _fetch(url: str, target: Path, md5: str | None, timeout: float) -> Path:
         return target
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            for block in iter(lambda: response.read(1 << 20), b""):
-                out.write(block)
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as response:
+                    for block in iter(lambda: response.read(1 << 20), b""):
+                        out.write(block)
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+                raise DownloadError(f"could not download {url}: {err}") from err
             out.flush()
             os.fsync(out.fileno())
         got = md5sum(tmp)
