@@ -42,6 +42,13 @@ def probability(name: str, value: float) -> float:
     return value
 
 
+def image_shape(name: str, value: Any) -> tuple[int, int, int]:
+    """``value`` as an image shape (channels, height, width) of positive integers."""
+    if value is None or len(value) != 3 or any(int(v) < 1 for v in value):
+        raise ValueError(f"{name} must be (channels, height, width), got {value}")
+    return tuple(int(v) for v in value)  # type: ignore[return-value]
+
+
 def one_of(name: str, value: Any, choices: Sequence[Any]) -> Any:
     """Return ``value`` if it is one of ``choices``."""
     if value not in choices:

@@ -26,7 +26,7 @@ import torch
 
 import ebmlab
 from ebmlab import _checks, hardware
-from ebmlab.data import DataNotFoundError, available_datasets, download
+from ebmlab.data import DataNotFoundError, Dataset, available_datasets, download
 from ebmlab.data.catalog import SOURCES, DownloadError
 from ebmlab.devices import resolve_device
 from ebmlab.partition.binary_products import quantized_available
@@ -192,7 +192,7 @@ def run_config(recipe: Recipe, config: Any, setup: Setup) -> dict[str, Any]:
         "recipe": recipe.name,
         "config": dataclasses.asdict(config),
         "ebmlab": ebmlab.__version__,
-        **({"data": train.describe()} if hasattr(train, "describe") else {}),
+        **({"data": train.describe()} if isinstance(train, Dataset) else {}),
     }
 
 

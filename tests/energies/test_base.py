@@ -44,7 +44,7 @@ def test_mlp_energy_shapes_and_options():
 @pytest.mark.fastpath
 @pytest.mark.parametrize("packed", [True, False], ids=["onednn-packed", "plain"])
 @pytest.mark.parametrize("hidden", [(16, 8), ()], ids=["two-hidden", "linear"])
-@pytest.mark.parametrize("activation", ["silu", "elu", "relu", "tanh", "softplus"])
+@pytest.mark.parametrize("activation", ["silu", "elu", "relu", "tanh", "softplus", "leaky_relu"])
 def test_fused_mlp_gradient_equals_autograd(activation, hidden, packed, monkeypatch):
     from ebmlab.energies import mlp
     from ebmlab.energies.base import _autograd_energy_and_grad

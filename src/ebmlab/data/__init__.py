@@ -196,7 +196,10 @@ def _local_dataset(
     if len(x) == 0:
         raise DataFormatError(f"{where} holds no rows")
     tx, ty, twhere = x, y, where
-    if rows is None and split != "train":
+    # another split's file: the training split fixes float bounds and the label range
+    # (an image folder names its classes itself)
+    needs_train = x.dtype != np.uint8 or (classes is None and y is not None)
+    if rows is None and split != "train" and needs_train:
         tx, ty, _, _, twhere = _read_local(path, "train", resize, labels)
     if x.dtype == np.uint8:
         encoding = Encoding.for_values(0, 255, transform, **BYTE_ENCODING)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ebmlab import _checks
 from ebmlab.data.formats import (
     DataFormatError,
     md5sum,
@@ -67,7 +68,7 @@ def _idx(transpose: bool = False, label_offset: int = 0) -> Reader:
 
 
 def _cifar(label_bytes: int) -> Reader:
-    return lambda paths: read_cifar(paths, label_bytes, label_bytes - 1)
+    return lambda paths: read_cifar(paths, label_bytes)
 
 
 def _svhn(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
@@ -78,6 +79,15 @@ _IDX_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
+
+
+def _idx_source(name: str, url: str, md5: str = "") -> Source:
+    """An MNIST-like set: the four IDX files under MNIST's names, gzip-compressed, with
+    their published md5 checksums (train images, train labels, test images, test labels)
+    when given."""
+    names = [stem + ".gz" for split in ("train", "test") for stem in _IDX_FILES[split]]
+    md5s = dict(zip(names, md5.split(), strict=True)) if md5 else {}
+    return Source(name, name, _IDX_FILES, _idx(), 10, md5=md5s, url=url, gzipped=True)
 
 
 def _emnist(variant: str, classes: int) -> Source:
@@ -96,45 +106,19 @@ def _emnist(variant: str, classes: int) -> Source:
 SOURCES: dict[str, Source] = {
     s.name: s
     for s in [
-        Source(
+        _idx_source(
             "mnist",
-            "mnist",
-            _IDX_FILES,
-            _idx(),
-            10,
-            md5={
-                "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
-                "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
-                "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
-                "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
-            },
-            url="https://ossci-datasets.s3.amazonaws.com/mnist/",
-            gzipped=True,
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "f68b3c2dcbeaaa9fbdd348bbdeb94873 d53e105ee54ea40749a09fcbcd1e9432 "
+            "9fb629c4189551a2d022fa330f9573f3 ec29112dd5afa0611ce80d1b7f02629c",
         ),
-        Source(
+        _idx_source(
             "fashion-mnist",
-            "fashion-mnist",
-            _IDX_FILES,
-            _idx(),
-            10,
-            md5={
-                "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-                "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-                "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-                "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
-            },
-            url="http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
-            gzipped=True,
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+            "8d4fb7e6c68d591d4c3dfef9ec88bf0d 25c81989df183df01b3e8a0aad5dffbe "
+            "bef4ecab320f06d8554ea6380940ec79 bb300cfdad3c16e7a12a480ee83cd310",
         ),
-        Source(
-            "kmnist",
-            "kmnist",
-            _IDX_FILES,
-            _idx(),
-            10,
-            url="http://codh.rois.ac.jp/kmnist/dataset/kmnist/",
-            gzipped=True,
-        ),
+        _idx_source("kmnist", "http://codh.rois.ac.jp/kmnist/dataset/kmnist/"),
         _emnist("balanced", 47),
         _emnist("byclass", 62),
         _emnist("bymerge", 47),
@@ -212,10 +196,7 @@ def read_split(
     source: Source, split: str, root: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Images (N, C, H, W) uint8 and labels (N,) of ``split``, checksums verified."""
-    if split not in source.files:
-        raise ValueError(
-            f"split must be one of {list(source.files)} for {source.name}, got {split!r}"
-        )
+    _checks.one_of("split", split, list(source.files))
     paths = find_files(source, split, root)
     if paths is None:
         where = ", ".join(str(d) for d in search_dirs(source, root)) or (
@@ -250,8 +231,7 @@ def _fetch(url: str, target: Path, md5: str | None, timeout: float) -> Path:
                 raise DownloadError(f"could not download {url}: {err}") from err
             out.flush()
             os.fsync(out.fileno())
-        got = md5sum(tmp)
-        if md5 is not None and got != md5:
+        if md5 is not None and (got := md5sum(tmp)) != md5:
             raise DataFormatError(f"downloaded {target.name} has md5 {got}, expected {md5}")
         os.replace(tmp, target)
     finally:
@@ -271,9 +251,7 @@ def download(
     published checksums; archives are unpacked into the set's folder. Files already
     present and verified are kept. ``base_url`` replaces the publisher's address (a
     mirror)."""
-    if name not in SOURCES:
-        raise ValueError(f"name must be one of {list(SOURCES)}, got {name!r}")
-    source = SOURCES[name]
+    source = SOURCES[_checks.one_of("name", name, list(SOURCES))]
     url = base_url or source.url
     if url is None:
         raise ValueError(
@@ -282,8 +260,7 @@ def download(
         )
     url = url.rstrip("/") + "/"
     for split in splits or ():
-        if split not in source.files:
-            raise ValueError(f"splits must be among {list(source.files)}, got {split!r}")
+        _checks.one_of("splits", split, list(source.files))
     root = Path(root)
     if source.archive is not None:
         root.mkdir(parents=True, exist_ok=True)

@@ -8,9 +8,10 @@ maps them to what a model sees, in one of three forms:
   for scikit-learn's digits as in Tomczak's code);
 - ``"binary"``: {0, 1}, x >= a threshold.
 
-The encoding travels with a run, so that pictures and saved samples can be mapped back
-to pixel values. :class:`EncodedRows` keeps a (memory-mapped) array on disk and encodes
-only the rows a batch asks for, so a data set larger than memory trains.
+A run records its encoding (``config.json``, under ``data``), so that pictures and
+saved samples can be mapped back to stored values. :class:`EncodedRows` keeps a
+(memory-mapped) array on disk and encodes only the rows a batch asks for, so a data set
+larger than memory trains.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ TRANSFORMS = ("raw", "scaled", "binary")
 
 @dataclass(frozen=True)
 class Encoding:
-    """``raw``: x; ``scaled``: scale * x + shift; ``binary``: x >= threshold."""
+    """``raw``: x; ``scaled``: 2 (x - low) / divisor - 1; ``binary``: x >= threshold."""
 
     transform: str
     low: float  # smallest stored value
@@ -76,14 +77,6 @@ class Encoding:
             return (x >= self.threshold).float()
         return (x - self.low) * (2 / self.divisor) - 1
 
-    def decode(self, x: torch.Tensor) -> torch.Tensor:
-        """Model inputs back on the stored scale (binary inputs give low or high)."""
-        if self.transform == "raw":
-            return x
-        if self.transform == "binary":
-            return self.low + x * (self.high - self.low)
-        return (x + 1) * (self.divisor / 2) + self.low
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -108,7 +101,6 @@ class EncodedRows:
         self.array, self.encoding, self.row_shape = array, encoding, tuple(row_shape)
         self.index = np.arange(len(array)) if index is None else np.asarray(index)
         self.device = torch.device("cpu")
-        self.dtype = torch.float32
 
     @property
     def shape(self) -> torch.Size:

@@ -93,11 +93,9 @@ def read_idx_pair(
     return np.ascontiguousarray(x[:, None]), y.astype(np.int64)
 
 
-def read_cifar(
-    paths: Sequence[Path], label_bytes: int, label_index: int
-) -> tuple[np.ndarray, np.ndarray]:
+def read_cifar(paths: Sequence[Path], label_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     """CIFAR binary files: each record is ``label_bytes`` label bytes (CIFAR-100: coarse
-    then fine) and 3072 pixel bytes; ``label_index`` picks the label kept."""
+    then fine) and 3072 pixel bytes; the last label byte is kept (CIFAR-100's fine one)."""
     record = np.dtype([("labels", np.uint8, (label_bytes,)), ("pixels", np.uint8, CIFAR_SHAPE)])
     images, labels = [], []
     for path in paths:
@@ -109,7 +107,7 @@ def read_cifar(
             )
         rows = np.fromfile(path, dtype=record)
         images.append(rows["pixels"])
-        labels.append(rows["labels"][:, label_index].astype(np.int64))
+        labels.append(rows["labels"][:, -1].astype(np.int64))
     return np.concatenate(images), np.concatenate(labels)
 
 

@@ -36,9 +36,7 @@ class ConvNet(nn.Module):
     ):
         super().__init__()
         _checks.one_of("activation", activation, list(ACTIVATIONS))
-        if len(image_shape) != 3:
-            raise ValueError(f"image_shape must be (channels, height, width), got {image_shape}")
-        c, h, w = image_shape
+        c, h, w = _checks.image_shape("image_shape", image_shape)
         if h % 4 or w % 4:
             raise ValueError(f"image height and width must be divisible by 4, got {h}x{w}")
         _checks.positive_int("num_classes", num_classes)

@@ -13,12 +13,14 @@ from torch.nn import functional as F
 from ebmlab import _checks, hardware
 from ebmlab.energies.base import EnergyModel
 
+LEAKY_SLOPE = 0.2  # of the leaky ReLU (JEM's choice)
 ACTIVATIONS = {
     "silu": nn.SiLU,
     "elu": nn.ELU,
     "relu": nn.ReLU,
     "tanh": nn.Tanh,
     "softplus": nn.Softplus,
+    "leaky_relu": lambda: nn.LeakyReLU(LEAKY_SLOPE),  # JEM's WideResNet
 }
 
 
@@ -38,6 +40,7 @@ _FORWARD: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]]
     "relu": lambda z: (a := F.relu(z), a),
     "tanh": lambda z: (a := torch.tanh(z), a),
     "softplus": lambda z: (F.softplus(z), z),
+    "leaky_relu": lambda z: (F.leaky_relu(z, LEAKY_SLOPE), z),
 }
 
 # d act(z) / dz applied to an incoming gradient g, given what the forward kept, with
@@ -48,6 +51,7 @@ _BACKWARD: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "relu": lambda g, a: torch.ops.aten.threshold_backward(g, a, 0.0),
     "tanh": lambda g, a: torch.ops.aten.tanh_backward(g, a),
     "softplus": lambda g, z: torch.ops.aten.softplus_backward(g, z, 1.0, 20.0),
+    "leaky_relu": lambda g, z: torch.ops.aten.leaky_relu_backward(g, z, LEAKY_SLOPE, False),
 }
 
 # maps the network output (B, K) to (energy (B,), d energy / d output), the latter of

@@ -15,8 +15,6 @@ energy through :class:`~ebmlab.energies.ImageEnergy`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
@@ -36,13 +34,6 @@ def _norm(kind: str, channels: int) -> nn.Module:
     if kind == "layer":
         return nn.GroupNorm(1, channels)
     return nn.Identity()
-
-
-def _activation(name: str) -> Callable[[], nn.Module]:
-    if name == "leaky_relu":  # JEM's choice, slope 0.2
-        return lambda: nn.LeakyReLU(0.2)
-    _checks.one_of("activation", name, [*ACTIVATIONS, "leaky_relu"])
-    return ACTIVATIONS[name]
 
 
 class _WideBlock(nn.Module):
@@ -70,8 +61,8 @@ class WideResNet(nn.Module):
     """WRN-depth-widen (Zagoruyko & Komodakis 2016) with K outputs.
 
     ``depth`` = 6n + 4 (28 for JEM), ``widen`` the width multiplier k (10 for JEM),
-    ``norm`` one of none|batch|group|layer, ``activation`` any of ebmlab's smooth
-    activations or ``leaky_relu`` (slope 0.2, JEM's).
+    ``norm`` one of none|batch|group|layer, ``activation`` any of
+    :data:`~ebmlab.energies.mlp.ACTIVATIONS` (JEM's is ``leaky_relu``, slope 0.2).
     """
 
     def __init__(
@@ -85,15 +76,14 @@ class WideResNet(nn.Module):
         activation: str = "leaky_relu",
     ) -> None:
         super().__init__()
-        if len(image_shape) != 3:
-            raise ValueError(f"image_shape must be (channels, height, width), got {image_shape}")
+        _checks.image_shape("image_shape", image_shape)
         if depth < 10 or (depth - 4) % 6:
             raise ValueError(f"depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got {depth}")
         _checks.positive_int("num_outputs", num_outputs)
         _checks.positive_int("widen", widen)
         _checks.probability("dropout", dropout)
         _checks.one_of("norm", norm, NORMS)
-        act = _activation(activation)
+        act = ACTIVATIONS[_checks.one_of("activation", activation, list(ACTIVATIONS))]
         self.image_shape = tuple(image_shape)
         n = (depth - 4) // 6
         widths = [16, 16 * widen, 32 * widen, 64 * widen]
@@ -144,8 +134,7 @@ class SNResNet(nn.Module):
         activation: str = "silu",
     ) -> None:
         super().__init__()
-        if len(image_shape) != 3:
-            raise ValueError(f"image_shape must be (channels, height, width), got {image_shape}")
+        _checks.image_shape("image_shape", image_shape)
         _checks.positive_int("num_outputs", num_outputs)
         _checks.positive_int("width", width)
         _checks.positive_int("stages", stages)
@@ -156,7 +145,7 @@ class SNResNet(nn.Module):
                 f"image height and width must be divisible by {2 ** (stages - 1)} for "
                 f"{stages} stages, got {h}x{w}"
             )
-        act = _activation(activation)
+        act = ACTIVATIONS[_checks.one_of("activation", activation, list(ACTIVATIONS))]
         sn = nn.utils.parametrizations.spectral_norm
         self.image_shape = tuple(image_shape)
         layers: list[nn.Module] = [sn(nn.Conv2d(c, width, 3, 1, 1))]

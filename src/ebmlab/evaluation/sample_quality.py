@@ -121,9 +121,7 @@ def _inside(points: torch.Tensor, centres: torch.Tensor, k: int) -> torch.Tensor
     return (torch.cdist(points, centres) <= radii).any(1)
 
 
-def precision_recall(
-    samples: torch.Tensor, data: torch.Tensor, k: int = 3
-) -> dict[str, Any]:
+def precision_recall(samples: torch.Tensor, data: torch.Tensor, k: int = 3) -> dict[str, Any]:
     """Improved precision and recall of ``samples`` against ``data`` (k-NN manifolds,
     Kynkäänniemi et al. 2019), each with its binomial standard error."""
     s, x = _features("samples", samples), _features("data", data)

@@ -34,7 +34,7 @@ class WeightAverage:
     @torch.no_grad()
     def update(self) -> None:
         """Move the average towards the current parameters (after an optimizer step)."""
-        torch._foreach_lerp_(self.shadow, [p.detach() for p in self.params], 1 - self.decay)
+        torch._foreach_lerp_(self.shadow, self.params, 1 - self.decay)
 
     @contextmanager
     def applied(self) -> Iterator[None]:

@@ -188,7 +188,7 @@ class JEMTask(BufferTask):
         k = self.train.num_classes
         if self.train.y is None or k is None or k < 2:
             raise ValueError(f"data {config.data!r} needs labels of at least two classes for JEM")
-        if self.train.image_shape is None and (config.arch == "conv" or self.augments):
+        if self.train.image_shape is None and (config.arch != "mlp" or self.augments):
             raise ValueError(
                 f"data {config.data!r} holds feature vectors, not images: use arch 'mlp' and "
                 "turn the image augmentations off (shift/rotate/scale_augment 0)"
