@@ -10,13 +10,17 @@ from ebmlab.samplers import (
     HMC,
     MALA,
     NUTS,
+    SGHMC,
     AdaptiveHMC,
     BlockGibbs,
+    DiscreteLangevin,
     Gibbs,
+    GibbsWithGradients,
     Langevin,
     MetropolisHastings,
     ParallelTempering,
     ReplayBuffer,
+    UnderdampedLangevin,
     anneal,
     gaussian_init,
     mixture_init,
@@ -51,10 +55,16 @@ CONTINUOUS = {
     "nuts": lambda: NUTS(max_depth=4),
     "metropolis_hastings": lambda: MetropolisHastings(0.5),
     "parallel_tempering": lambda: ParallelTempering(MALA(0.1), [1.0, 0.5, 0.25]),
+    "underdamped_baoab": lambda: UnderdampedLangevin(0.2),
+    "underdamped_obabo": lambda: UnderdampedLangevin(0.2, scheme="obabo"),
+    "sghmc": lambda: SGHMC(0.01),
 }
 BINARY = {
     "gibbs": lambda model: Gibbs(),
     "block_gibbs": lambda model: BlockGibbs(model),
+    "gibbs_with_gradients": lambda model: GibbsWithGradients(),
+    "dula": lambda model: DiscreteLangevin(0.5, adjusted=False),
+    "dmala": lambda model: DiscreteLangevin(0.5),
 }
 
 

@@ -79,3 +79,12 @@ def test_validation():
         Langevin(0.1, clamp=(1.0, -1.0))
     with pytest.raises(ValueError, match="x0 contains NaN"):
         Langevin(0.1).sample(lambda x: (x**2).sum(1), torch.tensor([[math.nan]]), 1)
+
+
+def test_a_diverging_chain_stops_the_run_naming_step_and_chain():
+    from ebmlab.samplers import NonFiniteChainError
+
+    x0 = torch.zeros(4, 1)
+    x0[2] = 3.0  # only this chain is thrown out by the quartic's gradient at h = 5
+    with pytest.raises(NonFiniteChainError, match=r"chain 2 became non-finite .* at step [1-9]"):
+        Langevin(5.0, 0.0).sample(lambda x: (x**4).sum(1), x0, 500)

@@ -17,15 +17,18 @@ from ebmlab.evaluation.sample_quality import (
     precision_recall,
     sample_quality,
 )
+from ebmlab.evaluation.stein import SteinDiscrepancy, kernel_stein_discrepancy
 
 __all__ = [
     "LogLikelihood",
+    "SteinDiscrepancy",
     "accuracy",
     "auroc",
     "calibration_bins",
     "expected_calibration_error",
     "frechet_distance",
     "kernel_distance",
+    "kernel_stein_discrepancy",
     "load_ood_file",
     "log_likelihood",
     "median_bandwidth",

@@ -1,6 +1,13 @@
 """Samplers: how to draw x ~ exp(-E(x)) / Z."""
 
-from ebmlab.samplers.base import Sampler, SamplerState, SampleRun, frozen_parameters
+from ebmlab.samplers.base import (
+    NonFiniteChainError,
+    Sampler,
+    SamplerState,
+    SampleRun,
+    frozen_parameters,
+)
+from ebmlab.samplers.discrete import DiscreteLangevin, GibbsWithGradients
 from ebmlab.samplers.gibbs import BlockGibbs, Gibbs
 from ebmlab.samplers.hmc import HMC, AdaptiveHMC
 from ebmlab.samplers.langevin import Langevin
@@ -14,21 +21,27 @@ from ebmlab.samplers.replay_buffer import (
     uniform_init,
 )
 from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path
+from ebmlab.samplers.underdamped import SGHMC, UnderdampedLangevin
 
 __all__ = [
     "HMC",
     "MALA",
     "NUTS",
+    "SGHMC",
     "AdaptiveHMC",
     "BlockGibbs",
+    "DiscreteLangevin",
     "Gibbs",
+    "GibbsWithGradients",
     "Langevin",
     "MetropolisHastings",
+    "NonFiniteChainError",
     "ParallelTempering",
     "ReplayBuffer",
     "SampleRun",
     "Sampler",
     "SamplerState",
+    "UnderdampedLangevin",
     "anneal",
     "frozen_parameters",
     "gaussian_init",

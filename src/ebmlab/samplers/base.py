@@ -114,6 +114,39 @@ def frozen_parameters(energy: Any) -> Iterator[None]:
             p.requires_grad_(True)
 
 
+class NonFiniteChainError(ValueError):
+    """A chain reached a NaN or infinite state; the message names the step and chain."""
+
+
+class _FiniteWatch:
+    """Records on the device the first step at which each chain turns non-finite and
+    reads it back every ``every`` steps, so a diverging run stops early without a host
+    synchronisation per step."""
+
+    every = 64
+
+    def __init__(self, x0: torch.Tensor) -> None:
+        self.first = torch.full((x0.shape[0],), -1, dtype=torch.long, device=x0.device)
+
+    def update(self, state: SamplerState) -> None:
+        bad = ~torch.isfinite(state.x.flatten(1)).all(1)
+        self.first = torch.where(bad & (self.first < 0), state.t, self.first)
+        if state.t % self.every == 0:
+            self.check(state.t)
+
+    def check(self, t: int) -> None:
+        bad = self.first >= 0
+        if not bool(bad.any()):
+            return
+        chain = int(torch.where(bad, self.first, t + 1).argmin())
+        step = int(self.first[chain])
+        raise NonFiniteChainError(
+            f"chain {chain} became non-finite (NaN or inf) at step {step} of {t}; "
+            "a smaller step_size, or an energy bounded below on the sampled region, "
+            "keeps it finite"
+        )
+
+
 class Sampler(Generic[S]):
     """Base class: subclasses implement ``init`` and ``step``."""
 
@@ -173,16 +206,20 @@ class Sampler(Generic[S]):
         check_device(energy, x0)
         fn = as_energy_fn(energy)
         kept: list[torch.Tensor] = []
+        watch = _FiniteWatch(x0)
         with frozen_parameters(energy):
             state = self.begin_warmup(self.init(x0, fn), burn_in)
             for _ in range(burn_in):
                 state = self.step(state, fn, gen)
+                watch.update(state)
             state = self.end_warmup(state)
             warm = state
             for i in range(n_steps):
                 state = self.step(state, fn, gen)
+                watch.update(state)
                 if thin is not None and (i + 1) % thin == 0:
                     kept.append(state.x)
+        watch.check(state.t)
         samples = torch.stack(kept) if thin is not None and kept else state.x.unsqueeze(0)
         # acceptance and divergences of the kept phase; gradient evaluations of the whole run
         kept_steps = max(state.t - warm.t, 1)
