@@ -131,6 +131,12 @@ CASES = {
         n_temperatures=20,
         generator=6,
     ),
+    "smc": lambda put: P.smc(
+        put(mlp()), put(gaussian()), HMC(0.2, 3), n_particles=16, n_runs=2, generator=6
+    ),
+    "kernel_stein_discrepancy": lambda put: ev.kernel_stein_discrepancy(
+        put(X), put(gaussian()), n_bootstrap=20, generator=torch.Generator(put(X).device)
+    ),
     "bethe_log_partition": lambda put: P.bethe_log_partition(put(rbm())),
     "trw_log_partition": lambda put: P.trw_log_partition(put(rbm())),
     "perturb_and_map_log_partition": lambda put: P.perturb_and_map_log_partition(

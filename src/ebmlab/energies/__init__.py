@@ -8,6 +8,7 @@ from ebmlab.energies.analytic import (
     Funnel,
     Gaussian,
     GaussianMixture,
+    IndependentBernoulli,
 )
 from ebmlab.energies.base import (
     EnergyFn,
@@ -57,6 +58,7 @@ __all__ = [
     "GaussianBernoulliRBM",
     "GaussianMixture",
     "ImageEnergy",
+    "IndependentBernoulli",
     "MLPEnergy",
     "SNResNet",
     "SubspaceRBM",

@@ -119,6 +119,31 @@ class DiagonalGaussian(AnalyticEnergy):
         return self.mean + eps * self.std
 
 
+class IndependentBernoulli(AnalyticEnergy):
+    """E(x) = -a^T x on {0, 1}^D: independent units with logits a; log Z = sum_i
+    softplus(a_i). The tractable base for annealing binary models (AIS, tempered SMC)."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        logits = _checks.tensor("logits", logits, ndim=1, floating=True, finite=True)
+        self.dim = logits.shape[0]
+        self.register_buffer("logits", logits)
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_x(x)
+        return -x @ self.logits.to(x.dtype)
+
+    def log_partition(self) -> torch.Tensor:
+        return torch.nn.functional.softplus(self.logits.double()).sum()
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        _checks.positive_int("n", n)
+        u = torch.rand(
+            n, self.dim, generator=generator, dtype=self.logits.dtype, device=self.logits.device
+        )
+        return (u < torch.sigmoid(self.logits)).to(self.logits.dtype)
+
+
 class GaussianMixture(AnalyticEnergy):
     """E(x) = -log sum_k w_k exp(-1/2 (x - mu_k)^T Sigma_k^{-1} (x - mu_k)).
 

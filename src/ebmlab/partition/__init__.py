@@ -15,6 +15,7 @@ from ebmlab.partition.exact import (
     rbm_log_partition,
 )
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition, quadrature_sample
+from ebmlab.partition.smc import smc
 from ebmlab.partition.variational import (
     bethe_log_partition,
     perturb_and_map_log_partition,
@@ -37,5 +38,6 @@ __all__ = [
     "rbm_exact_samples",
     "rbm_log_partition",
     "salakhutdinov_schedule",
+    "smc",
     "trw_log_partition",
 ]

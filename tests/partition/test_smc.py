@@ -1,0 +1,86 @@
+"""Tempered SMC log Z against analytic and enumerated answers."""
+
+import pytest
+import torch
+
+from ebmlab.energies import (
+    BoltzmannMachine,
+    Funnel,
+    Gaussian,
+    GaussianMixture,
+    IndependentBernoulli,
+)
+from ebmlab.partition import binary_states, exact_log_partition, smc
+from ebmlab.samplers import HMC, MALA, GibbsWithGradients
+
+
+def mixture(d, seed=123):
+    means = torch.randn(4, d, generator=torch.Generator().manual_seed(seed)) * 2
+    return GaussianMixture.isotropic(means, 1.0)
+
+
+def assert_within(estimate, truth, k=4.0, most=0.15):
+    error = estimate.log_z - truth
+    assert abs(error) <= k * estimate.stderr + 1e-9, (error, estimate.stderr)
+    assert abs(error) < most, error
+
+
+@pytest.mark.parametrize("d", [2, 10])
+def test_gaussian_mixture(d):
+    target = mixture(d)
+    base = Gaussian(torch.zeros(d), torch.eye(d) * 9)
+    estimate = smc(target, base, HMC(0.3, 5), n_particles=256, steps_per_stage=3, generator=0)
+    assert_within(estimate, float(target.log_partition()))
+    assert estimate.method == "smc" and len(estimate.cost["n_stages"]) == 8
+
+
+def test_funnel():
+    target = Funnel(5, scale=1.5)
+    base = Gaussian(torch.zeros(5), torch.eye(5) * 4)
+    estimate = smc(target, base, MALA(0.05), n_particles=256, steps_per_stage=5, generator=1)
+    assert_within(estimate, float(target.log_partition()))
+
+
+def test_binary_boltzmann_machine():
+    torch.manual_seed(0)
+    bm = BoltzmannMachine(12, init_std=0.4)
+    base = IndependentBernoulli(torch.zeros(12))
+    estimate = smc(bm, base, GibbsWithGradients(), n_particles=256, steps_per_stage=4, generator=2)
+    assert_within(estimate, exact_log_partition(bm).log_z)
+
+
+def test_independent_bernoulli_base_is_exact():
+    base = IndependentBernoulli(torch.tensor([0.5, -1.0, 2.0]))
+    states = binary_states(3)
+    log_z = torch.logsumexp(-base.energy(states).double(), 0)
+    torch.testing.assert_close(base.log_partition(), log_z)
+    draws = base.sample(20000, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(draws.mean(0), torch.sigmoid(base.logits), atol=0.015, rtol=0)
+
+
+def test_interval_covers_the_truth_across_seeds():
+    target = mixture(2, seed=7)
+    base = Gaussian(torch.zeros(2), torch.eye(2) * 9)
+    truth = float(target.log_partition())
+    covered = 0
+    for seed in range(20):
+        estimate = smc(target, base, HMC(0.3, 5), n_particles=128, generator=seed)
+        low, high = estimate.interval(2.0)
+        covered += low <= truth <= high
+    assert covered >= 17
+
+
+def test_bad_input():
+    target, base, kernel = mixture(2), Gaussian(torch.zeros(2), torch.eye(2)), MALA(0.1)
+    with pytest.raises(ValueError, match="n_particles"):
+        smc(target, base, kernel, n_particles=0)
+    with pytest.raises(ValueError, match="n_runs must be at least 2"):
+        smc(target, base, kernel, n_runs=1)
+    with pytest.raises(ValueError, match="ess_fraction must be in"):
+        smc(target, base, kernel, ess_fraction=1.0)
+    with pytest.raises(TypeError, match="kernel must be an ebmlab Sampler"):
+        smc(target, base, "mala")
+    with pytest.raises(TypeError, match="base must provide sample"):
+        smc(target, target.energy, kernel)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        smc(lambda x: x.sum(1) * float("nan"), base, kernel, n_particles=8)
