@@ -75,6 +75,8 @@ def test_train_evaluate_and_resume(capsys, tmp_path):
     # a 2-epoch model's samples are far from the data: each MMD² is many errors above 0
     assert result["mmd2"] > 3 * result["mmd2_stderr"] > 0
     assert result["mmd2_floor_stderr"] > 0
+    # the Stein test of fit finds a 2-epoch model wrong for the test data
+    assert result["ksd"]["ksd2"] > 3 * result["ksd"]["stderr"] and result["ksd"]["p_value"] < 0.05
     for png in ("curves.png", "density.png", "samples.png", "samples/buffer.png"):
         assert (run / png).is_file(), png
 

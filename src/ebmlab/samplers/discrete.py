@@ -44,74 +44,122 @@ class DiscreteState(SamplerState):
     accept_prob: torch.Tensor | None = None
 
 
-def _gumbel(shape: torch.Size, like: torch.Tensor, generator: torch.Generator | None):
-    """Standard Gumbel noise: argmax(logits + G) draws from softmax(logits)."""
-    u = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)
-    return -torch.log(-torch.log(u.clamp_min(torch.finfo(like.dtype).tiny)))
+def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw from softmax(logits) over the last dimension per row: the argmax of
+    logits - log(-log u), u ~ U(0, 1) (the Gumbel-max trick), with no host
+    synchronisation."""
+    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)
+    tiny = torch.finfo(logits.dtype).tiny
+    return (logits - u.clamp_min_(tiny).log_().neg_().log_()).argmax(-1, keepdim=True)
 
 
-class _Sites:
-    """The discrete layout of a state: binary units, or one-hot categories (last dim).
+def _check_discrete(x0: torch.Tensor, one_hot: bool) -> torch.Tensor:
+    if not ((x0 == 0) | (x0 == 1)).all():
+        raise ValueError(
+            "x0 must be discrete: every value 0 or 1"
+            + (" (one-hot categories along the last dimension)" if one_hot else "")
+            + "; continuous inputs need a continuous sampler such as Langevin or MALA"
+        )
+    if one_hot and (x0.ndim < 3 or not (x0.sum(-1) == 1).all()):
+        raise ValueError(
+            "x0 must be one-hot along its last dimension (shape (B, ..., K), exactly one "
+            f"1 per site), got shape {tuple(x0.shape)}"
+        )
+    return x0.detach().clone()
 
-    ``codes(x)`` gives each site's value (B, N) and ``gains(x, g)`` the first-order
-    energy decrease Delta (B, N, K) of setting each site to each value (0 at the
-    current value); ``with_codes`` builds the state holding new values.
-    """
 
-    def __init__(self, one_hot: bool) -> None:
-        self.one_hot = one_hot
+class _BinarySites:
+    """Sites in {0, 1}: the one change of site i is a flip, with gain
+    Delta_i = g_i (2 x_i - 1); |x' - x|^2 = 1 per flip."""
 
-    def check(self, x0: torch.Tensor) -> torch.Tensor:
-        binary = (x0 == 0) | (x0 == 1)
-        if not binary.all():
-            raise ValueError(
-                "x0 must be discrete: every value 0 or 1"
-                + (" (one-hot categories along the last dimension)" if self.one_hot else "")
-                + "; continuous inputs need a continuous sampler such as Langevin or MALA"
-            )
-        if self.one_hot and (x0.ndim < 3 or not (x0.sum(-1) == 1).all()):
-            raise ValueError(
-                "x0 must be one-hot along its last dimension (shape (B, ..., K), exactly one "
-                f"1 per site), got shape {tuple(x0.shape)}"
-            )
-        return x0.detach().clone()
+    distance = 1.0
 
-    def codes(self, x: torch.Tensor) -> torch.Tensor:
-        if self.one_hot:
-            return x.flatten(1, -2).argmax(-1)
-        return x.flatten(1).long()
+    @staticmethod
+    def move_logits(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Gibbs-with-Gradients' log-weights Delta / 2 of every change (B, N)."""
+        return (g * (2 * x - 1)).flatten(1) / 2
 
-    def gains(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        if self.one_hot:
-            flat_g = g.flatten(1, -2)
-            current = (flat_g * x.flatten(1, -2)).sum(-1, keepdim=True)
-            return current - flat_g
-        flat_x, flat_g = x.flatten(1), g.flatten(1)
-        # value 0: -g (0 - x) = g x; value 1: -g (1 - x)
-        return torch.stack([flat_g * flat_x, flat_g * (flat_x - 1)], -1)
+    @staticmethod
+    def apply(x: torch.Tensor, move: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x with the change ``move`` (B, 1) made, and the change that undoes it."""
+        flat = x.flatten(1)
+        flipped = flat.scatter(1, move, 1 - flat.gather(1, move))
+        return flipped.view(x.shape), move
 
-    def with_codes(self, x: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        if self.one_hot:
-            k = x.shape[-1]
-            return torch.nn.functional.one_hot(codes, k).to(x.dtype).view(x.shape)
-        return codes.to(x.dtype).view(x.shape)
+    def langevin(
+        self, x: torch.Tensor, g: torch.Tensor, alpha: float, generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A discrete Langevin proposal and log q(x' | x): each site flips independently
+        with probability sigmoid(Delta_i / 2 - 1 / (2 alpha))."""
+        logit = self.move_logits(x, g) - self.distance / (2 * alpha)
+        u = torch.rand(logit.shape, generator=generator, dtype=logit.dtype, device=logit.device)
+        flips = u.log_() < torch.nn.functional.logsigmoid(logit)
+        proposal = torch.where(flips, 1 - x.flatten(1), x.flatten(1)).view(x.shape)
+        return proposal, self._log_q(logit, flips)
 
-    def n_values(self, x: torch.Tensor) -> int:
-        return x.shape[-1] if self.one_hot else 2
+    def langevin_log_q(
+        self, x: torch.Tensor, g: torch.Tensor, alpha: float, back_to: torch.Tensor
+    ) -> torch.Tensor:
+        """log q(back_to | x) of the same proposal."""
+        logit = self.move_logits(x, g) - self.distance / (2 * alpha)
+        return self._log_q(logit, x.flatten(1) != back_to.flatten(1))
 
-    def distance(self) -> float:
-        """|x'_i - x_i|^2 for a change of one site's value."""
-        return 2.0 if self.one_hot else 1.0
+    @staticmethod
+    def _log_q(logit: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.logsigmoid(torch.where(flips, logit, -logit)).sum(1)
+
+
+class _OneHotSites:
+    """Categorical sites stored one-hot along the last dimension (K values): setting
+    site i to k gains Delta_{i,k} = g_{i,c} - g_{i,k}; |x' - x|^2 = 2 per change."""
+
+    distance = 2.0
+
+    @staticmethod
+    def _gains(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        flat_x, flat_g = x.flatten(1, -2), g.flatten(1, -2)
+        return (flat_g * flat_x).sum(-1, keepdim=True) - flat_g  # (B, N, K)
+
+    def move_logits(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """Log-weights Delta / 2 of every change (B, N * K); staying put is excluded."""
+        stay = x.flatten(1, -2).bool()
+        return (self._gains(x, g) / 2).masked_fill(stay, -torch.inf).flatten(1)
+
+    @staticmethod
+    def apply(x: torch.Tensor, move: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k = x.shape[-1]
+        site = move // k
+        rows = x.flatten(1, -2)
+        old = rows.gather(1, site[..., None].expand(-1, -1, k)).argmax(-1)
+        new_row = torch.nn.functional.one_hot(move % k, k).to(x.dtype)
+        changed = rows.scatter(1, site[..., None].expand(-1, -1, k), new_row)
+        return changed.view(x.shape), site * k + old
+
+    def _langevin_log_probs(self, x: torch.Tensor, g: torch.Tensor, alpha: float):
+        stay = x.flatten(1, -2).bool()
+        logits = (self._gains(x, g) / 2 - self.distance / (2 * alpha)).masked_fill(stay, 0.0)
+        return torch.log_softmax(logits, -1)  # (B, N, K)
+
+    def langevin(self, x: torch.Tensor, g: torch.Tensor, alpha: float, generator):
+        log_p = self._langevin_log_probs(x, g, alpha)
+        codes = _gumbel_argmax(log_p, generator)  # (B, N, 1)
+        proposal = torch.zeros_like(log_p).scatter_(-1, codes, 1.0).to(x.dtype).view(x.shape)
+        return proposal, log_p.gather(-1, codes).sum((1, 2))
+
+    def langevin_log_q(self, x, g, alpha: float, back_to: torch.Tensor) -> torch.Tensor:
+        log_p = self._langevin_log_probs(x, g, alpha)
+        return (log_p * back_to.flatten(1, -2)).sum((1, 2))
 
 
 class _DiscreteSampler(Sampler[DiscreteState]):
     def __init__(self, one_hot: bool) -> None:
         if not isinstance(one_hot, bool):
             raise TypeError(f"one_hot must be a bool, got {one_hot!r}")
-        self.sites = _Sites(one_hot)
+        self.one_hot = one_hot
+        self.sites = _OneHotSites() if one_hot else _BinarySites()
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> DiscreteState:
-        x = self.sites.check(x0)
+        x = _check_discrete(x0, self.one_hot)
         e, g = energy_and_grad(energy, x)
         base = SamplerState.start(x, e, g, n_grad_evals=1)
         return DiscreteState(**vars(base), accept_prob=torch.ones_like(e))
@@ -156,27 +204,15 @@ class GibbsWithGradients(_DiscreteSampler):
     def __init__(self, *, one_hot: bool = False) -> None:
         super().__init__(one_hot)
 
-    def _log_q(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """log q((i, k) | x) over all changes (B, N * K); staying put has probability 0."""
-        gains = self.sites.gains(x, g)
-        stay = torch.nn.functional.one_hot(self.sites.codes(x), gains.shape[-1]).bool()
-        logits = (gains / 2).masked_fill(stay, -torch.inf).flatten(1)
-        return torch.log_softmax(logits, -1)
-
     def step(
         self, state: DiscreteState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> DiscreteState:
-        x = state.x
-        log_q = self._log_q(x, state.grad)
-        move = (log_q + _gumbel(log_q.shape, log_q, generator)).argmax(-1, keepdim=True)
-        n_values = self.sites.n_values(x)
-        site, value = move // n_values, move % n_values
-        codes = self.sites.codes(x)
-        old_value = codes.gather(1, site)
-        proposal = self.sites.with_codes(x, codes.scatter(1, site, value))
+        log_q = torch.log_softmax(self.sites.move_logits(state.x, state.grad), -1)
+        move = _gumbel_argmax(log_q, generator)
+        proposal, back = self.sites.apply(state.x, move)
         e_new, g_new = energy_and_grad(energy, proposal)
-        log_q_back = self._log_q(proposal, g_new).gather(1, site * n_values + old_value)
-        log_q_ratio = (log_q_back - log_q.gather(1, move)).squeeze(1)
+        log_q_back = torch.log_softmax(self.sites.move_logits(proposal, g_new), -1)
+        log_q_ratio = (log_q_back.gather(1, back) - log_q.gather(1, move)).squeeze(1)
         return self._metropolis(state, proposal, log_q_ratio, e_new, g_new, generator)
 
 
@@ -197,26 +233,14 @@ class DiscreteLangevin(_DiscreteSampler):
             raise TypeError(f"adjusted must be a bool, got {adjusted!r}")
         self.adjusted = adjusted
 
-    def _log_q(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """log q(x'_i = k | x) per site and value (B, N, K)."""
-        gains = self.sites.gains(x, g)
-        stay = torch.nn.functional.one_hot(self.sites.codes(x), gains.shape[-1]).bool()
-        penalty = self.sites.distance() / (2 * self.step_size)
-        logits = (gains / 2 - penalty).masked_fill(stay, 0.0)
-        return torch.log_softmax(logits, -1)
-
     def step(
         self, state: DiscreteState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> DiscreteState:
-        x = state.x
-        log_q = self._log_q(x, state.grad)
-        codes = (log_q + _gumbel(log_q.shape, log_q, generator)).argmax(-1)
-        proposal = self.sites.with_codes(x, codes)
+        alpha = self.step_size
+        proposal, forward = self.sites.langevin(state.x, state.grad, alpha, generator)
         e_new, g_new = energy_and_grad(energy, proposal)
         log_q_ratio = None
         if self.adjusted:
-            forward = log_q.gather(-1, codes.unsqueeze(-1)).sum((1, 2))
-            old = self.sites.codes(x).unsqueeze(-1)
-            backward = self._log_q(proposal, g_new).gather(-1, old).sum((1, 2))
+            backward = self.sites.langevin_log_q(proposal, g_new, alpha, state.x)
             log_q_ratio = backward - forward
         return self._metropolis(state, proposal, log_q_ratio, e_new, g_new, generator)

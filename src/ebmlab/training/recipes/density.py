@@ -22,6 +22,7 @@ from ebmlab import _checks
 from ebmlab.data import TOYS, load_dataset, make_toy
 from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy
 from ebmlab.evaluation.metrics import mmd2
+from ebmlab.evaluation.stein import kernel_stein_discrepancy
 from ebmlab.losses import (
     contrastive_divergence_loss,
     denoising_score_matching_loss,
@@ -190,12 +191,16 @@ def build(config: DensityConfig, trainer: TrainerConfig) -> Setup:
     return Setup(task, (load_dataset(config.data, "train").x,))
 
 
+KSD_SAMPLES = 1000  # test points in the Stein discrepancy (its cost grows as n^2)
+
+
 def evaluate(
     setup: Setup, run: RunDirectory, n_samples: int = 5000, sample_steps: int = 500
 ) -> dict[str, Any]:
     """Exact test NLL (quadrature), the true NLL floor, KL on the grid, and MMD^2 to test
     data of exact model samples (drawn on the quadrature grid: a measure of the model) and
-    of Langevin samples from the chains (a measure of model and sampler together)."""
+    of Langevin samples from the chains (a measure of model and sampler together), and the
+    kernel Stein discrepancy of the test data against the model with its test of fit."""
     task: DensityTask = setup.task  # type: ignore[assignment]
     device = task.val.device
     test = load_dataset(task.config.data, "test").x.to(device)
@@ -244,6 +249,9 @@ def evaluate(
         result[name], result[f"{name}_stderr"] = mmd2(
             x[:n_samples], test[:n_samples], return_stderr=True
         )
+    result["ksd"] = kernel_stein_discrepancy(
+        test[:KSD_SAMPLES], task.model, generator=gen
+    ).to_dict()
     return result
 
 

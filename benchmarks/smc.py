@@ -1,0 +1,211 @@
+"""Tempered SMC log Z against exact answers, and against AIS at the same cost.
+
+Targets with a known log Z:
+
+- Gaussian mixtures (4 unit-variance components, means ~ N(0, 4 I)) in 2, 10 and 50
+  dimensions, and Neal's funnel in 10 dimensions, from a broad Gaussian base with HMC
+  moves;
+- a 64 x 16 Bernoulli RBM trained on the binarised digits (exact log Z by enumerating
+  the 2^16 hidden states), from the data's base-rate model with Gibbs-with-Gradients
+  moves.
+
+AIS (``ebmlab.partition.ais``) runs with the same base, the same kernel and as many
+energy evaluations of the target (counted, gradients included), its temperatures
+spaced evenly. Errors are root-mean-square over seeds; coverage is the fraction of 50
+seeds whose interval log_z +/- 2 stderr holds the truth (95 % nominal).
+``python -m benchmarks.smc`` prints the table.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+
+from benchmarks.harness import MetricCase
+from ebmlab.energies import Funnel, Gaussian, GaussianMixture, IndependentBernoulli
+from ebmlab.partition import ais, exact_log_partition, smc
+from ebmlab.partition.ais import base_rate_biases
+from ebmlab.samplers import HMC, GibbsWithGradients
+from ebmlab.sklearn import BernoulliRBM as RBMEstimator
+
+SEEDS = 5
+COVERAGE_SEEDS = 50
+
+
+class Counted(torch.nn.Module):
+    """The target's energy, counting the rows it is evaluated on (a module, so that the
+    estimators freeze the target's parameters while they sample)."""
+
+    def __init__(self, energy: torch.nn.Module) -> None:
+        super().__init__()
+        self.energy, self.rows = energy, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows += x.shape[0]
+        return self.energy(x)
+
+
+def mixture(d: int) -> GaussianMixture:
+    means = torch.randn(4, d, generator=torch.Generator().manual_seed(123)) * 2
+    return GaussianMixture.isotropic(means, 1.0)
+
+
+@cache
+def digits_rbm():
+    bits = (load_digits().data >= 8).astype(np.float64)
+    estimator = RBMEstimator(16, learning_rate=0.05, batch_size=20, n_iter=30, random_state=0)
+    rbm = estimator.fit(bits).rbm_
+    base = IndependentBernoulli(base_rate_biases(bits, 64).float())
+    return rbm, base
+
+
+def problems() -> dict[str, dict]:
+    """Name -> target, base, kernel, SMC settings and the true log Z."""
+    out = {}
+    for d, particles in ((2, 256), (10, 512), (50, 1024)):
+        target = mixture(d)
+        out[f"Gaussian mixture, {d}-d"] = {
+            "target": target,
+            "base": Gaussian(torch.zeros(d), torch.eye(d) * 9),
+            "kernel": HMC(0.3, 5),
+            "particles": particles,
+            "steps": 5,
+            "truth": float(target.log_partition()),
+        }
+    funnel = Funnel(10)
+    out["Neal's funnel, 10-d"] = {
+        "target": funnel,
+        "base": Gaussian(torch.zeros(10), torch.eye(10) * 9),
+        "kernel": HMC(0.05, 10),
+        "particles": 512,
+        "steps": 5,
+        "truth": float(funnel.log_partition()),
+    }
+    rbm, base = digits_rbm()
+    out["RBM 64 x 16 (digits)"] = {
+        "target": rbm,
+        "base": base,
+        "kernel": GibbsWithGradients(),
+        "particles": 512,
+        "steps": 20,
+        "truth": exact_log_partition(rbm).log_z,
+    }
+    return out
+
+
+def run_smc(p: dict, seed: int):
+    counted = Counted(p["target"])
+    estimate = smc(
+        counted,
+        p["base"],
+        p["kernel"],
+        n_particles=p["particles"],
+        n_runs=8,
+        ess_fraction=0.8,
+        steps_per_stage=p["steps"],
+        generator=seed,
+    )
+    return estimate, counted.rows
+
+
+def run_ais(p: dict, seed: int, budget: int):
+    """AIS with 8 x particles chains and temperatures to spend ``budget`` evaluations:
+    a temperature costs a chain the kernel's init, its steps and the weight update."""
+    chains = 8 * p["particles"]
+    temperatures = max(2, budget // (chains * (p["steps"] + 2)))
+    counted = Counted(p["target"])
+    estimate = ais(
+        counted,
+        base=p["base"],
+        kernel=p["kernel"],
+        n_chains=chains,
+        n_temperatures=temperatures,
+        steps_per_temperature=p["steps"],
+        generator=seed,
+    )
+    return estimate, counted.rows
+
+
+@cache
+def figures() -> dict[str, dict]:
+    out = {}
+    for name, p in problems().items():
+        smc_errors, ais_errors, stderrs, budgets, ais_budgets = [], [], [], [], []
+        for seed in range(SEEDS):
+            estimate, rows = run_smc(p, seed)
+            smc_errors.append(estimate.log_z - p["truth"])
+            stderrs.append(estimate.stderr)
+            budgets.append(rows)
+            other, other_rows = run_ais(p, seed, rows)
+            ais_errors.append(other.log_z - p["truth"])
+            ais_budgets.append(other_rows)
+        out[name] = {
+            "smc_rmse": math.sqrt(sum(e * e for e in smc_errors) / SEEDS),
+            "ais_rmse": math.sqrt(sum(e * e for e in ais_errors) / SEEDS),
+            "smc_stderr": sum(stderrs) / SEEDS,
+            "evaluations": sum(budgets) / SEEDS,
+            "ais_evaluations": sum(ais_budgets) / SEEDS,
+        }
+    return out
+
+
+@cache
+def coverage(name: str) -> float:
+    p = problems()[name]
+    hits = 0
+    for seed in range(100, 100 + COVERAGE_SEEDS):
+        low, high = run_smc(p, seed)[0].interval(2.0)
+        hits += low <= p["truth"] <= high
+    return hits / COVERAGE_SEEDS
+
+
+def _error_case(name: str) -> MetricCase:
+    def run() -> tuple[float, float]:
+        f = figures()[name]
+        return f["smc_rmse"], f["ais_rmse"]
+
+    return MetricCase(
+        what=f"tempered SMC log Z, {name}: RMS error over {SEEDS} seeds",
+        run=run,
+        anchor_name="AIS, same base, kernel and energy evaluations",
+        unit="nats",
+        higher_is_better=False,
+    )
+
+
+def _coverage_case(name: str) -> MetricCase:
+    def run() -> tuple[float, float]:
+        return coverage(name), 0.95
+
+    return MetricCase(
+        what=f"tempered SMC, {name}: coverage of log_z +/- 2 stderr over {COVERAGE_SEEDS} seeds",
+        run=run,
+        anchor_name="nominal",
+        unit="fraction",
+    )
+
+
+def cases() -> list[MetricCase]:
+    names: list[str] = list(problems())
+    rows: list[MetricCase] = [_error_case(n) for n in names]
+    return [*rows, _coverage_case("Gaussian mixture, 10-d"), _coverage_case(names[-1])]
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    print("problem | SMC RMSE | SMC mean stderr | AIS RMSE | evaluations (SMC, AIS)")
+    for name, f in figures().items():
+        print(
+            f"{name} | {f['smc_rmse']:.4f} | {f['smc_stderr']:.4f} | {f['ais_rmse']:.4f} | "
+            f"{f['evaluations']:.0f}, {f['ais_evaluations']:.0f}"
+        )
+    for name in ("Gaussian mixture, 10-d", "RBM 64 x 16 (digits)"):
+        print(f"coverage at 2 stderr, {name}: {coverage(name):.2f}")
+
+
+if __name__ == "__main__":
+    main()
