@@ -2,12 +2,14 @@
 
 LeCun et al. (2006)'s family (energy, perceptron, hinge, log, LVQ2, MCE,
 square-square, square-exponential, NLL, MEE); for densities, contrastive
-divergence, score matching (exact, sliced, denoising) and noise-contrastive
-estimation; for binary models, pseudo-likelihood and minimum probability flow.
+divergence, score matching (exact, sliced, denoising), noise-contrastive
+estimation and energy discrepancy; for binary models, pseudo-likelihood and minimum
+probability flow.
 """
 
 from ebmlab.losses.binary import minimum_probability_flow_loss, pseudo_likelihood_loss
 from ebmlab.losses.contrastive import contrastive_divergence_loss
+from ebmlab.losses.discrepancy import energy_discrepancy_loss
 from ebmlab.losses.lecun import (
     contrastive_update_loss,
     energy_loss,
@@ -32,6 +34,7 @@ __all__ = [
     "contrastive_divergence_loss",
     "contrastive_update_loss",
     "denoising_score_matching_loss",
+    "energy_discrepancy_loss",
     "energy_loss",
     "hinge_loss",
     "log_loss",

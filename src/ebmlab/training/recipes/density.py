@@ -1,4 +1,5 @@
-"""Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching or NCE).
+"""Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching, NCE or energy
+discrepancy).
 
 The energy is an MLP trained by the chosen principle: the CD surrogate of seed 001
 with negatives from persistent Langevin chains kept in a replay buffer (PCD,
@@ -26,6 +27,7 @@ from ebmlab.evaluation.stein import kernel_stein_discrepancy
 from ebmlab.losses import (
     contrastive_divergence_loss,
     denoising_score_matching_loss,
+    energy_discrepancy_loss,
     nce_loss,
     score_matching_loss,
     sliced_score_matching_loss,
@@ -55,6 +57,8 @@ class DensityConfig:
     sigma: float = 0.1
     nce_noise_ratio: int = 4
     nce_noise: str = "kde"
+    ed_negatives: int = 16
+    ed_w: float = 1.0
 
     def __post_init__(self) -> None:
         _checks.one_of("data", self.data, list(TOYS))
@@ -62,6 +66,8 @@ class DensityConfig:
         _checks.positive("sigma", self.sigma)
         _checks.positive_int("nce_noise_ratio", self.nce_noise_ratio)
         _checks.one_of("nce_noise", self.nce_noise, list(NCE_NOISES))
+        _checks.positive_int("ed_negatives", self.ed_negatives)
+        _checks.positive("ed_w", self.ed_w, allow_zero=True)
         _checks.positive_int("hidden", self.hidden)
         _checks.positive_int("depth", self.depth)
         _checks.positive_int("sampler_steps", self.sampler_steps)
@@ -72,7 +78,7 @@ class DensityConfig:
         _checks.positive_int("quadrature_points", self.quadrature_points)
 
 
-METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce")
+METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed")
 NCE_NOISES = ("gaussian", "kde")
 KDE_POINTS = 1000
 KDE_WIDE_WEIGHT = 0.1
@@ -109,7 +115,9 @@ class DensityTask(BufferTask):
     ``cd``: short-run Langevin chains from uniform noise every step; ``sm`` / ``ssm`` /
     ``dsm``: exact, sliced or denoising score matching (noise ``sigma``); ``nce``:
     noise-contrastive estimation with a learnable log-normaliser against ``nce_noise``
-    (see :func:`nce_noise`).
+    (see :func:`nce_noise`); ``ed``: energy discrepancy with Gaussian perturbations of
+    standard deviation ``sigma``, ``ed_negatives`` contrasting points and stabiliser
+    ``ed_w``.
     """
 
     def __init__(self, config: DensityConfig, seed: int) -> None:
@@ -144,6 +152,17 @@ class DensityTask(BufferTask):
         if c.method == "dsm":
             return StepResult(
                 *denoising_score_matching_loss(self.model, x, c.sigma, generator=generator)
+            )
+        if c.method == "ed":
+            return StepResult(
+                *energy_discrepancy_loss(
+                    self.model,
+                    x,
+                    scale=c.sigma,
+                    n_negatives=c.ed_negatives,
+                    w=c.ed_w,
+                    generator=generator,
+                )
             )
         if c.method == "nce":
             noise = self.noise.sample(c.nce_noise_ratio * x.shape[0], generator)
