@@ -23,6 +23,8 @@ from ebmlab.samplers.diagnostics import effective_sample_size
 
 DIM, CHAINS, BURN_IN, STEPS = 50, 1000, 300, 1000
 STD = torch.logspace(-1, 0, DIM)
+OURS = "underdamped (BAOAB, h 0.15, friction 1)"
+EBMKIT = "ebmkit UnderdampedLangevin (eps 0.15, friction 1)"
 
 
 def summarise(traj: torch.Tensor) -> dict[str, float]:
@@ -62,9 +64,7 @@ def figures() -> dict[str, dict[str, float]]:
     # the smallest scale (0.1) bounds every step: h = 0.15 is BAOAB's stable choice,
     # MALA's step gives ~60 % acceptance, friction 1 / (largest scale)
     out = {
-        "underdamped (BAOAB, h 0.15, friction 1)": summarise(
-            ebmlab_trajectory(UnderdampedLangevin(0.15, friction=1.0))
-        ),
+        OURS: summarise(ebmlab_trajectory(UnderdampedLangevin(0.15, friction=1.0))),
         "SGHMC (eta 0.0225, momentum decay 0.15)": summarise(
             ebmlab_trajectory(SGHMC(0.0225, momentum_decay=0.15))
         ),
@@ -73,30 +73,28 @@ def figures() -> dict[str, dict[str, float]]:
     }
     theirs = ebmkit_trajectory(0.15, 1.0)
     if theirs is not None:
-        out["ebmkit UnderdampedLangevin (eps 0.15, friction 1)"] = summarise(theirs)
+        out[EBMKIT] = summarise(theirs)
     return out
 
 
-def _case(anchor: str) -> MetricCase:
-    ours = "underdamped (BAOAB, h 0.15, friction 1)"
-
+def _case(anchor: str, metric: str, what: str, unit: str, higher_is_better: bool) -> MetricCase:
     def run() -> tuple[float, float]:
         f = figures()
-        return f[ours]["ess_per_1k"], f[anchor]["ess_per_1k"] if anchor in f else float("nan")
+        return f[OURS][metric], f[anchor][metric] if anchor in f else float("nan")
 
     return MetricCase(
-        what="underdamped Langevin (BAOAB), 50-d Gaussian with sd 0.1..1, 1000 chains: "
-        "min ESS of x^2 per 1000 gradients",
+        what=f"underdamped Langevin (BAOAB), 50-d Gaussian with sd 0.1..1, 1000 chains: {what}",
         run=run,
         anchor_name=anchor,
-        unit="ESS/1k grads",
+        unit=unit,
+        higher_is_better=higher_is_better,
     )
 
 
 def cases() -> list[MetricCase]:
     return [
-        _case("MALA (h 0.004)"),
-        _case("ebmkit UnderdampedLangevin (eps 0.15, friction 1)"),
+        _case("MALA (h 0.004)", "ess_per_1k", "min ESS of x^2 per 1000 gradients", "ESS/1k", True),
+        _case(EBMKIT, "var_error", "worst relative variance error, same step", "error", False),
     ]
 
 
