@@ -275,3 +275,25 @@ def accept(log_ratio: torch.Tensor, generator: torch.Generator | None) -> torch.
 def where_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
     """Row-wise select: ``new[i]`` where ``mask[i]`` else ``old[i]``, for any event shape."""
     return torch.where(mask.view(-1, *([1] * (new.ndim - 1))), new, old)
+
+
+def metropolis_update(
+    state: S,
+    ok: torch.Tensor,
+    proposal: torch.Tensor,
+    energy: torch.Tensor,
+    grad: torch.Tensor,
+    **changes: Any,
+) -> S:
+    """The state after a Metropolis test: the proposal with its energy and gradient in the
+    chains where ``ok``, one gradient evaluation and one step counted; ``changes`` sets
+    further fields."""
+    return state.replace(
+        x=where_rows(ok, proposal, state.x),
+        energy=torch.where(ok, energy, state.energy),
+        grad=where_rows(ok, grad, state.grad),
+        accepted=state.accepted + ok,
+        n_grad_evals=state.n_grad_evals + 1,
+        t=state.t + 1,
+        **changes,
+    )

@@ -33,7 +33,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, accept, where_rows
+from ebmlab.samplers.base import Sampler, SamplerState, accept, metropolis_update
 
 
 @dataclass(frozen=True)
@@ -182,15 +182,7 @@ class _DiscreteSampler(Sampler[DiscreteState]):
             log_ratio = state.energy - e_new + log_q_ratio
             ok = accept(log_ratio, generator)
             prob = log_ratio.clamp(max=0).exp().nan_to_num(0.0)
-        return state.replace(
-            x=where_rows(ok, proposal, state.x),
-            energy=torch.where(ok, e_new, state.energy),
-            grad=where_rows(ok, g_new, state.grad),
-            accepted=state.accepted + ok,
-            n_grad_evals=state.n_grad_evals + 1,
-            t=state.t + 1,
-            accept_prob=prob,
-        )
+        return metropolis_update(state, ok, proposal, e_new, g_new, accept_prob=prob)
 
 
 class GibbsWithGradients(_DiscreteSampler):

@@ -18,8 +18,8 @@ from ebmlab.samplers.base import (
     SamplerState,
     accept,
     add_scaled,
+    metropolis_update,
     per_chain,
-    where_rows,
 )
 
 
@@ -59,11 +59,4 @@ class MALA(Sampler[SamplerState]):
         log_q_forward = -0.5 * torch.linalg.vecdot(flat_noise, flat_noise)
         log_ratio = state.energy - e_new + _log_q(state.x, proposal, g_new, h) - log_q_forward
         ok = accept(log_ratio, generator)
-        return state.replace(
-            x=where_rows(ok, proposal, state.x),
-            energy=torch.where(ok, e_new, state.energy),
-            grad=where_rows(ok, g_new, state.grad),
-            accepted=state.accepted + ok,
-            n_grad_evals=state.n_grad_evals + 1,
-            t=state.t + 1,
-        )
+        return metropolis_update(state, ok, proposal, e_new, g_new)
