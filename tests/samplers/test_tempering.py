@@ -2,9 +2,10 @@ import pytest
 import torch
 
 from ebmlab.data.toys import EightGaussians
-from ebmlab.energies import DiagonalGaussian, GaussianMixture
+from ebmlab.energies import DiagonalGaussian, DoubleWell, GaussianMixture
 from ebmlab.samplers import MALA, NUTS, AdaptiveHMC, Langevin, ParallelTempering, anneal
 from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
+from ebmlab.samplers.tempering import _count_round_trips, tuned_ladder
 
 
 def mode_weights(toy, x):
@@ -111,3 +112,48 @@ def test_adaptive_hmc_in_the_ladder_keeps_the_cold_replicas_stable_on_two_modes(
     assert run.info["n_divergent"] == 0
     assert abs(float((run.samples[..., 0] > 0).double().mean()) - 0.5) < 0.05
     assert float(split_rhat(run.samples).max()) < 1.05
+
+
+def ring_energy():
+    ring = EightGaussians(std=0.1)
+    return lambda x: -ring.log_prob(x)
+
+
+def test_tuned_ladder_equalises_swap_rejection():
+    energy, x0 = ring_energy(), torch.tensor([2.0, 0.0]).repeat(64, 1)
+    spreads = {}
+    for tune in (False, True):
+        pt = ParallelTempering(
+            MALA(0.005), ParallelTempering.geometric_ladder(6, 0.005), tune_ladder=tune
+        )
+        state = pt.run(energy, x0, 600, burn_in=600, generator=0).final
+        rates = pt.swap_rates(state)
+        spreads[tune] = float(rates.max() - rates.min())
+        assert pt.barrier(state) == pytest.approx(float((1 - rates).sum()))
+        assert int(state.round_trips) > 0
+        betas = state.betas
+        assert betas[0] == 1 and betas[-1] == pytest.approx(0.005) and (betas.diff() < 0).all()
+    assert spreads[True] < 0.05 < spreads[False]
+
+
+def test_tuned_ladder_on_a_deep_double_well_keeps_mode_weights():
+    """Energy barrier 20 between x = -1 and x = 1: equal mass on both sides."""
+    well = DoubleWell(dim=1, depth=20.0)
+    x0 = torch.ones(64, 1)
+    ladder = tuned_ladder(MALA(0.02), well, x0, 0.01, pilot_steps=300, generator=1)
+    assert ladder[0] == 1 and ladder[-1] == pytest.approx(0.01) and len(ladder) >= 3
+    pt = ParallelTempering(MALA(0.02), ladder, tune_ladder=True)
+    draws = pt.sample(well, x0, 1500, burn_in=500, thin=1, generator=2)
+    right = float((draws > 0).double().mean())
+    assert abs(right - 0.5) < 0.02
+
+
+def test_round_trips_count_hottest_to_coldest_and_back():
+    n = 1  # one chain per temperature; 3 temperatures, walkers 0..2
+    last_end = torch.zeros(3, dtype=torch.int8)
+    trips = torch.zeros((), dtype=torch.long)
+    # slots (coldest, middle, hottest) hold these walkers, step by step: walker 0 goes
+    # coldest -> hottest (steps 1-2), walker 2 hottest -> coldest -> hottest (steps 1-4)
+    for walkers in ([0, 1, 2], [1, 2, 0], [2, 1, 0], [1, 0, 2], [0, 1, 2]):
+        last_end, trips = _count_round_trips(torch.tensor(walkers), last_end, trips, n)
+    assert int(trips) == 2

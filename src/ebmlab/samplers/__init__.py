@@ -20,7 +20,7 @@ from ebmlab.samplers.replay_buffer import (
     mixture_init,
     uniform_init,
 )
-from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path
+from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path, tuned_ladder
 from ebmlab.samplers.underdamped import SGHMC, UnderdampedLangevin
 
 __all__ = [
@@ -47,5 +47,6 @@ __all__ = [
     "gaussian_init",
     "geometric_path",
     "mixture_init",
+    "tuned_ladder",
     "uniform_init",
 ]

@@ -57,6 +57,7 @@ class DensityConfig:
     sigma: float = 0.1
     nce_noise_ratio: int = 4
     nce_noise: str = "kde"
+    ed_scale: float = 1.0
     ed_negatives: int = 16
     ed_w: float = 1.0
 
@@ -66,6 +67,7 @@ class DensityConfig:
         _checks.positive("sigma", self.sigma)
         _checks.positive_int("nce_noise_ratio", self.nce_noise_ratio)
         _checks.one_of("nce_noise", self.nce_noise, list(NCE_NOISES))
+        _checks.positive("ed_scale", self.ed_scale)
         _checks.positive_int("ed_negatives", self.ed_negatives)
         _checks.positive("ed_w", self.ed_w, allow_zero=True)
         _checks.positive_int("hidden", self.hidden)
@@ -116,8 +118,9 @@ class DensityTask(BufferTask):
     ``dsm``: exact, sliced or denoising score matching (noise ``sigma``); ``nce``:
     noise-contrastive estimation with a learnable log-normaliser against ``nce_noise``
     (see :func:`nce_noise`); ``ed``: energy discrepancy with Gaussian perturbations of
-    standard deviation ``sigma``, ``ed_negatives`` contrasting points and stabiliser
-    ``ed_w``.
+    standard deviation ``ed_scale`` (large enough to reach across the gaps between the
+    data's modes: 1 on the toys, where 0.1 leaves 0.75 nats of NLL gap on 8 Gaussians),
+    ``ed_negatives`` contrasting points and stabiliser ``ed_w``.
     """
 
     def __init__(self, config: DensityConfig, seed: int) -> None:
@@ -158,7 +161,7 @@ class DensityTask(BufferTask):
                 *energy_discrepancy_loss(
                     self.model,
                     x,
-                    scale=c.sigma,
+                    scale=c.ed_scale,
                     n_negatives=c.ed_negatives,
                     w=c.ed_w,
                     generator=generator,
