@@ -123,7 +123,7 @@ def test_shipped_configs_are_valid(path):
     recipe.configs(tomllib.loads(path.read_text()))
 
 
-@pytest.mark.parametrize("method", ["cd", "sm", "ssm", "dsm", "nce"])
+@pytest.mark.parametrize("method", ["cd", "sm", "ssm", "dsm", "nce", "ed", "drl"])
 def test_density_training_principles(capsys, tmp_path, method):
     run = tmp_path / method
     assert (

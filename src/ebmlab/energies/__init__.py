@@ -30,7 +30,7 @@ from ebmlab.energies.boltzmann import (
 )
 from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy
 from ebmlab.energies.conv import ConvEnergy, ConvNet, ImageEnergy
-from ebmlab.energies.mlp import FeedForward, MLPEnergy
+from ebmlab.energies.mlp import FeedForward, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.energies.resnet import SNResNet, WideResNet
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "ImageEnergy",
     "IndependentBernoulli",
     "MLPEnergy",
+    "NoiseConditionalEnergy",
     "SNResNet",
     "SubspaceRBM",
     "WideResNet",

@@ -287,3 +287,41 @@ class MLPEnergy(EnergyModel):
 
     def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.net.value_and_input_grad(x, _scalar_head, self.grad_dtype)
+
+
+class NoiseConditionalEnergy(EnergyModel):
+    """E(x, t): one MLP for the energies of a data set blurred to noise levels
+    t = 0, ..., n_levels - 1, the level given to the network one-hot next to x (the
+    family diffusion recovery likelihood learns, Gao et al. 2021). ``energy(x)`` is
+    level 0, the data's own energy, so samplers, quadrature and evaluation use it as
+    any other energy; ``at_level(t)`` gives the energy of level t.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_levels: int,
+        hidden: Sequence[int] = (128, 128),
+        activation: str = "silu",
+    ) -> None:
+        super().__init__()
+        self.dim = _checks.positive_int("dim", dim)
+        self.n_levels = _checks.positive_int("n_levels", n_levels)
+        self.net = FeedForward([dim + n_levels, *hidden, 1], activation)
+
+    def energy_at(self, x: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
+        """E(x_i, level_i) for a batch ``x`` (B, dim) and integer levels (B,)."""
+        code = F.one_hot(level.long(), self.n_levels).to(x.dtype)
+        return self.net(torch.cat([x, code], 1)).squeeze(-1)
+
+    def at_level(self, level: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The energy of noise level ``level`` as a callable x -> (B,)."""
+        _checks.one_of("level", level, range(self.n_levels))
+
+        def energy(x: torch.Tensor) -> torch.Tensor:
+            return self.energy_at(x, torch.full((x.shape[0],), level, device=x.device))
+
+        return energy
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return self.at_level(0)(x)

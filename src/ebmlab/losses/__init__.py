@@ -3,8 +3,8 @@
 LeCun et al. (2006)'s family (energy, perceptron, hinge, log, LVQ2, MCE,
 square-square, square-exponential, NLL, MEE); for densities, contrastive
 divergence, score matching (exact, sliced, denoising), noise-contrastive
-estimation and energy discrepancy; for binary models, pseudo-likelihood and minimum
-probability flow.
+estimation, energy discrepancy and diffusion recovery likelihood; for binary models,
+pseudo-likelihood and minimum probability flow.
 """
 
 from ebmlab.losses.binary import minimum_probability_flow_loss, pseudo_likelihood_loss
@@ -24,6 +24,7 @@ from ebmlab.losses.lecun import (
     square_square_loss,
 )
 from ebmlab.losses.nce import nce_loss
+from ebmlab.losses.recovery import diffusion_recovery_likelihood_loss
 from ebmlab.losses.score_matching import (
     denoising_score_matching_loss,
     score_matching_loss,
@@ -34,6 +35,7 @@ __all__ = [
     "contrastive_divergence_loss",
     "contrastive_update_loss",
     "denoising_score_matching_loss",
+    "diffusion_recovery_likelihood_loss",
     "energy_discrepancy_loss",
     "energy_loss",
     "hinge_loss",

@@ -1,5 +1,5 @@
-"""Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching, NCE or energy
-discrepancy).
+"""Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching, NCE, energy
+discrepancy or diffusion recovery likelihood).
 
 The energy is an MLP trained by the chosen principle: the CD surrogate of seed 001
 with negatives from persistent Langevin chains kept in a replay buffer (PCD,
@@ -21,12 +21,13 @@ from torch import nn
 
 from ebmlab import _checks
 from ebmlab.data import TOYS, load_dataset, make_toy
-from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy
+from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.evaluation.metrics import mmd2
 from ebmlab.evaluation.stein import kernel_stein_discrepancy
 from ebmlab.losses import (
     contrastive_divergence_loss,
     denoising_score_matching_loss,
+    diffusion_recovery_likelihood_loss,
     energy_discrepancy_loss,
     nce_loss,
     score_matching_loss,
@@ -35,6 +36,7 @@ from ebmlab.losses import (
 from ebmlab.partition import grid_points, quadrature_log_partition, quadrature_sample
 from ebmlab.plotting import density_panels, scatter_panels
 from ebmlab.samplers import Langevin
+from ebmlab.samplers.recovery import noise_schedule
 from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, TrainerConfig
@@ -60,6 +62,9 @@ class DensityConfig:
     ed_scale: float = 1.0
     ed_negatives: int = 16
     ed_w: float = 1.0
+    drl_levels: int = 8
+    drl_steps: int = 30
+    drl_step_scale: float = 0.1
 
     def __post_init__(self) -> None:
         _checks.one_of("data", self.data, list(TOYS))
@@ -70,6 +75,9 @@ class DensityConfig:
         _checks.positive("ed_scale", self.ed_scale)
         _checks.positive_int("ed_negatives", self.ed_negatives)
         _checks.positive("ed_w", self.ed_w, allow_zero=True)
+        _checks.positive_int("drl_levels", self.drl_levels)
+        _checks.positive_int("drl_steps", self.drl_steps)
+        _checks.positive("drl_step_scale", self.drl_step_scale)
         _checks.positive_int("hidden", self.hidden)
         _checks.positive_int("depth", self.depth)
         _checks.positive_int("sampler_steps", self.sampler_steps)
@@ -80,7 +88,7 @@ class DensityConfig:
         _checks.positive_int("quadrature_points", self.quadrature_points)
 
 
-METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed")
+METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl")
 NCE_NOISES = ("gaussian", "kde")
 KDE_POINTS = 1000
 KDE_WIDE_WEIGHT = 0.1
@@ -118,16 +126,23 @@ class DensityTask(BufferTask):
     ``dsm``: exact, sliced or denoising score matching (noise ``sigma``); ``nce``:
     noise-contrastive estimation with a learnable log-normaliser against ``nce_noise``
     (see :func:`nce_noise`); ``ed``: energy discrepancy with Gaussian perturbations of
-    standard deviation ``ed_scale`` (large enough to reach across the gaps between the
-    data's modes: 1 on the toys, where 0.1 leaves 0.75 nats of NLL gap on 8 Gaussians),
-    ``ed_negatives`` contrasting points and stabiliser ``ed_w``.
+    standard deviation ``ed_scale`` (large enough for the perturbed points to reach
+    across the gaps between the data's modes, or the mass there goes unconstrained),
+    ``ed_negatives`` contrasting points and stabiliser ``ed_w``; ``drl``: diffusion
+    recovery likelihood over ``drl_levels`` noise levels (a noise-conditional network
+    whose level 0 is the density), ``drl_steps`` Langevin steps per recovery.
     """
 
     def __init__(self, config: DensityConfig, seed: int) -> None:
         self.config = config
         self.toy = make_toy(config.data)
         torch.manual_seed(seed)
-        self.model = MLPEnergy(2, hidden=(config.hidden,) * config.depth)
+        hidden = (config.hidden,) * config.depth
+        if config.method == "drl":
+            self.sigmas = noise_schedule(config.drl_levels)
+            self.model = NoiseConditionalEnergy(2, config.drl_levels, hidden=hidden)
+        else:
+            self.model = MLPEnergy(2, hidden=hidden)
         (x0, x1), (y0, y1) = self.toy.bounds
 
         def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -155,6 +170,17 @@ class DensityTask(BufferTask):
         if c.method == "dsm":
             return StepResult(
                 *denoising_score_matching_loss(self.model, x, c.sigma, generator=generator)
+            )
+        if c.method == "drl":
+            return StepResult(
+                *diffusion_recovery_likelihood_loss(
+                    self.model,
+                    x,
+                    self.sigmas,
+                    langevin_steps=c.drl_steps,
+                    step_scale=c.drl_step_scale,
+                    generator=generator,
+                )
             )
         if c.method == "ed":
             return StepResult(

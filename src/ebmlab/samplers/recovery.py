@@ -1,0 +1,127 @@
+"""Sampling by diffusion recovery (Gao et al. 2021).
+
+A noise schedule sigma_1, ..., sigma_T blurs data step by step,
+x_k = alpha_k x_{k-1} + sigma_k eps with alpha_k = sqrt(1 - sigma_k^2). Given the
+energies E(x, t) of the blurred marginals (a
+:class:`~ebmlab.energies.NoiseConditionalEnergy`), the step back from x_{t+1} to x_t
+has the conditional energy (Gao et al. 2021, eq. 6, written on x_t)
+
+    E(x_t, t) + |x_{t+1} - alpha_{t+1} x_t|^2 / (2 sigma_{t+1}^2),
+
+whose quadratic term makes it close to a Gaussian of width sigma / alpha: far
+easier to sample than the marginal itself. :func:`recover` samples it by short-run
+Langevin dynamics started at x_{t+1} / alpha_{t+1}, with a step of ``step_scale``
+times the quadratic term's variance (at most ``step_scale`` itself, the scale of
+standardised data, where the noise is so large that the energy dominates).
+:class:`RecoverySampler` chains the levels: from noise at level T down to the data
+level 0, each level's samples starting the next.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ebmlab import _checks
+from ebmlab.samplers.base import frozen_parameters
+from ebmlab.samplers.langevin import Langevin
+
+
+def check_schedule(sigmas) -> torch.Tensor:
+    """The noise levels as a float64 tensor, each strictly between 0 and 1."""
+    sigmas = torch.as_tensor(sigmas, dtype=torch.float64)
+    if sigmas.ndim != 1 or len(sigmas) == 0 or not ((sigmas > 0) & (sigmas < 1)).all():
+        raise ValueError(
+            "sigmas must be a non-empty sequence of noise levels, each in (0, 1) (the "
+            f"standard deviation added at each step), got {sigmas.tolist()}"
+        )
+    return sigmas
+
+
+def noise_schedule(n_levels: int = 8, first: float = 0.05, last: float = 0.99) -> torch.Tensor:
+    """``n_levels`` noise levels rising geometrically from ``first`` to ``last``; the
+    defaults leave 9 % of the signal at the last level, so that sampling can start there
+    from N(0, I) for standardised data."""
+    _checks.positive_int("n_levels", n_levels)
+    for name, value in (("first", first), ("last", last)):
+        if not 0 < value < 1:
+            raise ValueError(f"{name} must be in (0, 1), got {value}")
+    return check_schedule(torch.logspace(math.log10(first), math.log10(last), n_levels))
+
+
+def blur(
+    x: torch.Tensor, sigmas: torch.Tensor, level: torch.Tensor, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x_t, x_{t+1}) for data ``x`` and per-row levels t: x_t = abar_t x + sqrt(1 -
+    abar_t^2) eps with abar_t the product of the first t alphas, then one more step."""
+    sigmas = sigmas.to(x.device)
+    alphas = (1 - sigmas**2).sqrt()
+    abar = torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level].to(x.dtype)[:, None]
+    noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    x_t = abar * x + (1 - abar**2).sqrt() * noise
+    a, s = alphas[level].to(x.dtype)[:, None], sigmas[level].to(x.dtype)[:, None]
+    noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    return x_t, a * x_t + s * noise
+
+
+def recover(
+    model,
+    x_next: torch.Tensor,
+    level: torch.Tensor,
+    sigmas: torch.Tensor,
+    steps: int,
+    step_scale: float,
+    generator,
+) -> torch.Tensor:
+    """Draws of x_t given x_{t+1} = ``x_next`` at per-row levels t (short-run Langevin on
+    the conditional energy), detached."""
+    sigmas = sigmas.to(x_next.device)
+    a = (1 - sigmas[level] ** 2).sqrt().to(x_next.dtype)[:, None]
+    s = sigmas[level].to(x_next.dtype)[:, None]
+
+    def conditional(x: torch.Tensor) -> torch.Tensor:
+        return model.energy_at(x, level) + ((x_next - a * x) ** 2).sum(1) / (2 * s[:, 0] ** 2)
+
+    variance = (s[:, 0] / a[:, 0]) ** 2
+    sampler = Langevin(1.0)._with(step_size=step_scale * variance.clamp(max=1.0))
+    with frozen_parameters(model):
+        return sampler.sample(conditional, x_next / a, steps, generator=generator)
+
+
+class RecoverySampler:
+    """Samples of a trained noise-conditional energy, level by level from noise.
+
+    Args:
+        sigmas: the noise schedule the model was trained with.
+        steps: Langevin steps per level.
+        step_scale: Langevin step as a fraction of each level's conditional variance.
+    """
+
+    def __init__(self, sigmas, steps: int = 30, step_scale: float = 0.1) -> None:
+        self.sigmas = check_schedule(sigmas)
+        self.steps = _checks.positive_int("steps", steps)
+        self.step_scale = _checks.positive("step_scale", step_scale)
+
+    def sample(
+        self,
+        model,
+        n: int,
+        *,
+        generator: torch.Generator | int | None = None,
+        return_levels: bool = False,
+    ) -> torch.Tensor:
+        """``n`` draws at the data level (or, with ``return_levels``, the draws of every
+        level, (T + 1, n, dim), level T first), starting from N(0, I) at level T."""
+        _checks.positive_int("n", n)
+        if getattr(model, "n_levels", None) != len(self.sigmas):
+            raise ValueError(f"model must have {len(self.sigmas)} noise levels, one per sigma")
+        device = next(model.parameters()).device
+        gen = _checks.generator("generator", generator, device)
+        x = torch.randn(n, model.dim, generator=gen, device=device)
+        levels = [x]
+        for t in reversed(range(len(self.sigmas))):
+            level = torch.full((n,), t, device=device, dtype=torch.long)
+            x = recover(model, x, level, self.sigmas, self.steps, self.step_scale, gen)
+            levels.append(x)
+        return torch.stack(levels) if return_levels else x

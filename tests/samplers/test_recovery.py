@@ -1,0 +1,82 @@
+"""Diffusion recovery: blurring, the conditional sampler and the level-by-level sampler,
+checked on standard normal data, whose every blurred marginal is N(0, I)."""
+
+import pytest
+import torch
+from torch import nn
+
+from ebmlab.energies import NoiseConditionalEnergy
+from ebmlab.losses import diffusion_recovery_likelihood_loss
+from ebmlab.samplers.recovery import RecoverySampler, blur, noise_schedule, recover
+from ebmlab.testing import assert_mean_close
+
+SIGMAS = noise_schedule(4, 0.1, 0.9)
+
+
+class StandardNormalLevels(nn.Module):
+    """E(x, t) = |x|^2 / 2 at every level: exact for N(0, I) data (the blur keeps the
+    variance)."""
+
+    n_levels, dim = len(SIGMAS), 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unused = nn.Parameter(torch.zeros(()))
+
+    def energy_at(self, x, level):
+        return 0.5 * (x**2).sum(1)
+
+
+def test_blur_matches_its_closed_form():
+    x = torch.full((20000, 2), 2.0)
+    level = torch.full((20000,), 2)
+    x_t, x_next = blur(x, SIGMAS, level, torch.Generator().manual_seed(0))
+    alphas = (1 - SIGMAS**2).sqrt()
+    abar = float(alphas[:2].prod())
+    assert_mean_close(x_t, torch.full((2,), 2.0 * abar))
+    assert_mean_close(x_next, torch.full((2,), 2.0 * abar * float(alphas[2])))
+    assert_mean_close((x_t - 2.0 * abar) ** 2, torch.full((2,), 1 - abar**2), what="variance")
+
+
+@pytest.mark.parametrize("t", [0, 3])
+def test_recover_samples_the_gaussian_posterior(t):
+    """p(x_t | x_{t+1}) = N(alpha x_{t+1}, sigma^2) for standard normal marginals."""
+    n = 4000
+    x_next = torch.full((n, 2), 1.5)
+    level = torch.full((n,), t)
+    draws = recover(
+        StandardNormalLevels(), x_next, level, SIGMAS, 400, 0.02, torch.Generator().manual_seed(1)
+    )
+    alpha, sigma = float((1 - SIGMAS[t] ** 2).sqrt()), float(SIGMAS[t])
+    assert_mean_close(draws, torch.full((2,), 1.5 * alpha))
+    ratio = draws.var(0) / sigma**2
+    assert ((ratio > 0.93) & (ratio < 1.07)).all(), ratio
+
+
+def test_recovery_sampler_returns_the_data_law_level_by_level():
+    sampler = RecoverySampler(SIGMAS, steps=200, step_scale=0.05)
+    levels = sampler.sample(StandardNormalLevels(), 4000, generator=2, return_levels=True)
+    assert levels.shape == (len(SIGMAS) + 1, 4000, 2)
+    assert_mean_close(levels[-1], torch.zeros(2))
+    ratio = levels[-1].var(0)
+    assert ((ratio > 0.9) & (ratio < 1.1)).all(), ratio
+
+
+def test_loss_runs_on_a_noise_conditional_network_and_checks_its_levels():
+    model = NoiseConditionalEnergy(2, len(SIGMAS), hidden=(16,))
+    loss, metrics = diffusion_recovery_likelihood_loss(
+        model, torch.randn(32, 2), SIGMAS, langevin_steps=3, generator=torch.Generator()
+    )
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    assert set(metrics) == {"energy_data", "energy_sample"}
+    with pytest.raises(ValueError, match="4 levels"):
+        diffusion_recovery_likelihood_loss(NoiseConditionalEnergy(2, 3), torch.randn(4, 2), SIGMAS)
+
+
+def test_bad_schedules():
+    for bad in ([], [0.1, 0.0], [0.5, 1.0], [[0.1]]):
+        with pytest.raises(ValueError, match="sigmas must be"):
+            RecoverySampler(bad)
+    with pytest.raises(ValueError, match="last must be in"):
+        noise_schedule(4, 0.1, 1.5)
