@@ -122,6 +122,16 @@ def test_book_variant_trains(tmp_path):
     )
 
 
+def test_energy_discrepancy_objective_trains_without_sampling(tmp_path):
+    """--gen-objective ed: the generative term contrasts perturbed copies of the images,
+    no chains are run, and the step reports no sample statistics."""
+    run = tmp_path / "ed"
+    assert main(["train", "jem", "--out", str(run), *TINY, "--gen-objective", "ed"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "gen" in r]
+    assert steps and all(np.isfinite(r["gen"]) and "sample_out_of_range" not in r for r in steps)
+
+
 def test_conv_architecture_trains(tmp_path):
     args = ["--conv-width", "4", "--arch", "conv", "--sampler-steps", "2", "--buffer-size", "100"]
     assert (

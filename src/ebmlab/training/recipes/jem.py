@@ -74,6 +74,7 @@ from ebmlab.evaluation import (
     uniform_noise,
 )
 from ebmlab.hardware import autocast
+from ebmlab.losses.discrepancy import energy_discrepancy_loss
 from ebmlab.plotting import image_grid
 from ebmlab.samplers import Langevin, gaussian_init, mixture_init, uniform_init
 from ebmlab.samplers.replay_buffer import InitFn
@@ -121,6 +122,9 @@ class JEMConfig:
     hflip: bool = False  # random horizontal flips (natural images, not digits)
     energy_l2: float = 0.3
     gen_weight: float = 1.0
+    gen_objective: str = "pcd"  # pcd (SGLD negatives) | ed (energy discrepancy, no sampling)
+    ed_scale: float = 0.3  # ed: standard deviation of the Gaussian perturbations
+    ed_negatives: int = 8  # ed: contrasting points per image
     max_energy: float = 1e4
     calibrate: bool = True
 
@@ -152,6 +156,9 @@ class JEMConfig:
         _checks.probability("scale_augment", self.scale_augment)
         _checks.positive("energy_l2", self.energy_l2, allow_zero=True)
         _checks.positive("gen_weight", self.gen_weight, allow_zero=True)
+        _checks.one_of("gen_objective", self.gen_objective, ["pcd", "ed"])
+        _checks.positive("ed_scale", self.ed_scale)
+        _checks.positive_int("ed_negatives", self.ed_negatives)
         _checks.positive("max_energy", self.max_energy)
 
 
@@ -269,7 +276,8 @@ class JEMTask(BufferTask):
                 r + c.data_noise * torch.randn(r.shape, generator=generator, device=r.device)
                 for r in rows
             ]
-        x_neg = self.negatives(n, generator)
+        sampled = c.gen_objective == "pcd"
+        x_neg = self.negatives(n, generator) if sampled else rows[0][:0]
         # One forward pass: data, its augmented copy (classifier only), then the samples.
         low = None if c.train_dtype == "float32" else getattr(torch, c.train_dtype)
         with autocast(x.device, low):
@@ -278,25 +286,42 @@ class JEMTask(BufferTask):
         y = y.repeat(len(rows))
         ce = F.cross_entropy(logits, y)
         e_data = -torch.logsumexp(out[:n], 1)
-        e_neg = -torch.logsumexp(out[-n:], 1)
+        if sampled:
+            e_neg = -torch.logsumexp(out[-n:], 1)
+            gen = e_data.mean() - e_neg.mean()
+        else:
+
+            def energy(z: torch.Tensor) -> torch.Tensor:
+                with autocast(x.device, low):
+                    return -torch.logsumexp(self.model.logits(z).float(), 1)
+
+            gen, gap = energy_discrepancy_loss(
+                energy,
+                rows[0],
+                scale=c.ed_scale,
+                n_negatives=c.ed_negatives,
+                generator=generator,
+            )
+            e_neg = e_data.detach() + gap["energy_gap"]
         magnitude = float(torch.maximum(e_data.detach().abs().max(), e_neg.detach().abs().max()))
         if magnitude > c.max_energy:
             raise DivergenceError(
                 f"energies reached {magnitude:.3g} (> max_energy {c.max_energy:g}): data and "
                 "sample energies are running apart; try energy_l2 > 0 or a lower learning rate"
             )
-        gen = e_data.mean() - e_neg.mean()
         loss = ce + c.gen_weight * gen
         if c.energy_l2:
-            loss = loss + c.energy_l2 * (e_data.pow(2).mean() + e_neg.pow(2).mean())
+            penalty = e_data.pow(2).mean() + (e_neg.pow(2).mean() if sampled else 0.0)
+            loss = loss + c.energy_l2 * penalty
         metrics = {
             "ce": float(ce.detach()),
             "acc": float((logits.argmax(1) == y).double().mean()),
             "gen": float(gen.detach()),
             "energy_data": float(e_data.detach().mean()),
             "energy_sample": float(e_neg.detach().mean()),
-            "sample_out_of_range": self.out_of_range(x_neg),
         }
+        if sampled:
+            metrics["sample_out_of_range"] = self.out_of_range(x_neg)
         return StepResult(loss, metrics)
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
