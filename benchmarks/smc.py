@@ -14,7 +14,9 @@ energy evaluations of the target (counted, gradients included; the temperatures,
 spaced evenly, are set from a short probe run's cost). Errors are root-mean-square
 over seeds; coverage is the fraction of 50 seeds whose interval log_z +/- 2 stderr
 holds the truth (95 % nominal).
-``python -m benchmarks.smc`` prints the table.
+BlackJAX's adaptive tempered SMC (``pip install blackjax``; left out when absent) runs
+on the mixtures with the same base (as its prior), HMC moves, ESS target and total
+number of particles in one population. ``python -m benchmarks.smc`` prints the table.
 """
 
 from __future__ import annotations
@@ -168,6 +170,70 @@ def coverage(name: str) -> float:
     return hits / COVERAGE_SEEDS
 
 
+def blackjax_log_z(p: dict, seed: int) -> float | None:
+    """log Z of a Gaussian-mixture problem by BlackJAX's adaptive tempered SMC, or None
+    without BlackJAX."""
+    try:
+        import blackjax
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    target, kernel = p["target"], p["kernel"]
+    means = jnp.asarray(target.means.numpy())
+    log_w = jnp.asarray(torch.log(target.weights).numpy())
+    d = means.shape[1]
+    var = float(p["base"].covariance[0, 0])
+
+    def log_prior(x):
+        return -0.5 * jnp.sum(x**2) / var - 0.5 * d * jnp.log(2 * jnp.pi * var)
+
+    def log_likelihood(x):
+        return jax.scipy.special.logsumexp(log_w - 0.5 * jnp.sum((x - means) ** 2, -1)) - log_prior(
+            x
+        )
+
+    parameters = {
+        "step_size": jnp.array([kernel.step_size]),
+        "inverse_mass_matrix": jnp.ones((1, d)),
+        "num_integration_steps": jnp.array([kernel.n_leapfrog]),
+    }
+    sampler = blackjax.adaptive_tempered_smc(
+        log_prior,
+        log_likelihood,
+        blackjax.hmc.build_kernel(),
+        blackjax.hmc.init,
+        parameters,
+        blackjax.smc.resampling.systematic,
+        0.8,
+        num_mcmc_steps=p["steps"],
+    )
+    key = jax.random.PRNGKey(seed)
+    key, sub = jax.random.split(key)
+    state = sampler.init(jax.random.normal(sub, (8 * p["particles"], d)) * var**0.5)
+    step = jax.jit(sampler.step)
+    log_z = 0.0
+    while state.tempering_param < 1:
+        key, sub = jax.random.split(key)
+        state, info = step(sub, state)
+        log_z += float(info.log_likelihood_increment)
+    return log_z
+
+
+@cache
+def blackjax_figures() -> dict[str, float]:
+    """RMS error of BlackJAX's log Z over the seeds, per mixture problem."""
+    out = {}
+    for name, p in problems().items():
+        if not name.startswith("Gaussian mixture"):
+            continue
+        errors = [blackjax_log_z(p, seed) for seed in range(SEEDS)]
+        if errors[0] is None:
+            return {}
+        out[name] = math.sqrt(sum((e - p["truth"]) ** 2 for e in errors) / SEEDS)
+    return out
+
+
 def _error_case(name: str) -> MetricCase:
     def run() -> tuple[float, float]:
         f = figures()[name]
@@ -194,9 +260,23 @@ def _coverage_case(name: str) -> MetricCase:
     )
 
 
+def _blackjax_case(name: str) -> MetricCase:
+    def run() -> tuple[float, float]:
+        return figures()[name]["smc_rmse"], blackjax_figures().get(name, float("nan"))
+
+    return MetricCase(
+        what=f"tempered SMC log Z, {name}: RMS error over {SEEDS} seeds",
+        run=run,
+        anchor_name="BlackJAX adaptive tempered SMC, same prior, HMC moves and particles",
+        unit="nats",
+        higher_is_better=False,
+    )
+
+
 def cases() -> list[MetricCase]:
     names: list[str] = list(problems())
     rows: list[MetricCase] = [_error_case(n) for n in names]
+    rows += [_blackjax_case(n) for n in names if n.startswith("Gaussian mixture")]
     return [*rows, _coverage_case("Gaussian mixture, 10-d"), _coverage_case(names[-1])]
 
 
@@ -208,6 +288,8 @@ def main() -> None:
             f"{name} | {f['smc_rmse']:.4f} | {f['smc_stderr']:.4f} | {f['ais_rmse']:.4f} | "
             f"{f['evaluations']:.0f}, {f['ais_evaluations']:.0f}"
         )
+    for name, rmse in blackjax_figures().items():
+        print(f"BlackJAX adaptive tempered SMC, {name}: RMSE {rmse:.4f}")
     for name in ("Gaussian mixture, 10-d", "RBM 64 x 16 (digits)"):
         print(f"coverage at 2 stderr, {name}: {coverage(name):.2f}")
 

@@ -12,8 +12,9 @@ from ebmlab import inference as inf
 from ebmlab import losses as L
 from ebmlab import partition as P
 from ebmlab.data.augment import random_affine
-from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
+from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.samplers import HMC
+from ebmlab.samplers.recovery import RecoverySampler
 
 GEN = torch.Generator().manual_seed(0)
 E_TABLE = torch.randn(6, 4, generator=GEN, dtype=torch.float64)
@@ -44,6 +45,11 @@ def rbm():
         model.W.normal_()
         model.b.normal_()
     return model
+
+
+def noise_conditional():
+    torch.manual_seed(0)
+    return NoiseConditionalEnergy(2, 2, hidden=(8,))
 
 
 def gaussian():
@@ -83,6 +89,25 @@ CASES = {
     ),
     "nce_loss": lambda put: L.nce_loss(
         put(mlp()), put(torch.zeros(())), put(X), put(X_NOISE), noise_log_prob
+    ),
+    "energy_discrepancy_loss": lambda put: L.energy_discrepancy_loss(
+        put(mlp()), put(X), generator=torch.Generator(put(X).device).manual_seed(1)
+    ),
+    "energy_discrepancy_loss_bernoulli": lambda put: L.energy_discrepancy_loss(
+        put(rbm()),
+        put(BITS),
+        perturbation="bernoulli",
+        generator=torch.Generator(put(X).device).manual_seed(1),
+    ),
+    "diffusion_recovery_likelihood_loss": lambda put: L.diffusion_recovery_likelihood_loss(
+        put(noise_conditional()),
+        put(X),
+        [0.1, 0.5],
+        langevin_steps=3,
+        generator=torch.Generator(put(X).device).manual_seed(1),
+    ),
+    "recovery_sampler": lambda put: RecoverySampler([0.1, 0.5], steps=3).sample(
+        put(noise_conditional()), 8, generator=torch.Generator(put(X).device).manual_seed(2)
     ),
     "pseudo_likelihood_loss": lambda put: L.pseudo_likelihood_loss(put(rbm()), put(BITS)),
     "minimum_probability_flow_loss": lambda put: L.minimum_probability_flow_loss(

@@ -55,6 +55,9 @@ CONTINUOUS = {
     "nuts": lambda: NUTS(max_depth=4),
     "metropolis_hastings": lambda: MetropolisHastings(0.5),
     "parallel_tempering": lambda: ParallelTempering(MALA(0.1), [1.0, 0.5, 0.25]),
+    "parallel_tempering_tuned": lambda: ParallelTempering(
+        MALA(0.1), [1.0, 0.5, 0.25], tune_ladder=True
+    ),
     "underdamped_baoab": lambda: UnderdampedLangevin(0.2),
     "underdamped_obabo": lambda: UnderdampedLangevin(0.2, scheme="obabo"),
     "sghmc": lambda: SGHMC(0.01),
