@@ -122,6 +122,11 @@ def _build_parser() -> _Parser:
             "--resume", action="store_true", help="continue from RUN_DIR/checkpoints/last.pt"
         )
         p.add_argument(
+            "--auto-resume",
+            action="store_true",
+            help="resume when RUN_DIR has a checkpoint, else start fresh (for resubmitted jobs)",
+        )
+        p.add_argument(
             "--nproc",
             type=int,
             default=1,
@@ -178,7 +183,7 @@ def _configs(
     flags = {
         k: v
         for k, v in vars(args).items()
-        if k not in ("command", "recipe", "out", "config", "resume", "nproc", "argv")
+        if k not in ("command", "recipe", "out", "config", "resume", "auto_resume", "nproc", "argv")
     }
     settings.update(flags)
     return recipe.configs(settings)
@@ -200,6 +205,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     _checks.positive_int("--nproc", args.nproc)
     recipe = get_recipe(args.recipe)
     run = RunDirectory(args.out)
+    args.resume = args.resume or (args.auto_resume and run.last.is_file())
     config, trainer_config = _configs(recipe, args, run)
     launched = "WORLD_SIZE" in os.environ
     device = resolve_device(trainer_config.device)
@@ -226,7 +232,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         distributed.shutdown()
     if trainer.main:
         print(json.dumps({"run_dir": str(run.path), **summary}, indent=2, default=str))
-    return 0
+    return trainer.preemption.exit_status if summary["status"] == "interrupted" else 0
 
 
 def launch(nproc: int, argv: list[str]) -> int:

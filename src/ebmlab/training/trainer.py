@@ -3,10 +3,11 @@
 A :class:`Task` says what one step computes (a loss and metrics for a batch);
 the :class:`Trainer` owns everything else: batching with a seeded shuffle,
 the optimizer and learning-rate schedule, gradient clipping, logging with a
-progress bar, validation, early stopping, checkpoints, divergence detection and
-exact resumption. Resuming from ``checkpoints/last.pt`` reproduces the
-uninterrupted run bit for bit on CPU: the checkpoint carries the model,
-optimizer and task state, the step counters, and every random-number state.
+progress bar, validation, early stopping, checkpoints, divergence detection,
+graceful preemption (:mod:`ebmlab.training.preemption`) and exact resumption.
+Resuming from ``checkpoints/last.pt`` reproduces the uninterrupted run bit for bit on
+CPU: the checkpoint carries the model, optimizer and task state, the step counters,
+and every random-number state.
 
 Under ``torchrun`` the same loop runs data-parallel (see
 :mod:`ebmlab.training.distributed`): each rank trains on its slice of every global
@@ -35,6 +36,7 @@ from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
 from ebmlab.training.ema import WeightAverage
+from ebmlab.training.preemption import Preemption
 from ebmlab.training.run_dir import RunDirectory
 
 # Adam, AdamW and SGD use PyTorch's fused kernels: one pass over all parameters, 3-5x
@@ -122,6 +124,7 @@ class TrainerConfig:
     pin_memory: bool = True  # page-locked batches for faster copies to a CUDA device
     prefetch: int = 2  # batches each worker loads ahead
     ema: float = 0.0  # decay of an exponential moving average of the weights (0: none)
+    preempt_grace: float = 30.0  # seconds from SIGTERM/SIGINT to the checkpoint at most
 
     def __post_init__(self) -> None:
         _checks.positive_int("epochs", self.epochs)
@@ -148,6 +151,7 @@ class TrainerConfig:
         _checks.one_of("compile_mode", self.compile_mode, COMPILE_MODES)
         _checks.positive_int("num_workers", self.num_workers, allow_zero=True)
         _checks.positive_int("prefetch", self.prefetch)
+        _checks.positive("preempt_grace", self.preempt_grace)
         if self.ema and not 0 < self.ema < 1:
             raise ValueError(f"ema must be 0 (off) or a decay in (0, 1), got {self.ema!r}")
 
@@ -223,6 +227,7 @@ class Trainer:
         self.task = task
         self.callbacks = list(callbacks or [])
         self.config = config or TrainerConfig()
+        self.preemption = Preemption(self.config.preempt_grace)
         if (
             not isinstance(train_data, tuple)
             or not train_data
@@ -565,19 +570,35 @@ class Trainer:
             leave=False,
         )
         try:
-            while True:
-                try:
-                    status = self._run(bar)
-                    break
-                except DivergenceError as err:
-                    if not self._restart_after(err):
-                        self._finish("diverged", start, error=str(err))
-                        raise
-                    bar.reset(total=self.total_steps)
-                    bar.update(self.step)
+            with self.preemption:
+                while True:
+                    try:
+                        status = self._run(bar)
+                        break
+                    except DivergenceError as err:
+                        if not self._restart_after(err):
+                            self._finish("diverged", start, error=str(err))
+                            raise
+                        bar.reset(total=self.total_steps)
+                        bar.update(self.step)
         finally:
             bar.close()
+        if status == "interrupted":
+            return self._finish(status, start, final={"signal": self.preemption.name})
         return self._finish(status, start, final=self.task.final_metrics(self.generator))
+
+    def _interrupted(self, window: list[dict[str, float]]) -> bool:
+        """At a step boundary: if a stop was asked for (on any rank), record it, save the
+        last checkpoint and say so."""
+        if not distributed.any_true(self.preemption.received is not None):
+            return False
+        self._flush(window)
+        signal_name = self.preemption.name or "signal on another rank"
+        self._log(
+            {"split": "interrupted", "epoch": self.epoch, "step": self.step, "signal": signal_name}
+        )
+        self.save("last")
+        return True
 
     def _restart_after(self, err: DivergenceError) -> bool:
         """Opt-in recovery: reload the last good checkpoint with a lower learning rate."""
@@ -624,6 +645,8 @@ class Trainer:
                     self.save("last")
                 if at_limit:
                     break
+                if self._interrupted(window):
+                    return "interrupted"
             if self.batch < len(batches):
                 break
             self._flush(window)
