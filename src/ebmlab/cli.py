@@ -39,6 +39,7 @@ from ebmlab.training import (
     distributed,
     load_checkpoint,
 )
+from ebmlab.training.checkpoint import previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
 from ebmlab.training.run_dir import write_json
 
@@ -205,7 +206,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     _checks.positive_int("--nproc", args.nproc)
     recipe = get_recipe(args.recipe)
     run = RunDirectory(args.out)
-    args.resume = args.resume or (args.auto_resume and run.last.is_file())
+    saved = run.last.is_file() or previous_path(run.last).is_file()
+    args.resume = args.resume or (args.auto_resume and saved)
     config, trainer_config = _configs(recipe, args, run)
     launched = "WORLD_SIZE" in os.environ
     device = resolve_device(trainer_config.device)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from ebmlab.training import CheckpointError, load_checkpoint, save_checkpoint
+from ebmlab.training.checkpoint import load_newest_good
 
 
 class Exploit:
@@ -54,3 +55,40 @@ def test_truncated_checkpoint_is_a_clear_error_and_old_one_survives_failed_write
     monkeypatch.undo()
     assert torch.equal(load_checkpoint(path)["w"], torch.ones(1000))
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_checksum_catches_a_flipped_byte_that_unpickling_would_miss(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint({"w": torch.zeros(1000)}, path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the tensor's bytes
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        load_checkpoint(path)
+
+
+def test_previous_checkpoint_is_kept_and_used_when_the_last_is_damaged(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"step": 1}, path, keep_previous=True)
+    save_checkpoint({"step": 2}, path, keep_previous=True)
+    assert load_checkpoint(tmp_path / "last-1.pt")["step"] == 1
+    state, used, problem = load_newest_good(path)
+    assert state["step"] == 2 and used == path and problem is None
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    state, used, problem = load_newest_good(path)
+    assert state["step"] == 1 and used.name == "last-1.pt" and "truncated" in problem
+    path.unlink()  # a crash between rotating and writing: the previous one still serves
+    assert load_newest_good(path)[0]["step"] == 1
+
+
+def test_format_versions(tmp_path):
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"step": 3}, legacy)  # format 1: no format key, no checksum file
+    assert load_checkpoint(legacy) == {"step": 3}
+    future = tmp_path / "future.pt"
+    torch.save({"step": 3, "format": 99}, future)
+    with pytest.raises(CheckpointError, match="format 99; this ebmlab reads formats 1 to"):
+        load_checkpoint(future)
+    save_checkpoint({"step": 4}, tmp_path / "now.pt")
+    assert load_checkpoint(tmp_path / "now.pt") == {"step": 4}

@@ -3,6 +3,7 @@ uninterrupted run; SIGTERM and SIGINT stop it at a step boundary with a checkpoi
 record in metrics.jsonl and status 128 + signal, and --auto-resume then finishes it
 exactly as an uninterrupted run."""
 
+import contextlib
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ import time
 import pytest
 import torch
 
-from ebmlab.training import load_checkpoint
+from ebmlab.training import CheckpointError, load_checkpoint
 
 ARGS = [
     "--epochs",
@@ -59,12 +60,7 @@ def assert_same_parameters(run, expected):
 def test_kill_9_mid_epoch_then_resume_matches_uninterrupted(tmp_path, uninterrupted):
     victim = train(tmp_path / "victim")
     last = tmp_path / "victim" / "checkpoints" / "last.pt"
-    deadline = time.time() + 120
-    while time.time() < deadline and victim.poll() is None:
-        if last.is_file() and load_checkpoint(last)["trainer"]["step"] >= 10:
-            break
-        time.sleep(0.05)
-    assert victim.poll() is None, "training finished before it could be interrupted"
+    wait_for_step(tmp_path / "victim", victim, 10)
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     step_at_kill = load_checkpoint(last)["trainer"]["step"]
@@ -74,23 +70,24 @@ def test_kill_9_mid_epoch_then_resume_matches_uninterrupted(tmp_path, uninterrup
 
 
 DIE_MID_WRITE = """
-import os, signal, sys
-import torch
+import os, signal, sys, tempfile
 from ebmlab.cli import main
+from ebmlab.training import checkpoint
 
-real_save, calls = torch.save, []
-
-
-def dying_save(state, fh, *args, **kwargs):
-    calls.append(1)
-    if len(calls) == 3:  # the third checkpoint: half written, then SIGKILL
-        fh.write(b"PK partial checkpoint")
-        fh.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
-    real_save(state, fh, *args, **kwargs)
+real_write, calls = checkpoint._write_temporary, []
 
 
-torch.save = dying_save
+def dying_write(data, path):
+    if path.suffix == ".pt":
+        calls.append(1)
+        if len(calls) == 3:  # the third checkpoint: half written, then SIGKILL
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.write(fd, data[: len(data) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real_write(data, path)
+
+
+checkpoint._write_temporary = dying_write
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -113,8 +110,9 @@ def wait_for_step(run, process, step):
     last = run / "checkpoints" / "last.pt"
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
-        if last.is_file() and load_checkpoint(last)["trainer"]["step"] >= step:
-            return
+        with contextlib.suppress(CheckpointError):  # caught mid-write: look again
+            if last.is_file() and load_checkpoint(last)["trainer"]["step"] >= step:
+                return
         time.sleep(0.05)
     raise AssertionError("training ended before it could be interrupted")
 
@@ -195,3 +193,17 @@ def test_a_step_longer_than_the_grace_exits_at_once_with_the_previous_checkpoint
     assert time.time() - start < 10
     assert "no step ended within the grace" in victim.stderr.read()
     assert not (run / "checkpoints" / "last.pt").exists()  # no checkpoint was due yet
+
+
+def test_truncated_last_checkpoint_resumes_from_the_previous_and_says_so(tmp_path, uninterrupted):
+    run = tmp_path / "cut"
+    assert train(run, "--max-steps", "12").wait(timeout=300) == 0  # checkpoints at 5, 10, 12
+    last = run / "checkpoints" / "last.pt"
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 3])
+    cmd = [sys.executable, "-m", "ebmlab", "train", "density", "--out", str(run), *ARGS]
+    resume = [*cmd, "--resume", "--max-steps", "0"]  # lift the first run's step limit
+    out = subprocess.run(resume, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "corrupt or truncated" in out.stderr and "resuming from last-1.pt" in out.stderr
+    assert_same_parameters(run, uninterrupted)

@@ -34,7 +34,7 @@ from ebmlab.data.encoding import EncodedRows
 from ebmlab.devices import move_to, resolve_device
 from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
-from ebmlab.training.checkpoint import load_checkpoint, save_checkpoint
+from ebmlab.training.checkpoint import load_newest_good, save_checkpoint
 from ebmlab.training.ema import WeightAverage
 from ebmlab.training.preemption import Preemption
 from ebmlab.training.run_dir import RunDirectory
@@ -367,14 +367,17 @@ class Trainer:
             self._check(f"parameter '{name}'", 0.0 if torch.isfinite(p).all() else math.nan)
         state = self.state_dict()
         if self.main:
-            save_checkpoint(state, self.run.checkpoints / f"{which}.pt")
+            save_checkpoint(state, self.run.checkpoints / f"{which}.pt", which == "last")
         distributed.barrier()
 
     def resume(self) -> None:
         """Continue from ``checkpoints/last.pt`` of the run directory."""
         if self.run is None:
             raise ValueError("resume needs a run directory")
-        self.load_state_dict(load_checkpoint(self.run.last, map_location=self.device))
+        state, used, problem = load_newest_good(self.run.last, map_location=self.device)
+        if problem and self.main:
+            print(f"ebmlab: {problem}; resuming from {used.name} instead", file=sys.stderr)
+        self.load_state_dict(state)
         if self.main:
             self.run.truncate_metrics(self.metric_records)
 
