@@ -1,12 +1,14 @@
 """A training process killed with SIGKILL resumes to the same parameters as an
 uninterrupted run; SIGTERM and SIGINT stop it at a step boundary with a checkpoint, a
 record in metrics.jsonl and status 128 + signal, and --auto-resume then finishes it
-exactly as an uninterrupted run."""
+exactly as an uninterrupted run; damaged checkpoints fall back to the previous one; a
+run directory has one writer at a time."""
 
 import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ import time
 import pytest
 import torch
 
+from ebmlab.cli import main
 from ebmlab.training import CheckpointError, load_checkpoint
 
 ARGS = [
@@ -207,3 +210,30 @@ def test_truncated_last_checkpoint_resumes_from_the_previous_and_says_so(tmp_pat
     assert out.returncode == 0, out.stderr
     assert "corrupt or truncated" in out.stderr and "resuming from last-1.pt" in out.stderr
     assert_same_parameters(run, uninterrupted)
+
+
+def write_lock(run, pid, host=None):
+    run.mkdir(parents=True, exist_ok=True)
+    owner = {"host": host or socket.gethostname(), "pid": pid, "since": time.time()}
+    (run / ".lock").write_text(json.dumps(owner))
+
+
+def test_a_second_writer_is_refused_naming_the_owner(tmp_path, capsys):
+    run = tmp_path / "busy"
+    write_lock(run, os.getpid())  # a live process (this one) holds it
+    code = main(["train", "density", "--out", str(run), *ARGS, "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"being written by pid {os.getpid()}" in err and err.count("\n") == 1
+    write_lock(run, 1, host="another-host")  # liveness cannot be checked there: refused
+    assert main(["train", "density", "--out", str(run), *ARGS, "--epochs", "1"]) == 2
+    assert "on another-host" in capsys.readouterr().err
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning_and_released(tmp_path, capsys):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run = tmp_path / "stale"
+    write_lock(run, gone.pid)
+    assert main(["train", "density", "--out", str(run), *ARGS, "--epochs", "1"]) == 0
+    assert f"taking over the lock of {run} from pid {gone.pid}" in capsys.readouterr().err
+    assert not (run / ".lock").exists()

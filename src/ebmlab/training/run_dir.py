@@ -6,13 +6,24 @@ RUN_DIR/summary.json       status, counters, final and best metrics
 RUN_DIR/curves.png         training curves
 RUN_DIR/checkpoints/last.pt, best.pt
 RUN_DIR/samples/*.png      sample grids written by recipes
+RUN_DIR/.lock              host and pid of the training writing it, while it runs
+
+One training writes a run directory at a time: :meth:`RunDirectory.owned` takes the
+lock file or refuses with the owner's host and pid. A lock left by a process that is
+gone (same host, pid not running) is taken over with a warning; one from another host
+cannot be checked and must be removed by hand.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +48,20 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     os.replace(tmp, path)
 
 
+class RunDirectoryBusyError(ValueError):
+    """Another live training writes this run directory."""
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
 class RunDirectory:
     """Paths and writers of one run's directory."""
 
@@ -49,6 +74,53 @@ class RunDirectory:
         for d in (self.path, self.checkpoints, self.samples):
             d.mkdir(parents=True, exist_ok=True)
         return self
+
+    @property
+    def lock(self) -> Path:
+        return self.path / ".lock"
+
+    @contextlib.contextmanager
+    def owned(self) -> Iterator[RunDirectory]:
+        """Hold the directory's lock file for the duration (see the module's docstring)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        while True:
+            try:
+                fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                break
+            except FileExistsError:
+                self._take_over_if_stale(me["host"])
+        with os.fdopen(fd, "w") as fh:
+            json.dump(me, fh)
+        try:
+            yield self
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if json.loads(self.lock.read_text()).get("pid") == me["pid"]:
+                    self.lock.unlink()
+
+    def _take_over_if_stale(self, host: str) -> None:
+        try:
+            owner = json.loads(self.lock.read_text())
+        except FileNotFoundError:
+            return  # released meanwhile: try again
+        except ValueError:
+            owner = {}  # half written by a process that died: stale
+        pid, owner_host = owner.get("pid"), owner.get("host")
+        if owner and (owner_host != host or _running(int(pid))):
+            started = time.strftime("%Y-%m-%d %H:%M", time.localtime(owner.get("since", 0)))
+            raise RunDirectoryBusyError(
+                f"run directory {self.path} is being written by pid {pid} on {owner_host} "
+                f"(since {started}); use another --out, or remove {self.lock} if that job "
+                "is gone"
+            )
+        print(
+            f"ebmlab: taking over the lock of {self.path} from pid {pid} on {owner_host}, "
+            "which is no longer running",
+            file=sys.stderr,
+        )
+        with contextlib.suppress(FileNotFoundError):
+            self.lock.unlink()
 
     @property
     def last(self) -> Path:

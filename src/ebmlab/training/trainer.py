@@ -37,7 +37,7 @@ from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import load_newest_good, save_checkpoint
 from ebmlab.training.ema import WeightAverage
 from ebmlab.training.preemption import Preemption
-from ebmlab.training.run_dir import RunDirectory
+from ebmlab.training.run_dir import RunDirectory, RunDirectoryBusyError
 
 # Adam, AdamW and SGD use PyTorch's fused kernels: one pass over all parameters, 3-5x
 # faster steps than the default per-tensor loop on CPUs (Adamax has none).
@@ -546,7 +546,22 @@ class Trainer:
         return stop
 
     def fit(self, resume: bool = False) -> dict[str, Any]:
-        """Train; with ``resume`` continue from the run directory's last checkpoint."""
+        """Train; with ``resume`` continue from the run directory's last checkpoint.
+
+        The main process holds the run directory's lock meanwhile, so a second training
+        pointed at it is refused (:meth:`RunDirectory.owned`)."""
+        with contextlib.ExitStack() as stack:
+            busy = None
+            if self.run is not None and self.main:
+                try:
+                    stack.enter_context(self.run.owned())
+                except RunDirectoryBusyError as err:
+                    busy = err
+            if distributed.any_true(busy is not None):
+                raise busy or RunDirectoryBusyError(f"{self.run.path} is locked by another job")
+            return self._fit(resume)
+
+    def _fit(self, resume: bool) -> dict[str, Any]:
         c = self.config
         if self.run is not None:
             if self.main:
