@@ -22,6 +22,7 @@ number of particles in one population. ``python -m benchmarks.smc`` prints the t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -234,15 +235,12 @@ def blackjax_figures() -> dict[str, float]:
     return out
 
 
-def _error_case(name: str) -> MetricCase:
-    def run() -> tuple[float, float]:
-        f = figures()[name]
-        return f["smc_rmse"], f["ais_rmse"]
-
+def _error_case(name: str, anchor: Callable[[], float], anchor_name: str) -> MetricCase:
+    """SMC's RMS error on problem ``name`` beside ``anchor()``'s."""
     return MetricCase(
         what=f"tempered SMC log Z, {name}: RMS error over {SEEDS} seeds",
-        run=run,
-        anchor_name="AIS, same base, kernel and energy evaluations",
+        run=lambda: (figures()[name]["smc_rmse"], anchor()),
+        anchor_name=anchor_name,
         unit="nats",
         higher_is_better=False,
     )
@@ -260,23 +258,23 @@ def _coverage_case(name: str) -> MetricCase:
     )
 
 
-def _blackjax_case(name: str) -> MetricCase:
-    def run() -> tuple[float, float]:
-        return figures()[name]["smc_rmse"], blackjax_figures().get(name, float("nan"))
-
-    return MetricCase(
-        what=f"tempered SMC log Z, {name}: RMS error over {SEEDS} seeds",
-        run=run,
-        anchor_name="BlackJAX adaptive tempered SMC, same prior, HMC moves and particles",
-        unit="nats",
-        higher_is_better=False,
-    )
-
-
 def cases() -> list[MetricCase]:
     names: list[str] = list(problems())
-    rows: list[MetricCase] = [_error_case(n) for n in names]
-    rows += [_blackjax_case(n) for n in names if n.startswith("Gaussian mixture")]
+    rows = [
+        _error_case(
+            n, lambda n=n: figures()[n]["ais_rmse"], "AIS, same base, kernel and energy evaluations"
+        )
+        for n in names
+    ]
+    rows += [
+        _error_case(
+            n,
+            lambda n=n: blackjax_figures().get(n, float("nan")),
+            "BlackJAX adaptive tempered SMC, same prior, HMC moves and particles",
+        )
+        for n in names
+        if n.startswith("Gaussian mixture")
+    ]
     return [*rows, _coverage_case("Gaussian mixture, 10-d"), _coverage_case(names[-1])]
 
 

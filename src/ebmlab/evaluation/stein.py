@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_and_grad
+from ebmlab.energies.base import EnergyLike, score
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,8 @@ def kernel_stein_discrepancy(
     _checks.positive("scale", scale)
     _checks.positive_int("n_bootstrap", n_bootstrap)
     gen = _checks.generator("generator", generator, samples.device)
-    fn = as_energy_fn(energy)
-    _, grad = energy_and_grad(fn, samples.detach())
+    s = score(energy, samples.detach()).flatten(1).double()
     x = samples.detach().flatten(1).double()
-    s = -grad.flatten(1).double()
     if not torch.isfinite(s).all():
         raise ValueError("energy has a NaN or infinite gradient at some of the samples")
     n = x.shape[0]

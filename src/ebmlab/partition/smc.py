@@ -32,6 +32,7 @@ from ebmlab import _checks
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
+from ebmlab.samplers.tempering import geometric_path
 
 _BISECTION_STEPS = 40  # halvings of the temperature increment: ~1e-12 resolution
 
@@ -138,11 +139,7 @@ def smc(
                 break
             rows = (_systematic(log_w, gen) + offsets).view(-1)
             x = x.index_select(0, rows)
-            beta_rows = beta.repeat_interleave(n_particles).to(x.dtype)
-
-            def path(y: torch.Tensor, b: torch.Tensor = beta_rows) -> torch.Tensor:
-                return (1 - b) * e0(y) + b * e1(y)
-
+            path = geometric_path(e0, e1, beta.repeat_interleave(n_particles).to(x.dtype))
             state = kernel.init(x, path)
             for _ in range(steps_per_stage):
                 state = kernel.step(state, path, gen)

@@ -48,8 +48,6 @@ class TemperingState(SamplerState):
     last_end: torch.Tensor | None = None  # per walker: 0 none yet, 1 coldest, 2 hottest
     round_trips: torch.Tensor | None = None  # completed hottest -> coldest -> hottest
     tune_at: tuple[int, ...] = ()  # steps after which the ladder is retuned
-    round_accepted: torch.Tensor | None = None  # swap counts when the round began
-    round_proposed: torch.Tensor | None = None
 
 
 class ParallelTempering(Sampler[TemperingState]):
@@ -142,8 +140,6 @@ class ParallelTempering(Sampler[TemperingState]):
             tune_at=(),
             swaps_accepted=zero,
             swaps_proposed=zero.clone(),
-            round_accepted=zero.clone(),
-            round_proposed=zero.clone(),
             round_trips=torch.zeros_like(state.round_trips),
             last_end=torch.zeros_like(state.last_end),
         )
@@ -164,8 +160,6 @@ class ParallelTempering(Sampler[TemperingState]):
             round_trips=torch.zeros((), dtype=torch.long, device=device),
             swaps_accepted=pairs,
             swaps_proposed=pairs.clone(),
-            round_accepted=pairs.clone(),
-            round_proposed=pairs.clone(),
         )
         tempered, _, kernel = self._tempered(energy, state)
         replicas = kernel.init(x0.repeat(k, *([1] * (x0.ndim - 1))), tempered)
@@ -195,7 +189,11 @@ class ParallelTempering(Sampler[TemperingState]):
             )
             accepted_cold = (source[:n] >= n).long()
             walkers = walkers.index_select(0, source)
-        last_end, round_trips = _count_round_trips(walkers, state.last_end, state.round_trips, n)
+            last_end, round_trips = _count_round_trips(
+                walkers, state.last_end, state.round_trips, n
+            )
+        else:  # walkers only move in swaps
+            last_end, round_trips = state.last_end, state.round_trips
         state = state.replace(
             **self._cold(replicas, n),
             replicas=replicas,
@@ -213,10 +211,9 @@ class ParallelTempering(Sampler[TemperingState]):
 
     def _retuned(self, state: TemperingState) -> TemperingState:
         """The state on a ladder whose inner temperatures equalise the rejection rates of
-        the round just ended; cached energies and gradients are rescaled to it."""
-        proposed = (state.swaps_proposed - state.round_proposed).double()
-        accepted = (state.swaps_accepted - state.round_accepted).double()
-        rejection = (1 - accepted / proposed.clamp_min(1)).cpu()
+        the round just ended; cached energies and gradients are rescaled to it, and the
+        swap counts restart for the next round."""
+        rejection = (1 - self.swap_rates(state)).cpu()
         betas = _equal_barrier_ladder(state.betas.double().cpu(), rejection, len(state.betas))
         betas = betas.to(state.betas)
         n = state.x.shape[0]
@@ -232,8 +229,8 @@ class ParallelTempering(Sampler[TemperingState]):
             **self._cold(replicas, n),
             replicas=replicas,
             betas=betas,
-            round_accepted=state.swaps_accepted.clone(),
-            round_proposed=state.swaps_proposed.clone(),
+            swaps_accepted=torch.zeros_like(state.swaps_accepted),
+            swaps_proposed=torch.zeros_like(state.swaps_proposed),
         )
 
     def _swap(self, replicas, beta_rows, n, k, t, generator, swaps_acc, swaps_prop):
@@ -344,9 +341,13 @@ def tuned_ladder(
     return _equal_barrier_ladder(state.betas.double().cpu(), rejection, size).tolist()
 
 
-def geometric_path(energy0: EnergyFn, energy1: EnergyFn, beta: float) -> EnergyFn:
-    """E_beta(x) = (1 - beta) E_0(x) + beta E_1(x): the geometric-mean path of densities."""
-    _checks.probability("beta", beta)
+def geometric_path(energy0: EnergyFn, energy1: EnergyFn, beta: float | torch.Tensor) -> EnergyFn:
+    """E_beta(x) = (1 - beta) E_0(x) + beta E_1(x): the geometric-mean path of densities.
+
+    ``beta`` is one inverse temperature, or a tensor of one per row of the batches the
+    path will be evaluated on (each chain at its own point of the path)."""
+    if not isinstance(beta, torch.Tensor):
+        _checks.probability("beta", beta)
     return lambda x: (1 - beta) * energy0(x) + beta * energy1(x)
 
 

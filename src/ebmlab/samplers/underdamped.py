@@ -50,12 +50,16 @@ class _Kinetic(Sampler[KineticState]):
         base = SamplerState.start(x, e, g, n_grad_evals=1)
         return KineticState(**vars(base), momentum=torch.zeros_like(x))
 
-    def _moved(
-        self, state: KineticState, x: torch.Tensor, v: torch.Tensor, energy: EnergyFn
-    ) -> tuple[KineticState, torch.Tensor]:
-        """The state at ``x`` with momentum ``v`` and the gradient there (one evaluation)."""
-        e, g = energy_and_grad(energy, x)
-        moved = state.replace(
+    def _advanced(
+        self,
+        state: KineticState,
+        x: torch.Tensor,
+        v: torch.Tensor,
+        e: torch.Tensor,
+        g: torch.Tensor,
+    ) -> KineticState:
+        """The next state: position ``x`` with its energy and gradient, momentum ``v``."""
+        return state.replace(
             x=x,
             energy=e,
             grad=g,
@@ -64,7 +68,6 @@ class _Kinetic(Sampler[KineticState]):
             n_grad_evals=state.n_grad_evals + 1,
             t=state.t + 1,
         )
-        return moved, g
 
 
 class UnderdampedLangevin(_Kinetic):
@@ -101,7 +104,7 @@ class UnderdampedLangevin(_Kinetic):
             v = add_scaled(c * v, s, _noise(v, generator))
             v = add_scaled(v, -h / 2, state.grad)
             x = add_scaled(state.x, h, v)
-            moved, g = self._moved(state, x, v, energy)
+            e, g = energy_and_grad(energy, x)
             v = add_scaled(v, -h / 2, g)
             v = add_scaled(c * v, s, _noise(v, generator))
         else:
@@ -109,9 +112,9 @@ class UnderdampedLangevin(_Kinetic):
             x = add_scaled(state.x, h / 2, v)
             v = add_scaled(c * v, s, _noise(v, generator))
             x = add_scaled(x, h / 2, v)
-            moved, g = self._moved(state, x, v, energy)
+            e, g = energy_and_grad(energy, x)
             v = add_scaled(v, -h / 2, g)
-        return moved.replace(momentum=v)
+        return self._advanced(state, x, v, e, g)
 
 
 class SGHMC(_Kinetic):
@@ -149,5 +152,5 @@ class SGHMC(_Kinetic):
         sd = (2 * (self.momentum_decay - self.noise_estimate) * eta) ** 0.5
         v = add_scaled((1 - self.momentum_decay) * state.momentum, -eta, state.grad)
         v = add_scaled(v, sd, _noise(v, generator), inplace=True)
-        moved, _ = self._moved(state, state.x + v, v, energy)
-        return moved
+        x = state.x + v
+        return self._advanced(state, x, v, *energy_and_grad(energy, x))

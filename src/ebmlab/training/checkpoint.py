@@ -98,17 +98,18 @@ def save_checkpoint(
     return path
 
 
-def _verify(path: Path) -> None:
-    """Compare the file's SHA-256 with its checksum file (format 1 files have none)."""
+def _read_verified(path: Path) -> bytes:
+    """The file's bytes, checked against its SHA-256 file (format 1 files have none)."""
     stored = checksum_path(path)
     for wait in (0.0, 0.2):  # a writer may be between replacing the file and its checksum
         time.sleep(wait)
+        data = path.read_bytes()
         if not stored.is_file():
-            return
+            return data
         expected = stored.read_text().strip()
-        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        actual = hashlib.sha256(data).hexdigest()
         if actual == expected:
-            return
+            return data
     raise CheckpointError(
         f"checkpoint {path} is corrupt or truncated: its SHA-256 {actual[:12]}... differs "
         f"from the one recorded when it was written ({expected[:12]}...)"
@@ -125,10 +126,9 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
-    _verify(path)
+    data = _read_verified(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         raise CheckpointError(
             f"refused to load {path}: it holds objects other than tensors and plain containers "

@@ -58,7 +58,7 @@ def _running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by another user
-        return True
+        pass
     return True
 
 
