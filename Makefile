@@ -6,24 +6,29 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= runs/demo
 
-.PHONY: setup test demo bench lint clean
+.PHONY: setup test docs demo bench lint clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_PIN)"
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,docs]"
 	touch $@
 
 # The fast-path tests run twice: on whatever this CPU offers, then on the portable path
 # (oneDNN and ATen limited to AVX2, and every ebmlab CPU fast path off).
 PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
 
-test: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+test: setup docs
+	$(VENV)/bin/ruff check src tests benchmarks docs
 	$(PORTABLE) $(PY) -m pytest -m fastpath
 	$(PY) -m pytest
+
+# The documentation site (mkdocs, Material theme, API pages from the docstrings) into
+# site/; any warning fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 demo: setup
 	$(VENV)/bin/ebmlab train jem --seed 0 --out $(DEMO_DIR)
@@ -33,7 +38,7 @@ bench: setup
 	$(PY) -m benchmarks.run
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs site .pytest_cache

@@ -96,7 +96,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         batch_size: int = 10,
         n_iter: int = 10,
         verbose: int = 0,
-        random_state=None,
+        random_state: int | np.random.RandomState | None = None,
         k: int = 1,
         persistent: bool = True,
         n_chains: int | None = None,
@@ -246,7 +246,7 @@ class BernoulliRBM(_RBMEstimator):
         batch_size: int = 10,
         n_iter: int = 10,
         verbose: int = 0,
-        random_state=None,
+        random_state: int | np.random.RandomState | None = None,
         k: int = 1,
         persistent: bool = True,
         n_chains: int | None = None,
@@ -328,7 +328,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
         batch_size: int = 10,
         n_iter: int = 10,
         verbose: int = 0,
-        random_state=None,
+        random_state: int | np.random.RandomState | None = None,
         k: int = 1,
         persistent: bool = True,
         n_chains: int | None = None,
@@ -386,10 +386,15 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
             (contrastive divergence on -log p(x, y)) or ``"hybrid"`` (the first plus
             ``alpha`` times the second, the regulariser of the paper).
         alpha: weight of the generative term in the hybrid objective.
-        learning_rate, batch_size, n_iter: Adam step size, mini-batch size and epochs.
+        learning_rate: Adam's step size.
+        batch_size: mini-batch size.
+        n_iter: epochs.
         k: Gibbs steps of the generative term's negatives.
         weight_decay: L2 penalty.
-        random_state, verbose, dtype, device: as for :class:`BernoulliRBM`.
+        random_state: seed or generator, as for :class:`BernoulliRBM`.
+        verbose: progress output, as for :class:`BernoulliRBM`.
+        dtype: parameter precision, as for :class:`BernoulliRBM`.
+        device: where the model trains, as for :class:`BernoulliRBM`.
 
     Inputs are values in [0, 1]. ``score_samples`` is log p(x) = log sum_y p(x, y),
     with log Z exact when min(n_features, n_components) <= 20 and otherwise a sum over
@@ -408,7 +413,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         k: int = 1,
         weight_decay: float = 0.0,
         verbose: int = 0,
-        random_state=None,
+        random_state: int | np.random.RandomState | None = None,
         dtype: str = "float32",
         device: str = "cpu",
     ) -> None:
@@ -572,7 +577,7 @@ class DBN(TransformerMixin, BaseEstimator):
     """Deep belief network by greedy layer-wise training of RBMs (Hinton, Osindero & Teh 2006).
 
     Each :class:`BernoulliRBM` in turn is fitted to the hidden probabilities of the one
-    below (seed 002, 'Deep Boltzmann Machines': each pair of consecutive layers is an
+    below (Tomczak 2024, 'Deep Boltzmann Machines': each pair of consecutive layers is an
     RBM trained with the lower layer treated as observed). ``transform`` propagates
     p(h | v) up the stack; ``sample`` runs block Gibbs in the top RBM and propagates
     the result down through the directed layers.
@@ -588,7 +593,7 @@ class DBN(TransformerMixin, BaseEstimator):
         k: int = 1,
         persistent: bool = True,
         momentum: float = 0.5,
-        random_state=None,
+        random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
     ) -> None:
         self.hidden_layers = hidden_layers
@@ -633,7 +638,12 @@ class DBN(TransformerMixin, BaseEstimator):
             data = rbm.transform(data)
         return data
 
-    def sample(self, n_samples: int, n_gibbs: int = 200, random_state=None) -> np.ndarray:
+    def sample(
+        self,
+        n_samples: int,
+        n_gibbs: int = 200,
+        random_state: int | np.random.RandomState | None = None,
+    ) -> np.ndarray:
         """Visible samples: Gibbs chains in the top RBM, then top-down p(v | h) propagation."""
         check_is_fitted(self)
         top = self.rbms_[-1].rbm_

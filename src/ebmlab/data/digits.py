@@ -1,7 +1,7 @@
 """scikit-learn's 8x8 handwritten digits, the embedded default data set, and a colour
 version of it.
 
-The split follows the seed book's code so results are comparable: the first
+The split follows the code of Tomczak's book (2024, ch. 6) so results are comparable: the first
 1000 images train, the next 350 validate, the last 447 test. Pixels are
 integers 0..16. ``digits-rgb`` paints each digit in a random light colour on a random
 dark background (fixed per image, seed ``COLOUR_SEED``): an RGB set of 8-bit pixels

@@ -3,7 +3,7 @@
 They are the ground truth against which samplers, partition-function estimators
 and training principles are tested. Each has ``log_partition()`` (a float64
 scalar tensor), ``log_prob(x) = -E(x) - log Z`` and ``sample(n, generator)``.
-The Gaussian is seed 002's eqs. 6.2-6.4 in D dimensions.
+The Gaussian is Tomczak's (2024) eqs. 6.2-6.4 in D dimensions.
 """
 
 from __future__ import annotations

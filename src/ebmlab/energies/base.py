@@ -1,4 +1,4 @@
-"""The energy interface: p(x) = exp(-E(x)) / Z (seed 002, eq. 6.1).
+"""The energy interface: p(x) = exp(-E(x)) / Z (Tomczak 2024, eq. 6.1).
 
 Everything in ebmlab that needs an energy accepts either an :class:`EnergyModel`
 or any plain callable mapping a batch ``(B, *event_shape)`` to energies ``(B,)``.
@@ -52,7 +52,7 @@ class EnergyModel(nn.Module):
         return score(self, x)
 
     def log_ratio(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-        """log p(x1)/p(x2) = E(x2) - E(x1): Z cancels (seed 001, 'ratios without Z')."""
+        """log p(x1)/p(x2) = E(x2) - E(x1): Z cancels (Song & Kingma 2021, §2)."""
         return self.energy(x2) - self.energy(x1)
 
     def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Boltzmann machines and restricted Boltzmann machines (seed 002, section 6.5).
+"""Boltzmann machines and restricted Boltzmann machines (Tomczak 2024, section 6.5).
 
 Boltzmann machine (eq. 6.32): E(x) = -(x^T W x + b^T x), x in {0, 1}^D, with W
 symmetric and zero on the diagonal; each pair (i, j) therefore enters twice and
@@ -286,7 +286,7 @@ class GaussianBernoulliRBM(_RBM):
 
 
 class SubspaceRBM(EnergyModel):
-    """Subspace RBM (Tomczak & Gonczarek 2017; seed 002, eqs. 6.44-6.47).
+    """Subspace RBM (Tomczak & Gonczarek 2017; Tomczak 2024, eqs. 6.44-6.47).
 
     Binary visible x (D), gate units h (M) and subspace units S (M x K) with energy
     E(x, h, S) = -sum_ijk W_ijk x_i h_j s_jk - b^T x - c^T h - sum_j h_j sum_k D_jk s_jk.

@@ -1,4 +1,5 @@
-"""A classifier read as an energy-based model (seed 002, sections 6.2-6.3; Grathwohl et al. 2020).
+"""A classifier read as an energy-based model (Tomczak 2024, §6.2-6.3; Grathwohl et al.
+2020).
 
 A network NN(x) with K outputs defines E(x, y) = -NN(x)[y] (eq. 6.5), the joint
 p(x, y) = exp(NN(x)[y]) / Z (eqs. 6.6-6.7), the marginal energy
@@ -8,7 +9,7 @@ an unnormalised density.
 
 The classifier's confidence can be tuned without touching the density: p(y | x) is
 the Gibbs distribution over y at inverse temperature beta,
-p(y | x) = exp(-beta E(x, y)) / sum_y' exp(-beta E(x, y')) (seed 000, section
+p(y | x) = exp(-beta E(x, y)) / sum_y' exp(-beta E(x, y')) (LeCun et al. 2006, section
 "Negative Log-Likelihood Loss"; LeCun et al. 2006, eq. 1), and :meth:`ClassifierEnergy.calibrate`
 fits beta on held-out data (temperature scaling, Guo et al. 2017).
 """

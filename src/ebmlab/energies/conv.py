@@ -2,7 +2,7 @@
 
 :class:`ConvNet` maps (B, C, H, W) images to K outputs; :class:`ConvEnergy` reads a
 one-output ConvNet as the energy E(x) of an unnormalised image density
-p(x) = exp(-E(x)) / Z (seed 001; Du & Mordatch 2019 train such energies with Langevin
+p(x) = exp(-E(x)) / Z (Song & Kingma 2021; Du & Mordatch 2019 train such energies with Langevin
 negatives). Spectral normalisation (Miyato et al. 2018) of every layer keeps the energy
 smooth, which short-run Langevin sampling needs.
 """

@@ -1,6 +1,6 @@
 """Average log-likelihood of data under an energy model, given an estimate of log Z.
 
-log p(x) = -E(x) - log Z (seed 001: the energy alone ranks configurations; only Z turns
+log p(x) = -E(x) - log Z (Song & Kingma 2021: the energy alone ranks configurations; only Z turns
 it into a probability). The uncertainty has two parts that are reported apart: the
 error of log Z, which shifts every row alike, and the spread of -E(x) over the rows,
 the sampling error of the data set's mean.

@@ -7,7 +7,7 @@ A batch of answers y in {0, ..., K-1}^D has energy
 with unary energies U (B, D, K) that may depend on the input X, and pairwise energies
 P (D, D, K, K) shared by the batch (P[i, j, a, b] = P[j, i, b, a], zero blocks on the
 diagonal). Chains (:func:`~ebmlab.inference.viterbi` solves them exactly) and Boltzmann
-machines over binary answers (eq. 6.32 of seed 002) are special cases. When D is too
+machines over binary answers (Tomczak 2024, eq. 6.32) are special cases. When D is too
 large to enumerate and the graph has loops, the argmin of LeCun et al. (2006, §6) is
 approximated by
 

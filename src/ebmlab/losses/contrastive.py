@@ -1,6 +1,6 @@
 """Contrastive divergence: pull down the energy of data, pull up that of samples.
 
-The log-likelihood gradient of p = exp(-E)/Z is (seed 001; seed 002, eq. 6.23)
+The log-likelihood gradient of p = exp(-E)/Z is (Song & Kingma 2021, eq. 4; Tomczak 2024, eq. 6.23)
 
     grad_theta log p(x) = -grad_theta E(x) + E_{x' ~ p}[grad_theta E(x')],
 
@@ -8,8 +8,8 @@ and replacing the expectation by model samples gives the surrogate loss
 
     L = mean E(x_data) - mean E(x_sample)
 
-whose gradient is the negative of that estimate (seed 000's contrastive
-divergence update; seed 002, eq. 6.25 with f = -E).
+whose gradient is the negative of that estimate (the contrastive-divergence
+update of LeCun et al. 2006, §2; Tomczak 2024, eq. 6.25 with f = -E).
 """
 
 from __future__ import annotations

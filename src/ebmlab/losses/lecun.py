@@ -1,7 +1,7 @@
 """The loss family of energy-based learning (LeCun, Chopra, Hadsell, Ranzato & Huang 2006).
 
 Learning shapes E(W, Y, X) so that the correct answer Y^i has lower energy than
-the others (seed 000). Every loss is a function of energies only:
+the others (LeCun et al. 2006). Every loss is a function of energies only:
 
 - losses that need every answer's energy take ``energies`` (B, K) and ``target`` (B,):
   :func:`perceptron_loss`, :func:`nll_loss`, :func:`mee_loss`;
@@ -185,9 +185,10 @@ def contrastive_update_loss(
 ) -> torch.Tensor:
     """L = E(W, Y^i, X^i) - E(W, Ybar^i, X^i), with Ybar^i from approximate inference.
 
-    Its gradient is seed 000's contrastive-divergence update: pull down the data, pull up
-    the contrastive answer the (approximate) inference found. Hold ``e_contrastive``'s
-    answer fixed (detach the answer, not the energy) when differentiating.
+    Its gradient is the contrastive-divergence update of LeCun et al. (2006): pull down
+    the data, pull up the contrastive answer the (approximate) inference found. Hold
+    ``e_contrastive``'s answer fixed (detach the answer, not the energy) when
+    differentiating.
     """
     _pair(e_correct, e_contrastive)
     return _reduce(e_correct - e_contrastive, reduction)

@@ -14,16 +14,19 @@ is the data's own energy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ebmlab import _checks
+from ebmlab.energies.mlp import NoiseConditionalEnergy
 from ebmlab.samplers.recovery import blur, check_schedule, recover
 
 
 def diffusion_recovery_likelihood_loss(
-    model,
+    model: NoiseConditionalEnergy,
     x: torch.Tensor,
-    sigmas,
+    sigmas: Sequence[float] | torch.Tensor,
     *,
     langevin_steps: int = 30,
     step_scale: float = 0.1,
@@ -34,10 +37,15 @@ def diffusion_recovery_likelihood_loss(
     Args:
         model: a :class:`~ebmlab.energies.NoiseConditionalEnergy` with one level per
             noise level.
+        x: data (B, D).
         sigmas: the noise schedule sigma_1..sigma_T, each in (0, 1).
         langevin_steps: steps of the conditional sampler
             (:func:`~ebmlab.samplers.recovery.recover`).
         step_scale: its step as a fraction of the conditional variance.
+        generator: randomness of the noise and of the sampler.
+
+    Returns:
+        The loss (a scalar tensor) and metrics.
     """
     _checks.tensor("x", x, ndim=2, floating=True, finite=True)
     sigmas = check_schedule(sigmas)

@@ -167,7 +167,7 @@ def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
 
 
 def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:
-    """log Z of a subspace RBM (seed 002, eq. 6.44).
+    """log Z of a subspace RBM (Tomczak 2024, eq. 6.44).
 
     x sees the hidden units only through z_jk = h_j s_jk. Summing (h_j, s_j) for a fixed
     z_j leaves the weight exp(c_j + D_j. z_j), plus 2^K for a closed gate when z_j = 0,

@@ -8,7 +8,7 @@ E(x) = -x^T W x - b^T x (W symmetric with zero diagonal: a Boltzmann machine, se
 2 W_i . x + b_i, one product per site; the sweep's uniform draws are turned into
 log-odds thresholds in one pass, so a site costs a product and a comparison.
 :class:`BlockGibbs` alternates h ~ p(h | v), v ~ p(v | h)
-for bipartite models (RBMs, seed 002 eqs. 6.38-6.39); the hidden logits computed
+for bipartite models (RBMs, Tomczak 2024, eqs. 6.38-6.39); the hidden logits computed
 for the free energy are reused by the next step, so a step costs two products
 with W.
 """

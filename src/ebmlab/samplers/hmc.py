@@ -255,7 +255,8 @@ class AdaptiveHMC(HMC):
         trajectory_length: initial (maximum) trajectory length T.
         target_accept: mean acceptance probability the step size is tuned to.
         max_leapfrog: cap on leapfrog steps per trajectory.
-        adapt_mass, adapt_length: switch off mass or trajectory-length adaptation.
+        adapt_mass: False switches off mass-matrix adaptation.
+        adapt_length: False switches off trajectory-length adaptation.
     """
 
     def __init__(

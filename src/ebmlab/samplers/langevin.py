@@ -37,7 +37,7 @@ class Langevin(Sampler[SamplerState]):
     """Unadjusted Langevin dynamics (ULA), or SGLD with independent noise scale.
 
     Args:
-        step_size: h (ULA) or alpha (seed 002, eq. 6.24).
+        step_size: h (ULA) or alpha (Tomczak 2024, eq. 6.24).
         noise_scale: sigma; ``None`` means sqrt(2 * step_size), the ULA choice.
         grad_clip: clip each chain's gradient to this L2 norm (``None``: off).
         clamp: box (low, high) every state is clamped into (``None``: off).

@@ -29,7 +29,7 @@ def uniform_init(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
 ) -> InitFn:
-    """Chains started uniformly in the box [low, high]^shape (the seed's eq. 6.28 start),
+    """Chains started uniformly in the box [low, high]^shape (Tomczak 2024, eq. 6.28),
     on ``device`` (by default the generator's, else the CPU)."""
 
     def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Learning a fully visible Boltzmann machine (seed 002, eq. 6.32).
+"""Learning a fully visible Boltzmann machine (Tomczak 2024, eq. 6.32).
 
 The negative log-likelihood of data under p(x) = exp(-E(x)) / Z is
 mean E(x_data) + log Z. For small D, :func:`exact_nll` sums Z over all 2^D states

@@ -1,4 +1,4 @@
-"""Contrastive divergence for RBMs with closed-form gradients (seed 002, eqs. 6.40-6.43).
+"""Contrastive divergence for RBMs with closed-form gradients (Tomczak 2024, eqs. 6.40-6.43).
 
 The log-likelihood gradient of an RBM is the difference of data and model
 expectations of the free-energy gradient (eq. 6.41). With mean-field hidden

@@ -1,5 +1,5 @@
 """Structured outputs: sequence labelling with exact inference, digit completion with
-approximate inference (LeCun et al. 2006, §6; seed 000).
+approximate inference (LeCun et al. 2006, §6).
 
 :class:`ChainTask` labels sequences drawn from a known hidden Markov model with a chain
 energy E(Y, X) = sum_t U_t[y_t] + sum_t P[y_{t-1}, y_t] (unary terms from a small
@@ -13,7 +13,7 @@ Y is 32 binary pixels (2^32 answers, too many to enumerate) with a conditional B
 energy E(Y, X) = -(Y^T W Y + b(X)^T Y), fields b(X) from a network. The contrastive
 answers come from annealed Gibbs inference: ``hinge`` takes the most offending answer
 of the loss-augmented energy E(Y) - m Hamming(Y, Y^i); ``perceptron`` the approximate
-argmin; ``cd`` k Gibbs sweeps at temperature 1 started at the data (seed 000's
+argmin; ``cd`` k Gibbs sweeps at temperature 1 started at the data (LeCun et al.'s (2006)
 contrastive-divergence update: pull down the data, pull up what inference found).
 """
 

@@ -1,7 +1,7 @@
 """Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching, NCE, energy
 discrepancy or diffusion recovery likelihood).
 
-The energy is an MLP trained by the chosen principle: the CD surrogate of seed 001
+The energy is an MLP trained by the chosen principle: the CD surrogate (Song & Kingma 2021, §3)
 with negatives from persistent Langevin chains kept in a replay buffer (PCD,
 Tieleman 2008) or from short runs started in noise (CD), exact, sliced or denoising
 score matching, or NCE. Because the data are two-dimensional, log Z is computed by

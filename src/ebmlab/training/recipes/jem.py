@@ -1,48 +1,42 @@
-"""Recipe ``jem``: the hybrid classifier/generator EBM (seed 002, sections 6.2-6.4; JEM).
+"""Recipe ``jem``: the hybrid classifier/generator EBM (Tomczak 2024, §6.2-6.4;
+Grathwohl et al. 2020).
 
 One network NN(x) with K outputs is both a classifier, p(y | x) = softmax NN(x),
 and an unnormalised density, log p(x) = LogSumExp_y NN(x)[y] - log Z. Training
-maximises log p(x, y) = log p(y | x) + log p(x) (eq. 6.26): cross-entropy plus the
-contrastive term E(x_data) - E(x_sample), with E(x) = -LogSumExp_y NN(x)[y] and
-samples from SGLD, x' = x - alpha grad E(x) + sigma eps (eq. 6.28, written there
-for f = -E). Negatives start either from uniform noise in the data range (the
-book's variant, ``init="uniform"``) or from a replay buffer of persistent chains
-with re-initialisation (JEM's variant, the default; JEM re-initialises 5% of the starts
-per step, the default here is 20%). ``start`` says where fresh chains begin: uniformly
-in the data range (eq. 6.28) or, with ``"gaussian"`` (the default), at draws from one
-Gaussian per class fitted to the training data (JEM++'s informative initialisation,
-:func:`~ebmlab.samplers.gaussian_init`), near the data, except for a share
-``uniform_share`` (10%) still drawn uniformly so that the model also meets noise. On
-the digits these starts raise the AUROC of log p(x) against flipped digits from
-0.80 / 0.78 (uniform starts, 5%) to 0.84 / 0.83 (three seeds, energy_l2 0.01), with
-samples as close to the test set; without the uniform share, 0.86 / 0.84, but noise is
-then ranked late in training (a short run ranks it above the digits).
+maximises log p(x, y) = log p(y | x) + log p(x) (Tomczak 2024, eq. 6.26): cross-entropy
+plus the contrastive term E(x_data) - E(x_sample), with E(x) = -LogSumExp_y NN(x)[y]
+and samples from SGLD, x' = x - alpha grad E(x) + sigma eps (eq. 6.28, written there
+for f = -E).
 
-Options that keep training stable: ``data_noise`` (Gaussian noise added to the data, JEM
-uses 0.03), ``energy_l2`` (penalises E^2 of data and samples; without it one digits run
-in three blew up at the peak learning rate, samples' energies running away from the
-data's), ``sampler_grad_clip`` (per-chain gradient norm bound in SGLD), ``clamp``
-(chains projected onto the data range, on by default: images live in a box) and smooth
-activations (SiLU by default). Holding both energies near zero also makes log p(x) rank
-by shape: with ``energy_l2`` 0.1 rather than 0.01 the flipped-digit AUROC rises from
-0.84 / 0.83 to 0.89 / 0.86, and with 0.3 (the default) on a net of width 48 (the
-default; at width 32 the weight 0.2 already costs accuracy) to 0.895 / 0.875 (means of
-three seeds). ``shift_augment``, ``rotate_augment`` and ``scale_augment`` move each
-training image by a random affine map (up to that many pixels, degrees and relative
-zoom); the augmented copies join the data in the cross-entropy only, so that p(x) still
-models the data rather than its augmentations.
-``calibrate`` fits the inverse temperature beta of p(y | x) on the validation split
-after every epoch (:meth:`~ebmlab.energies.ClassifierEnergy.calibrate`), so that the
+Negatives start either from uniform noise in the data range (the book's variant,
+``init="uniform"``) or from a replay buffer of persistent chains with
+re-initialisation (JEM's variant, the default). ``start`` says where fresh chains
+begin: uniformly in the data range (eq. 6.28) or, with ``"gaussian"`` (the default),
+at draws from one Gaussian per class fitted to the training data (the informative
+initialisation of JEM++, Yang & Ji 2021; :func:`~ebmlab.samplers.gaussian_init`),
+except for a share ``uniform_share`` still drawn uniformly so that the model also
+meets noise.
+
+Options that keep training stable: ``data_noise`` (Gaussian noise added to the data,
+as in JEM), ``energy_l2`` (the penalty on E^2 of data and samples of Du & Mordatch
+2019, which holds both energies near zero so that log p(x) ranks by shape),
+``sampler_grad_clip`` (per-chain gradient norm bound in SGLD), ``clamp`` (chains
+projected onto the data range: images live in a box) and smooth activations (SiLU).
+``shift_augment``, ``rotate_augment`` and ``scale_augment`` move each training image
+by a random affine map (up to that many pixels, degrees and relative zoom); the
+augmented copies join the data in the cross-entropy only, so that p(x) still models
+the data rather than its augmentations. ``calibrate`` fits the inverse temperature
+beta of p(y | x) on the validation split after every epoch
+(:meth:`~ebmlab.energies.ClassifierEnergy.calibrate`; Guo et al. 2017), so that the
 classifier's confidence matches its accuracy; the density is untouched. The MNIST sets
 have no validation split here (fitting on the test split would leak), so beta stays 1.
-The defaults (AdamW with weight decay 0.05, learning rate 3e-3 with 300 warm-up steps
-and cosine decay, 100 epochs) reach 2.0 % test error on the digits (mean of three seeds).
-``sampler_dtype="bfloat16"`` computes SGLD gradients in bfloat16 (several times faster
-on CPUs with bf16 matrix units); ``train_dtype="bfloat16"`` runs the network's forward
-and backward pass of the loss in bfloat16 as well (mixed precision through
-:class:`torch.autocast`: parameters, optimizer state and the loss terms stay float32);
-``train_dtype="float16"`` does so in float16, with the trainer's loss scaling
-(``grad_scaler``) against underflowing gradients.
+
+``sampler_dtype="bfloat16"`` computes SGLD gradients in bfloat16;
+``train_dtype="bfloat16"`` runs the network's forward and backward pass of the loss in
+bfloat16 as well (mixed precision through :class:`torch.autocast`: parameters,
+optimizer state and the loss terms stay float32); ``train_dtype="float16"`` does so in
+float16, with the trainer's loss scaling (``grad_scaler``) against underflowing
+gradients. Measured results of the defaults and their ablations: ``docs/results/jem.md``.
 """
 
 from __future__ import annotations

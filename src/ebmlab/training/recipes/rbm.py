@@ -1,4 +1,4 @@
-"""Recipe ``rbm``: Boltzmann machines with hidden units on images (seed 002, section 6.5).
+"""Recipe ``rbm``: Boltzmann machines with hidden units on images (Tomczak 2024, section 6.5).
 
 ``model`` picks the machine:
 
