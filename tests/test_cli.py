@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import tomllib
@@ -6,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from ebmlab import cli
 from ebmlab.cli import main
 from ebmlab.training import load_checkpoint
-from ebmlab.training.recipes import get_recipe
+from ebmlab.training.recipes import get_recipe, recipes
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -48,7 +50,7 @@ def test_info_lists_data_sets(capsys, mnist_dir, monkeypatch):
     ("argv", "message"),
     [
         (["train", "density", "--out", "x", "--epochs", "0"], "epochs must be an integer >= 1"),
-        (["train", "density", "--out", "x", "--data", "moons"], "data must be one of"),
+        (["train", "density", "--out", "x", "--data", "moons"], "invalid choice: 'moons'"),
         (["train", "density", "--out", "x", "--lr", "fast"], "invalid float value"),
         (["train", "nonsense", "--out", "x"], "invalid choice"),
         (["train", "density"], "required: --out"),
@@ -162,3 +164,40 @@ def test_data_download_offers_the_sets_with_a_public_address(capsys):
     assert main(["data", "download", "emnist-letters", "somewhere"]) == 2
     err = capsys.readouterr().err
     assert "cifar10" in err and "svhn" in err
+
+
+def test_every_option_has_help_and_shows_its_choices():
+    """Each config field's line in its Attributes docstring reaches --help, with the
+    field's choices and the recipe's defaults."""
+    from ebmlab.cli import field_help
+    from ebmlab.training import TrainerConfig
+
+    for cls in [TrainerConfig, *(r.config_cls for r in recipes().values())]:
+        helps = field_help(cls)
+        missing = [f.name for f in dataclasses.fields(cls) if not helps.get(f.name)]
+        assert not missing, f"{cls.__name__} fields without help: {missing}"
+        assert set(helps) <= {f.name for f in dataclasses.fields(cls)}, cls.__name__
+    parser = cli._build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "jem", "--help"])
+
+
+def test_help_text_of_jem(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "jem", "--help"])
+    out = capsys.readouterr().out
+    assert "--arch {mlp,conv,wrn,resnet}" in out and "IGEBM's SN ResNet (default: conv)" in out
+    assert "passes over the training data (default: 100)" in out  # the recipe's default
+
+
+def test_internal_errors_surface_with_their_traceback(monkeypatch, tmp_path):
+    """Only usage errors become one line and status 2; a failure inside the work, even a
+    ValueError raised by torch, propagates (Python prints it and exits with status 1)."""
+    recipe = get_recipe("density")
+
+    def broken(config, trainer):
+        return torch.nn.functional.cross_entropy(torch.zeros(2, 3), torch.zeros(3).long())
+
+    monkeypatch.setattr(cli, "get_recipe", lambda name: dataclasses.replace(recipe, build=broken))
+    with pytest.raises(ValueError, match="batch_size"):
+        main(["train", "density", "--out", str(tmp_path / "run"), "--epochs", "1"])

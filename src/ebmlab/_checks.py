@@ -1,7 +1,8 @@
 """Argument validation shared by every public entry point.
 
-Each helper raises a ``ValueError`` (or ``TypeError``) whose message names the
-argument and what was expected, so bad input fails before any work starts.
+Each helper raises an :class:`ArgumentError` (a ``ValueError`` and a ``TypeError``)
+whose message names the argument and what was expected, so bad input fails before any
+work starts.
 """
 
 from __future__ import annotations
@@ -13,24 +14,32 @@ from typing import Any
 import torch
 
 
+class ArgumentError(ValueError, TypeError):
+    """Bad input to a public function, a config or a command: raised before any work
+    starts, naming the argument and what was expected. It is a ``ValueError`` and a
+    ``TypeError``, so callers catch it as either; the command line reports it in one
+    line with exit status 2, while any other exception is an internal error.
+    """
+
+
 def positive(name: str, value: float, *, allow_zero: bool = False) -> float:
     """Return ``value`` if it is a finite number > 0 (or >= 0 with ``allow_zero``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        raise ArgumentError(f"{name} must be a number, got {type(value).__name__}")
     ok = value >= 0 if allow_zero else value > 0
     if not (math.isfinite(value) and ok):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+        raise ArgumentError(f"{name} must be a finite number {bound}, got {value!r}")
     return value
 
 
 def positive_int(name: str, value: int, *, allow_zero: bool = False) -> int:
     """Return ``value`` if it is an int > 0 (or >= 0 with ``allow_zero``)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        raise ArgumentError(f"{name} must be an integer, got {type(value).__name__}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else ">= 1"
-        raise ValueError(f"{name} must be an integer {bound}, got {value}")
+        raise ArgumentError(f"{name} must be an integer {bound}, got {value}")
     return value
 
 
@@ -38,22 +47,30 @@ def probability(name: str, value: float) -> float:
     """Return ``value`` if it lies in [0, 1]."""
     positive(name, value, allow_zero=True)
     if value > 1:
-        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+        raise ArgumentError(f"{name} must lie in [0, 1], got {value!r}")
     return value
 
 
 def image_shape(name: str, value: Any) -> tuple[int, int, int]:
     """``value`` as an image shape (channels, height, width) of positive integers."""
     if value is None or len(value) != 3 or any(int(v) < 1 for v in value):
-        raise ValueError(f"{name} must be (channels, height, width), got {value}")
+        raise ArgumentError(f"{name} must be (channels, height, width), got {value}")
     return tuple(int(v) for v in value)  # type: ignore[return-value]
 
 
 def one_of(name: str, value: Any, choices: Sequence[Any]) -> Any:
     """Return ``value`` if it is one of ``choices``."""
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        raise ArgumentError(f"{name} must be one of {list(choices)}, got {value!r}")
     return value
+
+
+def choices(config: Any) -> Any:
+    """Check every field a config dataclass lists in its ``CHOICES`` (field name ->
+    allowed values) and return the config; the command line shows the same choices."""
+    for name, allowed in type(config).CHOICES.items():
+        one_of(name, getattr(config, name), allowed)
+    return config
 
 
 def tensor(
@@ -68,32 +85,32 @@ def tensor(
 ) -> torch.Tensor:
     """Return ``value`` as a tensor after checking its shape, dtype and values."""
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        raise ArgumentError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if ndim is not None and value.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
+        raise ArgumentError(f"{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
     if min_ndim is not None and value.ndim < min_ndim:
-        raise ValueError(
+        raise ArgumentError(
             f"{name} must have at least {min_ndim} dimensions, got shape {tuple(value.shape)}"
         )
     if last_dims is not None:
         tail = tuple(value.shape[value.ndim - len(last_dims) :]) if value.ndim else ()
         if tail != tuple(last_dims):
-            raise ValueError(
+            raise ArgumentError(
                 f"{name} must end in shape {tuple(last_dims)}, got shape {tuple(value.shape)}"
             )
     if floating and not value.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
+        raise ArgumentError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
     if value.ndim and value.shape[0] == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+        raise ArgumentError(f"{name} must not be empty, got shape {tuple(value.shape)}")
     if finite and value.is_floating_point() and not torch.isfinite(value).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise ArgumentError(f"{name} contains NaN or infinite values")
     return value
 
 
 def callable_(name: str, value: Any) -> Callable[..., Any]:
     """Return ``value`` if it can be called."""
     if not callable(value):
-        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+        raise ArgumentError(f"{name} must be callable, got {type(value).__name__}")
     return value
 
 
@@ -110,7 +127,7 @@ def generator(
         return None
     if isinstance(value, torch.Generator):
         if device is not None and not same_device(value.device, device):
-            raise ValueError(
+            raise ArgumentError(
                 f"{name} is a generator on {value.device}, but the data is on "
                 f"{torch.device(device)}: make it with torch.Generator(device=...) on the "
                 "data's device, or pass an int seed"
@@ -120,7 +137,7 @@ def generator(
         gen = torch.Generator(device=device if device is not None else "cpu")
         gen.manual_seed(value)
         return gen
-    raise TypeError(f"{name} must be a torch.Generator, an int seed or None, got {value!r}")
+    raise ArgumentError(f"{name} must be a torch.Generator, an int seed or None, got {value!r}")
 
 
 def same_device(a: torch.device | str, b: torch.device | str) -> bool:

@@ -3,8 +3,11 @@
 
 Each recipe's options are generated from its config dataclass and the shared
 :class:`~ebmlab.training.TrainerConfig`, so a new recipe needs no change here.
-Settings are read from defaults, then ``--config FILE.toml``, then flags. A bad
-argument prints one line to stderr and exits with status 2.
+Settings are read from defaults, then ``--config FILE.toml``, then flags. Each
+option's help is the field's line in its config's ``Attributes`` docstring, with the
+field's ``CHOICES`` where it has them. A usage error (a bad argument or setting, a
+missing file, an unreadable checkpoint) prints one line to stderr and exits with status
+2; an internal error surfaces with its traceback and exits with status 1.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import inspect
 import json
 import os
 import platform
+import re
 import sys
 import tomllib
 import typing
@@ -26,7 +30,8 @@ import torch
 
 import ebmlab
 from ebmlab import _checks, hardware
-from ebmlab.data import DataNotFoundError, Dataset, available_datasets, download
+from ebmlab._checks import ArgumentError
+from ebmlab.data import Dataset, available_datasets, download
 from ebmlab.data.catalog import SOURCES, DownloadError
 from ebmlab.devices import resolve_device
 from ebmlab.partition.binary_products import quantized_available
@@ -43,14 +48,10 @@ from ebmlab.training.checkpoint import previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
 from ebmlab.training.run_dir import write_json
 
-USAGE_ERRORS = (
-    ValueError,
-    TypeError,
-    FileNotFoundError,
-    DataNotFoundError,
-    DownloadError,
-    CheckpointError,
-)
+# What a user can fix: bad arguments and settings, missing files and data, failed
+# downloads, unreadable checkpoints. Anything else is an internal error and surfaces
+# with its traceback (exit status 1).
+USAGE_ERRORS = (ArgumentError, FileNotFoundError, DownloadError, CheckpointError)
 
 
 class UsageError(Exception):
@@ -62,27 +63,73 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def _add_dataclass_options(parser: argparse.ArgumentParser, cls: type, skip: set[str]) -> None:
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's description from the ``Attributes:`` section of a config dataclass's
+    docstring (Google style: ``name: text``, continuation lines indented deeper)."""
+    doc = inspect.getdoc(cls) or ""
+    helps: dict[str, str] = {}
+    section = doc.partition("Attributes:")[2]
+    name = None
+    for line in section.splitlines():
+        if not line.strip():
+            if name:
+                break
+            continue
+        entry = re.match(r"^ {4}(\w+): (.*)$", line)
+        if entry:
+            name, text = entry.groups()
+            helps[name] = text
+        elif name and line.startswith(" " * 8):
+            helps[name] += " " + line.strip()
+        else:
+            break
+    return helps
+
+
+def _add_dataclass_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    skip: set[str],
+    defaults: dict[str, Any] | None = None,
+) -> None:
+    """One option per field of ``cls`` (those in ``skip`` excepted), with its help text,
+    choices and default (``defaults`` overriding the field's own)."""
     hints = typing.get_type_hints(cls)
+    helps = field_help(cls)
+    choices = getattr(cls, "CHOICES", {})
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = hints[f.name]
+        default = (defaults or {}).get(f.name, f.default)
+        if default is dataclasses.MISSING:
+            default = f.default_factory()
+        shown = " ".join(map(str, default)) if isinstance(default, tuple) else default
+        text = helps.get(f.name, "").rstrip(".")
+        if shown not in ("", None):
+            text = f"{text} (default: {shown})"
         if kind is bool:
             parser.add_argument(
-                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=text,
             )
         elif typing.get_origin(kind) is tuple:
             (item, *_) = typing.get_args(kind)
-            parser.add_argument(flag, dest=f.name, type=item, nargs="+", default=argparse.SUPPRESS)
+            parser.add_argument(
+                flag, dest=f.name, type=item, nargs="+", default=argparse.SUPPRESS, help=text
+            )
         else:
             parser.add_argument(
                 flag,
                 dest=f.name,
                 type=kind,
+                choices=choices.get(f.name),
                 default=argparse.SUPPRESS,
-                help=f"default {f.default!r}",
+                help=text,
             )
 
 
@@ -135,7 +182,10 @@ def _build_parser() -> _Parser:
         )
         _add_dataclass_options(p, recipe.config_cls, set())
         _add_dataclass_options(
-            p, TrainerConfig, {f.name for f in dataclasses.fields(recipe.config_cls)}
+            p,
+            TrainerConfig,
+            {f.name for f in dataclasses.fields(recipe.config_cls)},
+            recipe.trainer_defaults,
         )
     ev = sub.add_parser("evaluate", help="evaluate a run directory; prints JSON")
     ev.add_argument("run_dir")
@@ -168,7 +218,7 @@ def _configs(
     if args.resume:
         stored = run.read_config()
         if stored.get("recipe") != recipe.name:
-            raise ValueError(
+            raise ArgumentError(
                 f"{run.path} was trained with recipe {stored.get('recipe')!r}, not {recipe.name!r}"
             )
         settings.update(stored["config"])
@@ -180,7 +230,7 @@ def _configs(
         try:
             settings.update(tomllib.loads(path.read_text()))
         except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"--config file {path} is not valid TOML: {err}") from err
+            raise ArgumentError(f"--config file {path} is not valid TOML: {err}") from err
     flags = {
         k: v
         for k, v in vars(args).items()
@@ -212,7 +262,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     launched = "WORLD_SIZE" in os.environ
     device = resolve_device(trainer_config.device)
     if device.type == "cuda" and args.nproc > torch.cuda.device_count():
-        raise ValueError(
+        raise ArgumentError(
             f"--nproc {args.nproc} needs one GPU per process, and {torch.cuda.device_count()} "
             "are present; use --nproc <= that, or --device cpu"
         )
@@ -220,7 +270,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return launch(args.nproc, args.argv)
     distributed.init(device)  # before the recipe builds its per-rank state
     if launched and args.nproc not in (1, int(os.environ["WORLD_SIZE"])):
-        raise ValueError(
+        raise ArgumentError(
             f"--nproc {args.nproc} disagrees with WORLD_SIZE={os.environ['WORLD_SIZE']}"
         )
     try:
@@ -291,7 +341,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     options = {"ood_data": args.ood_data} if args.ood_data else {}
     if options and "ood_data" not in inspect.signature(recipe.evaluate).parameters:
-        raise ValueError(f"recipe {recipe.name!r} does not take --ood-data")
+        raise ArgumentError(f"recipe {recipe.name!r} does not take --ood-data")
     result = {"checkpoint": args.checkpoint, **recipe.evaluate(setup, run, **options)}
     write_json(run.path / "evaluation.json", result)
     print(json.dumps(result, indent=2, default=str))
@@ -303,7 +353,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     _checks.positive_int("--steps", args.steps)
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     if recipe.sample is None:
-        raise ValueError(f"recipe {recipe.name!r} cannot draw samples")
+        raise ArgumentError(f"recipe {recipe.name!r} cannot draw samples")
     out = Path(args.out) if args.out else run.samples / "sample.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     recipe.sample(setup, run, args.n, args.steps, out, seed=args.seed)
@@ -350,7 +400,7 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_logz(args: argparse.Namespace) -> int:
     recipe, setup, _ = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     if recipe.log_partition is None:
-        raise ValueError(f"recipe {recipe.name!r} has no partition function estimator")
+        raise ArgumentError(f"recipe {recipe.name!r} has no partition function estimator")
     estimate = recipe.log_partition(setup, args.method, seed=args.seed)
     print(json.dumps(estimate.to_dict(), indent=2, default=str))
     return 0

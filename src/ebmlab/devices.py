@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ebmlab._checks import ArgumentError
+
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
 
 
@@ -33,7 +35,7 @@ def resolve_device(spec: str | torch.device = "auto") -> torch.device:
     if isinstance(spec, torch.device):
         spec = str(spec)
     if not isinstance(spec, str):
-        raise TypeError(f"device must be a string such as 'cuda:0', got {type(spec).__name__}")
+        raise ArgumentError(f"device must be a string such as 'cuda:0', got {type(spec).__name__}")
     name = spec.strip().lower()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if name == "auto":
@@ -48,7 +50,7 @@ def resolve_device(spec: str | torch.device = "auto") -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ValueError(
+        raise ArgumentError(
             f"device must be one of {', '.join(DEVICE_CHOICES)}, got {spec!r}"
         ) from None
     present = (
@@ -57,7 +59,7 @@ def resolve_device(spec: str | torch.device = "auto") -> torch.device:
         or (device.type == "cuda" and (device.index or 0) < torch.cuda.device_count())
     )
     if not present:
-        raise ValueError(
+        raise ArgumentError(
             f"device {spec!r} is not available here; available: {', '.join(available())}"
         )
     return torch.device("mps") if device.type == "mps" else device

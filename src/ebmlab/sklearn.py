@@ -25,22 +25,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
+from ebmlab._checks import ArgumentError
 from ebmlab.devices import resolve_device
-from ebmlab.energies import DiagonalGaussian, boltzmann
-from ebmlab.partition import (
-    LogZEstimate,
-    ais,
-    exact_log_partition,
-    rbm_ais,
-    rbm_log_partition,
-)
-from ebmlab.partition.ais import base_rate_biases
-from ebmlab.partition.exact import label_sum_log_partition
-from ebmlab.samplers import HMC
+from ebmlab.energies import boltzmann
+from ebmlab.partition import LogZEstimate, log_partition
 from ebmlab.training.rbm import ContrastiveDivergence, classification_rbm_loss
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-ENUMERATE_UP_TO = 20
 _NUMPY = {"float32": np.float32, "float64": np.float64}
 
 
@@ -55,17 +46,17 @@ def _check_numbers(
     for name in integers:
         value = getattr(est, name)
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            raise ArgumentError(f"{name} must be an integer >= 1, got {value!r}")
     for name in positive:
         value = getattr(est, name)
         if not np.isfinite(value) or value <= 0:
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+            raise ArgumentError(f"{name} must be a finite number > 0, got {value!r}")
     for name in non_negative:
         value = getattr(est, name)
         if not np.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            raise ArgumentError(f"{name} must be a finite number >= 0, got {value!r}")
     if est.dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {est.dtype!r}")
+        raise ArgumentError(f"dtype must be one of {list(_DTYPES)}, got {est.dtype!r}")
 
 
 def _to_tensor(est: BaseEstimator, X: np.ndarray, unit_interval: bool) -> torch.Tensor:
@@ -127,7 +118,9 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"), ("learning_rate",),
                        ("momentum", "weight_decay"))  # fmt: skip
         if self.matmul_dtype not in (None, "bfloat16"):
-            raise ValueError(f"matmul_dtype must be None or 'bfloat16', got {self.matmul_dtype!r}")
+            raise ArgumentError(
+                f"matmul_dtype must be None or 'bfloat16', got {self.matmul_dtype!r}"
+            )
 
     def _init_model(self, data: torch.Tensor) -> None:
         rng = check_random_state(self.random_state)
@@ -282,13 +275,12 @@ class BernoulliRBM(_RBMEstimator):
         return rbm
 
     def log_partition(self) -> LogZEstimate:
-        """log Z: exact by enumeration over the smaller layer when min(D, M) <= 20, else
-        annealed importance sampling from the training data's base rates (1000
-        temperatures, 100 chains; the estimate carries its standard error)."""
+        """log Z by :func:`ebmlab.partition.log_partition`: exact by enumeration over the
+        smaller layer when it has at most ``ENUMERATION_LIMIT`` units, else annealed
+        importance sampling from the training data's base rates (1000 temperatures, 100
+        chains; the estimate carries its standard error)."""
         check_is_fitted(self)
-        if min(self.rbm_.n_visible, self.n_components) <= ENUMERATE_UP_TO:
-            return rbm_log_partition(self.rbm_)
-        return rbm_ais(self.rbm_, base_biases=self._base_biases, generator=self._generator)
+        return log_partition(self.rbm_, base_biases=self._base_biases, generator=self._generator)
 
     def pseudo_likelihood(self, X) -> np.ndarray:
         """sum_i log p(v_i | v_-i) of binarised rows (Besag 1975), exact over all sites."""
@@ -315,7 +307,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
     The arguments are :class:`BernoulliRBM`'s plus ``sigma`` (the visible units' standard
     deviation, 1 for standardised features) and ``learn_sigma`` (learn one sigma per
     feature). Visible biases start at the feature means. ``score_samples`` is the exact
-    log-density when ``n_components <= 20`` (the hidden states are enumerated and the
+    log-density when ``n_components <= ENUMERATION_LIMIT`` (the hidden states are enumerated and the
     visible units integrated analytically); beyond, log Z comes from annealed importance
     sampling from the model without weights, N(b, diag(sigma^2)), with HMC transitions.
     """
@@ -356,7 +348,7 @@ class GaussianBernoulliRBM(_RBMEstimator):
 
     def _build(self, data: torch.Tensor) -> boltzmann.GaussianBernoulliRBM:
         if not (np.isfinite(self.sigma) and self.sigma > 0):
-            raise ValueError(f"sigma must be a finite number > 0, got {self.sigma!r}")
+            raise ArgumentError(f"sigma must be a finite number > 0, got {self.sigma!r}")
         rbm = boltzmann.GaussianBernoulliRBM(
             data.shape[1], self.n_components, sigma=self.sigma, learn_sigma=self.learn_sigma
         )
@@ -366,14 +358,11 @@ class GaussianBernoulliRBM(_RBMEstimator):
         return rbm
 
     def log_partition(self) -> LogZEstimate:
-        """log Z: exact when ``n_components <= 20``; else AIS (1000 temperatures, 100
-        chains) from the model without weights, N(b, diag(sigma^2)), with HMC transitions."""
+        """log Z by :func:`ebmlab.partition.log_partition`: exact when the hidden layer
+        can be enumerated; else AIS (1000 temperatures, 100 chains) from the model
+        without weights, N(b, diag(sigma^2)), with HMC transitions."""
         check_is_fitted(self)
-        if self.n_components <= ENUMERATE_UP_TO:
-            return exact_log_partition(self.rbm_)
-        mean, std = self.rbm_.b.detach().clone(), self.rbm_.sigma.detach()
-        kernel = HMC(0.2, 10, inv_mass=std.float() ** 2)
-        return ais(self.rbm_, DiagonalGaussian(mean, std), kernel, generator=self._generator)
+        return log_partition(self.rbm_, generator=self._generator)
 
 
 class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
@@ -397,8 +386,9 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         device: where the model trains, as for :class:`BernoulliRBM`.
 
     Inputs are values in [0, 1]. ``score_samples`` is log p(x) = log sum_y p(x, y),
-    with log Z exact when min(n_features, n_components) <= 20 and otherwise a sum over
-    labels of AIS estimates, each annealed from that label's base rates.
+    with log Z exact when min(n_features, n_components) <= ``ENUMERATION_LIMIT`` and
+    otherwise a sum over labels of AIS estimates, each annealed from that label's base
+    rates.
     """
 
     def __init__(
@@ -441,9 +431,9 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         if reset:
             self.classes_ = np.unique(y if classes is None else classes)
             if len(self.classes_) < 2:
-                raise ValueError("ClassificationRBM needs y with 2 or more classes, got 1 class")
+                raise ArgumentError("ClassificationRBM needs y with 2 or more classes, got 1 class")
         if not np.isin(y, self.classes_).all():
-            raise ValueError(f"y has labels outside the known classes {self.classes_}")
+            raise ArgumentError(f"y has labels outside the known classes {self.classes_}")
         labels = torch.from_numpy(np.searchsorted(self.classes_, y).astype(np.int64))
         labels = labels.to(data.device)
         return data, labels
@@ -452,7 +442,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"),
                        ("learning_rate",), ("alpha", "weight_decay"))  # fmt: skip
         if self.objective not in ("discriminative", "generative", "hybrid"):
-            raise ValueError(
+            raise ArgumentError(
                 "objective must be 'discriminative', 'generative' or 'hybrid', "
                 f"got {self.objective!r}"
             )
@@ -508,7 +498,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
             X, labels = self._check_Xy(X, y, reset=False)
         else:
             if classes is None:
-                raise ValueError("classes must be given on the first call to partial_fit")
+                raise ArgumentError("classes must be given on the first call to partial_fit")
             X, labels = self._check_Xy(X, y, reset=True, classes=classes)
             self._init_model(X)
             self._train_X, self._train_y = X, labels
@@ -546,19 +536,14 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
             return _numpy((p_y[:, :, None] * p_h).sum(1))
 
     def log_partition(self) -> LogZEstimate:
-        """log Z of p(x, y): exact when min(n_features, n_components) <= 20, else the sum
-        over labels of AIS estimates (1000 temperatures, 100 chains each) started from the
-        base rates of that label's training inputs."""
+        """log Z of p(x, y) by :func:`ebmlab.partition.log_partition`: exact when the
+        smaller layer can be enumerated, else the sum over labels of AIS estimates (1000
+        temperatures, 100 chains each) started from the base rates of that label's
+        training inputs."""
         check_is_fitted(self)
-        if min(self.model_.n_visible, self.n_components) <= ENUMERATE_UP_TO:
-            return label_sum_log_partition(self.model_)
-
-        def by_ais(rbm, y: int) -> LogZEstimate:
-            rows = self._train_X[self._train_y == y]
-            base = base_rate_biases(rows if len(rows) else None, rbm.n_visible)
-            return rbm_ais(rbm, base_biases=base, generator=self._generator)
-
-        return label_sum_log_partition(self.model_, by_ais)
+        return log_partition(
+            self.model_, data=self._train_X, labels=self._train_y, generator=self._generator
+        )
 
     def score_samples(self, X) -> np.ndarray:
         """log p(x) = log sum_y exp(-F(x, y)) - log Z of each row."""
@@ -608,7 +593,7 @@ class DBN(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None) -> DBN:
         if not self.hidden_layers:
-            raise ValueError("hidden_layers must name at least one layer size")
+            raise ArgumentError("hidden_layers must name at least one layer size")
         X = validate_data(self, X, reset=True, dtype=(np.float64, np.float32))
         check_non_negative(X, "DBN (expects values in [0, 1])")
         rng = check_random_state(self.random_state)

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.data import digits
 from ebmlab.data.arrays import read_arrays, value_bounds
 from ebmlab.data.catalog import SOURCES, DataNotFoundError, download, find_files, read_split
@@ -121,7 +122,7 @@ def check_data(name: str, builtin: Sequence[str], root: str | os.PathLike | None
         return name
     if name not in DATASETS and resolve_path(name, root).exists():
         return name
-    raise ValueError(
+    raise ArgumentError(
         f"data must be one of {list(builtin)} or an existing .npy/.npz file or image "
         f"folder, got {name!r}"
     )
@@ -177,7 +178,7 @@ def _read_local(
     if own:
         path = own[split]
     if resize is not None and not path.is_dir():
-        raise ValueError(f"resize applies to image folders; {path} is an array file")
+        raise ArgumentError(f"resize applies to image folders; {path} is an array file")
     if path.is_dir():
         x, y, classes = read_image_folder(path, resize)
     else:
@@ -270,7 +271,7 @@ def load_dataset(
         _checks.positive_int("n", n)
     if resize is not None:
         if len(resize) != 2:
-            raise ValueError(f"resize must be (height, width), got {resize}")
+            raise ArgumentError(f"resize must be (height, width), got {resize}")
         resize = (
             _checks.positive_int("resize", resize[0]),
             _checks.positive_int("resize", resize[1]),

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.data.formats import (
     DataFormatError,
     md5sum,
@@ -254,7 +255,7 @@ def download(
     source = SOURCES[_checks.one_of("name", name, list(SOURCES))]
     url = base_url or source.url
     if url is None:
-        raise ValueError(
+        raise ArgumentError(
             f"{name} has no public per-file download; fetch it from its publisher and "
             f"unpack its files into {Path(root) / source.folder}"
         )

@@ -25,11 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ebmlab._checks import ArgumentError
+
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 CIFAR_SHAPE = (3, 32, 32)
 
 
-class DataFormatError(ValueError):
+class DataFormatError(ArgumentError):
     """A data file is corrupt, truncated, or not in the format its name promises."""
 
 

@@ -16,6 +16,7 @@ from scipy import integrate
 from scipy.stats import sampling
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyModel
 
 LOG_2PI = math.log(2 * math.pi)
@@ -50,10 +51,10 @@ class Gaussian(AnalyticEnergy):
             "covariance", covariance, ndim=2, last_dims=(d, d), floating=True
         )
         if not torch.allclose(covariance, covariance.T, atol=1e-6):
-            raise ValueError("covariance must be symmetric")
+            raise ArgumentError("covariance must be symmetric")
         chol, info = torch.linalg.cholesky_ex(covariance)
         if info.item() != 0:
-            raise ValueError("covariance must be positive definite")
+            raise ArgumentError("covariance must be positive definite")
         self.dim = d
         self.register_buffer("mean", mean)
         self.register_buffer("covariance", covariance)
@@ -92,7 +93,7 @@ class DiagonalGaussian(AnalyticEnergy):
         mean = _checks.tensor("mean", mean, ndim=1, floating=True, finite=True)
         std = _checks.tensor("std", std, ndim=1, last_dims=mean.shape, floating=True, finite=True)
         if (std <= 0).any():
-            raise ValueError("std must be > 0 everywhere")
+            raise ArgumentError("std must be > 0 everywhere")
         self.dim = mean.shape[0]
         self.register_buffer("mean", mean)
         self.register_buffer("std", std)
@@ -158,17 +159,17 @@ class GaussianMixture(AnalyticEnergy):
         weights = _checks.tensor("weights", weights, ndim=1, floating=True, finite=True)
         k = weights.shape[0]
         if (weights <= 0).any():
-            raise ValueError("weights must be > 0")
+            raise ArgumentError("weights must be > 0")
         means = _checks.tensor("means", means, ndim=2, floating=True, finite=True)
         if means.shape[0] != k:
-            raise ValueError(f"means must have {k} rows (one per weight), got {means.shape[0]}")
+            raise ArgumentError(f"means must have {k} rows (one per weight), got {means.shape[0]}")
         d = means.shape[1]
         covariances = _checks.tensor("covariances", covariances, ndim=3, last_dims=(d, d))
         if covariances.shape[0] != k:
-            raise ValueError(f"covariances must have shape ({k}, {d}, {d})")
+            raise ArgumentError(f"covariances must have shape ({k}, {d}, {d})")
         chol, info = torch.linalg.cholesky_ex(covariances)
         if (info != 0).any():
-            raise ValueError("every covariance must be symmetric positive definite")
+            raise ArgumentError("every covariance must be symmetric positive definite")
         self.dim = d
         self.register_buffer("weights", weights / weights.sum())
         self.register_buffer("means", means)
@@ -244,7 +245,7 @@ class Funnel(AnalyticEnergy):
         super().__init__()
         self.dim = _checks.positive_int("dim", dim)
         if dim < 2:
-            raise ValueError(f"dim must be >= 2 for a funnel, got {dim}")
+            raise ArgumentError(f"dim must be >= 2 for a funnel, got {dim}")
         self.scale = _checks.positive("scale", scale)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ebmlab import hardware
+from ebmlab._checks import ArgumentError
 
 EnergyFn = Callable[[torch.Tensor], torch.Tensor]
 EnergyLike = Union["EnergyModel", EnergyFn]
@@ -81,7 +82,7 @@ class EnergyFunction:
         e = self.fn(x)
         if not isinstance(e, torch.Tensor) or e.shape != x.shape[:1]:
             shape = tuple(e.shape) if isinstance(e, torch.Tensor) else type(e).__name__
-            raise ValueError(
+            raise ArgumentError(
                 f"energy must return one value per sample, shape ({x.shape[0]},), got {shape}"
             )
         return e
@@ -99,7 +100,7 @@ def as_energy_fn(energy: EnergyLike) -> EnergyFunction:
     if isinstance(energy, EnergyModel):
         return EnergyFunction(energy.energy, energy)
     if not callable(energy):
-        raise TypeError(
+        raise ArgumentError(
             f"energy must be an EnergyModel or a callable x -> (B,), got {type(energy).__name__}"
         )
     return EnergyFunction(energy)

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import BernoulliRBM, _bernoulli
 
 
@@ -41,7 +42,7 @@ class DeepBeliefNetwork(nn.Module):
         super().__init__()
         _checks.positive_int("n_visible", n_visible)
         if not hidden_layers:
-            raise ValueError("hidden_layers must name at least one layer width")
+            raise ArgumentError("hidden_layers must name at least one layer width")
         widths = [n_visible, *(_checks.positive_int("hidden layer", w) for w in hidden_layers)]
         self.layers = nn.ModuleList(
             BernoulliRBM(lower, upper) for lower, upper in itertools.pairwise(widths)

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyModel
 
 
@@ -48,6 +49,12 @@ def bernoulli_draw(probs: torch.Tensor, generator: torch.Generator | None) -> to
         return torch.lt(k, probs.float().mul_(2.0**16).sub_(2.0**15 + 0.5), out=out)
     u = torch.rand(probs.shape, generator=generator, dtype=probs.dtype, device=probs.device)
     return torch.lt(u, probs, out=out)
+
+
+# The most units whose 2^n states are enumerated where a sum or a maximum is wanted
+# without being asked (log Z under method="auto", exact MAP, exact DBM quantities):
+# about a second on a CPU.
+ENUMERATION_LIMIT = 20
 
 
 def binary_states(
@@ -473,9 +480,10 @@ class DeepBoltzmannMachine(EnergyModel):
         )
 
     def _h1_states(self) -> torch.Tensor:
-        if self.n_hidden1 > 20:
-            raise ValueError(
-                f"exact DBM quantities enumerate h1; it must have <= 20 units, got {self.n_hidden1}"
+        if self.n_hidden1 > ENUMERATION_LIMIT:
+            raise ArgumentError(
+                f"exact DBM quantities enumerate h1; it must have <= {ENUMERATION_LIMIT} units, "
+                f"got {self.n_hidden1}"
             )
         return binary_states(self.n_hidden1, device=self.W1.device).to(self.W1.dtype)
 

@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyModel, in_chunks
 from ebmlab.energies.mlp import FeedForward
 
@@ -38,17 +39,17 @@ class ClassifierEnergy(EnergyModel):
     def __init__(self, net: nn.Module, num_classes: int) -> None:
         super().__init__()
         if not isinstance(net, nn.Module):
-            raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+            raise ArgumentError(f"net must be a torch.nn.Module, got {type(net).__name__}")
         self.net = net
         self.num_classes = _checks.positive_int("num_classes", num_classes)
         if num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+            raise ArgumentError(f"num_classes must be >= 2, got {num_classes}")
         self.register_buffer("beta", torch.tensor(1.0))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         out = self.net(x)
         if out.ndim != 2 or out.shape[1] != self.num_classes:
-            raise ValueError(
+            raise ArgumentError(
                 f"net must return logits of shape (B, {self.num_classes}), got {tuple(out.shape)}"
             )
         return out
@@ -76,12 +77,12 @@ class ClassifierEnergy(EnergyModel):
         bisection on log beta over [1e-2, 1e2]. Returns the fitted beta.
         """
         if x.ndim < 2 or len(x) == 0:
-            raise ValueError(f"x must be a non-empty batch (N, ...), got shape {tuple(x.shape)}")
+            raise ArgumentError(f"x must be a non-empty batch (N, ...), got shape {tuple(x.shape)}")
         if y.shape != (len(x),):
-            raise ValueError(f"y must have shape ({len(x)},), got {tuple(y.shape)}")
+            raise ArgumentError(f"y must have shape ({len(x)},), got {tuple(y.shape)}")
         y = y.long()
         if int(y.min()) < 0 or int(y.max()) >= self.num_classes:
-            raise ValueError(f"y must hold class indices in [0, {self.num_classes})")
+            raise ArgumentError(f"y must hold class indices in [0, {self.num_classes})")
         with torch.no_grad():
             logits = in_chunks(self.logits, x).double()
         target = logits.gather(1, y.view(-1, 1)).squeeze(1)

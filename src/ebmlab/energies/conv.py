@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyModel
 from ebmlab.energies.mlp import ACTIVATIONS
 
@@ -38,7 +39,7 @@ class ConvNet(nn.Module):
         _checks.one_of("activation", activation, list(ACTIVATIONS))
         c, h, w = _checks.image_shape("image_shape", image_shape)
         if h % 4 or w % 4:
-            raise ValueError(f"image height and width must be divisible by 4, got {h}x{w}")
+            raise ArgumentError(f"image height and width must be divisible by 4, got {h}x{w}")
         _checks.positive_int("num_classes", num_classes)
         _checks.positive_int("width", width)
         act = ACTIVATIONS[activation]
@@ -86,7 +87,7 @@ class ImageEnergy(EnergyModel):
     def __init__(self, net: nn.Module) -> None:
         super().__init__()
         if not hasattr(net, "image_shape"):
-            raise TypeError("net must be an image network with an image_shape attribute")
+            raise ArgumentError("net must be an image network with an image_shape attribute")
         self.net = net
 
     @property

@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ebmlab import _checks, hardware
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyModel
 
 LEAKY_SLOPE = 0.2  # of the leaky ReLU (JEM's choice)
@@ -129,7 +130,9 @@ class FeedForward(nn.Module):
         super().__init__()
         _checks.one_of("activation", activation, list(ACTIVATIONS))
         if len(sizes) < 2:
-            raise ValueError(f"sizes must list at least an input and an output width, got {sizes}")
+            raise ArgumentError(
+                f"sizes must list at least an input and an output width, got {sizes}"
+            )
         for width in sizes:
             _checks.positive_int("layer width", width)
         self.activation = activation

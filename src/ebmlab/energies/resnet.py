@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.conv import as_images
 from ebmlab.energies.mlp import ACTIVATIONS
 
@@ -78,7 +79,9 @@ class WideResNet(nn.Module):
         super().__init__()
         _checks.image_shape("image_shape", image_shape)
         if depth < 10 or (depth - 4) % 6:
-            raise ValueError(f"depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got {depth}")
+            raise ArgumentError(
+                f"depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got {depth}"
+            )
         _checks.positive_int("num_outputs", num_outputs)
         _checks.positive_int("widen", widen)
         _checks.probability("dropout", dropout)
@@ -141,7 +144,7 @@ class SNResNet(nn.Module):
         _checks.positive_int("blocks", blocks)
         c, h, w = image_shape
         if h % 2 ** (stages - 1) or w % 2 ** (stages - 1):
-            raise ValueError(
+            raise ArgumentError(
                 f"image height and width must be divisible by {2 ** (stages - 1)} for "
                 f"{stages} stages, got {h}x{w}"
             )

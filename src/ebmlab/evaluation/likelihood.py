@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 
@@ -50,17 +51,17 @@ def log_likelihood(
     """Mean log p(x) = -E(x) - log Z over the rows of ``data`` (free energies of RBMs and
     DBMs, as their ``energy`` returns), evaluated in chunks without gradients."""
     if not isinstance(log_z, LogZEstimate):
-        raise TypeError(f"log_z must be a LogZEstimate, got {type(log_z).__name__}")
+        raise ArgumentError(f"log_z must be a LogZEstimate, got {type(log_z).__name__}")
     x = torch.as_tensor(np.asarray(data) if not isinstance(data, torch.Tensor) else data)
     if x.dim() < 1 or len(x) == 0:
-        raise ValueError(f"data must hold at least one row, got shape {tuple(x.shape)}")
+        raise ArgumentError(f"data must hold at least one row, got shape {tuple(x.shape)}")
     fn = as_energy_fn(model)
     dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float32)
     device = energy_device(fn, x.device)
     with torch.no_grad():
         neg = torch.cat([-fn(part.to(device, dtype)).double() for part in x.split(chunk)])
     if not torch.isfinite(neg).all():
-        raise ValueError("the model's energy is not finite on some rows of data")
+        raise ArgumentError("the model's energy is not finite on some rows of data")
     spread = float(neg.std() / math.sqrt(len(neg))) if len(neg) > 1 else 0.0
     mean = float(neg.mean())
     return LogLikelihood(

@@ -7,6 +7,7 @@ from typing import Literal, overload
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 
 
 def median_bandwidth(x: torch.Tensor, y: torch.Tensor, max_points: int = 2000) -> float:
@@ -59,10 +60,10 @@ def mmd2(
     _checks.tensor("x", x, min_ndim=2)
     _checks.tensor("y", y, min_ndim=2)
     if x.shape[0] < 2 or y.shape[0] < 2:
-        raise ValueError("mmd2 needs at least two points in each sample")
+        raise ArgumentError("mmd2 needs at least two points in each sample")
     xf, yf = x.flatten(1).double(), y.flatten(1).double()
     if xf.shape[1] != yf.shape[1]:
-        raise ValueError(
+        raise ArgumentError(
             f"x and y must have the same event size, got {xf.shape[1]} and {yf.shape[1]}"
         )
     h = bandwidth if bandwidth is not None else median_bandwidth(xf, yf)

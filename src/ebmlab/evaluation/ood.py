@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 
 
 @overload
@@ -35,13 +36,13 @@ def auroc(
     _checks.tensor("out_scores", out_scores, min_ndim=1)
     a, b = in_scores.detach().flatten().double(), out_scores.detach().flatten().double()
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-        raise ValueError("OOD scores contain NaN or infinite values")
+        raise ArgumentError("OOD scores contain NaN or infinite values")
     wins_in = _pair_wins(a, b)  # per in-distribution input, share of OOD inputs below it
     value = float(wins_in.mean())
     if not return_stderr:
         return value
     if len(a) < 2 or len(b) < 2:
-        raise ValueError("auroc's standard error needs at least two scores on each side")
+        raise ArgumentError("auroc's standard error needs at least two scores on each side")
     wins_out = 1.0 - _pair_wins(b, a)  # per OOD input, share of in-distribution inputs above it
     variance = wins_in.var() / len(a) + wins_out.var() / len(b)
     return value, float(variance.sqrt())
@@ -77,17 +78,17 @@ def load_ood_file(path: str | Path, image_shape: tuple[int, ...]) -> np.ndarray:
     try:
         arr = np.load(path, allow_pickle=False)
     except ValueError as err:
-        raise ValueError(f"--ood-data file {path} is not a plain .npy array: {err}") from err
+        raise ArgumentError(f"--ood-data file {path} is not a plain .npy array: {err}") from err
     shape = tuple(image_shape)
     if arr.dtype == np.uint8 and len(shape) == 3 and shape[0] == 1 and arr.shape[1:] == shape[1:]:
         arr = arr[:, None]
     if arr.dtype != np.uint8 or tuple(arr.shape[1:]) != shape:
-        raise ValueError(
+        raise ArgumentError(
             f"--ood-data must hold uint8 images of shape (N, {', '.join(map(str, shape))}), "
             f"got {arr.dtype} {arr.shape}"
         )
     if len(arr) == 0:
-        raise ValueError("--ood-data holds no images")
+        raise ArgumentError("--ood-data holds no images")
     return arr
 
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import in_chunks
 
 
@@ -37,7 +38,7 @@ def penultimate_features(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     features), computed in chunks without gradients."""
     linear = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not linear:
-        raise ValueError("model has no linear layer whose inputs could serve as features")
+        raise ArgumentError("model has no linear layer whose inputs could serve as features")
     captured: list[torch.Tensor] = []
     hook = linear[-1].register_forward_hook(lambda m, inputs, out: captured.append(inputs[0]))
     try:
@@ -60,9 +61,9 @@ def _gaussian_fd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _features(name: str, x: torch.Tensor) -> torch.Tensor:
     _checks.tensor(name, x, min_ndim=2)
     if len(x) < 2:
-        raise ValueError(f"{name} needs at least two rows, got {len(x)}")
+        raise ArgumentError(f"{name} needs at least two rows, got {len(x)}")
     if not torch.isfinite(x).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise ArgumentError(f"{name} contains NaN or infinite values")
     return x.flatten(1).double()
 
 
@@ -95,7 +96,7 @@ def kernel_distance(
     _checks.positive_int("subsets", subsets)
     m = min(subset_size, len(a) // subsets, len(b) // subsets)
     if m < 2:
-        raise ValueError(f"{subsets} subsets need at least {2 * subsets} rows in each set")
+        raise ArgumentError(f"{subsets} subsets need at least {2 * subsets} rows in each set")
     d = a.shape[1]
     gen = torch.Generator(a.device).manual_seed(seed)
     pa = torch.randperm(len(a), generator=gen, device=a.device)[: subsets * m].view(subsets, m)
@@ -127,7 +128,7 @@ def precision_recall(samples: torch.Tensor, data: torch.Tensor, k: int = 3) -> d
     s, x = _features("samples", samples), _features("data", data)
     _checks.positive_int("k", k)
     if k >= min(len(s), len(x)):
-        raise ValueError(f"k must be below both set sizes, got k={k} for {len(s)} and {len(x)}")
+        raise ArgumentError(f"k must be below both set sizes, got k={k} for {len(s)} and {len(x)}")
     precision = float(_inside(s, x, k).double().mean())
     recall = float(_inside(x, s, k).double().mean())
     return {

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, score
 
 
@@ -92,14 +93,14 @@ def kernel_stein_discrepancy(
     """
     _checks.tensor("samples", samples, min_ndim=2, floating=True, finite=True)
     if samples.shape[0] < 2:
-        raise ValueError(f"samples must hold at least 2 draws, got {samples.shape[0]}")
+        raise ArgumentError(f"samples must hold at least 2 draws, got {samples.shape[0]}")
     _checks.positive("scale", scale)
     _checks.positive_int("n_bootstrap", n_bootstrap)
     gen = _checks.generator("generator", generator, samples.device)
     s = score(energy, samples.detach()).flatten(1).double()
     x = samples.detach().flatten(1).double()
     if not torch.isfinite(s).all():
-        raise ValueError("energy has a NaN or infinite gradient at some of the samples")
+        raise ArgumentError("energy has a NaN or infinite gradient at some of the samples")
     n = x.shape[0]
     u = stein_kernel_matrix(x, s, scale).fill_diagonal_(0.0)
     pairs = n * (n - 1)

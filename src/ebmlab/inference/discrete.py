@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 
 
 def candidate_energies(
@@ -53,9 +54,9 @@ def most_offending(
     if distances is None:
         distances = 1.0 - torch.eye(k, dtype=energies.dtype, device=energies.device)
     if distances.shape != (k, k):
-        raise ValueError(f"distances must have shape ({k}, {k}), got {tuple(distances.shape)}")
+        raise ArgumentError(f"distances must have shape ({k}, {k}), got {tuple(distances.shape)}")
     allowed = distances[target.long()] > eps  # (B, K)
     if not allowed.any(1).all():
-        raise ValueError(f"some target has no answer at distance > eps={eps}")
+        raise ArgumentError(f"some target has no answer at distance > eps={eps}")
     masked = energies.masked_fill(~allowed, torch.inf)
     return masked.argmin(1)

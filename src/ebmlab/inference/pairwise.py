@@ -29,6 +29,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 
 
 class PairwiseMRF:
@@ -39,11 +40,11 @@ class PairwiseMRF:
         _, d, k = unary.shape
         _checks.tensor("pairwise", pairwise, ndim=4, floating=True)
         if pairwise.shape != (d, d, k, k):
-            raise ValueError(
+            raise ArgumentError(
                 f"pairwise must have shape {(d, d, k, k)}, got {tuple(pairwise.shape)}"
             )
         if not torch.allclose(pairwise, pairwise.permute(1, 0, 3, 2), atol=1e-6):
-            raise ValueError("pairwise must be symmetric: P[i, j, a, b] == P[j, i, b, a]")
+            raise ArgumentError("pairwise must be symmetric: P[i, j, a, b] == P[j, i, b, a]")
         self.unary = unary
         self.pairwise = pairwise
         # M[(i, a), (j, b)] = P[i, j, a, b], symmetric: site i's conditional energies are
@@ -112,7 +113,7 @@ class PairwiseMRF:
             return self.unary.argmin(2)
         _checks.tensor("y0", y0, ndim=2, last_dims=(self.n_sites,))
         if y0.shape[0] != self.unary.shape[0]:
-            raise ValueError(f"y0 must have {self.unary.shape[0]} rows, got {y0.shape[0]}")
+            raise ArgumentError(f"y0 must have {self.unary.shape[0]} rows, got {y0.shape[0]}")
         return y0.long()
 
 

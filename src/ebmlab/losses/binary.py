@@ -16,6 +16,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn
 
 
@@ -23,7 +24,7 @@ def _flip_gaps(energy: EnergyLike, x: torch.Tensor) -> torch.Tensor:
     """E(x) - E(x^(i)) for every example and site, (B, D)."""
     _checks.tensor("x", x, ndim=2, floating=True)
     if not ((x == 0) | (x == 1)).all():
-        raise ValueError("x must be binary: every value 0 or 1")
+        raise ArgumentError("x must be binary: every value 0 or 1")
     fn = as_energy_fn(energy)
     b, d = x.shape
     flipped = x.repeat_interleave(d, 0)  # row b * d + i flips site i of example b

@@ -21,6 +21,7 @@ import math
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn
 
 PERTURBATIONS = ("gaussian", "bernoulli")
@@ -56,7 +57,7 @@ def energy_discrepancy_loss(
     kind = _checks.one_of("perturbation", perturbation, PERTURBATIONS)
     _checks.positive("scale", scale)
     if kind == "bernoulli" and not scale < 0.5:
-        raise ValueError(f"scale must be a flip probability below 0.5, got {scale}")
+        raise ArgumentError(f"scale must be a flip probability below 0.5, got {scale}")
     m = _checks.positive_int("n_negatives", n_negatives)
     _checks.positive("w", w, allow_zero=True)
     fn = as_energy_fn(energy)

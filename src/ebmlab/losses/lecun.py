@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -38,7 +39,7 @@ def _pair(e_correct: torch.Tensor, e_offending: torch.Tensor) -> None:
     _checks.tensor("e_correct", e_correct, ndim=1, floating=True)
     _checks.tensor("e_offending", e_offending, ndim=1, floating=True)
     if e_correct.shape != e_offending.shape:
-        raise ValueError(
+        raise ArgumentError(
             f"e_correct and e_offending must have the same shape, got {tuple(e_correct.shape)} "
             f"and {tuple(e_offending.shape)}"
         )
@@ -49,13 +50,13 @@ def _table(energies: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     _checks.tensor("energies", energies, ndim=2, floating=True)
     _checks.tensor("target", target, ndim=1)
     if target.shape[0] != energies.shape[0]:
-        raise ValueError(f"target must have {energies.shape[0]} entries, got {target.shape[0]}")
+        raise ArgumentError(f"target must have {energies.shape[0]} entries, got {target.shape[0]}")
     if (
         target.dtype.is_floating_point
         or int(target.min()) < 0
         or int(target.max()) >= energies.shape[1]
     ):
-        raise ValueError(f"target must hold integer class indices in [0, {energies.shape[1]})")
+        raise ArgumentError(f"target must hold integer class indices in [0, {energies.shape[1]})")
     return energies.gather(1, target.long().view(-1, 1)).squeeze(1)
 
 

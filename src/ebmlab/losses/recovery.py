@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.mlp import NoiseConditionalEnergy
 from ebmlab.samplers.recovery import blur, check_schedule, recover
 
@@ -50,7 +51,7 @@ def diffusion_recovery_likelihood_loss(
     _checks.tensor("x", x, ndim=2, floating=True, finite=True)
     sigmas = check_schedule(sigmas)
     if getattr(model, "n_levels", None) != len(sigmas):
-        raise ValueError(
+        raise ArgumentError(
             f"model must be a NoiseConditionalEnergy with {len(sigmas)} levels (one per "
             f"noise level), got {type(model).__name__} with {getattr(model, 'n_levels', None)}"
         )

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn
 
 
@@ -85,7 +86,7 @@ def denoising_score_matching_loss(
         [sigmas] if isinstance(sigmas, int | float) else list(sigmas), dtype=x.dtype
     )
     if levels.ndim != 1 or len(levels) == 0 or (levels <= 0).any():
-        raise ValueError(
+        raise ArgumentError(
             f"sigmas must be a positive number or a non-empty sequence of them, got {sigmas!r}"
         )
     pick = torch.randint(len(levels), (x.shape[0],), generator=generator, device=x.device)

@@ -14,6 +14,7 @@ from ebmlab.partition.exact import (
     exact_log_partition,
     rbm_log_partition,
 )
+from ebmlab.partition.policy import enumeration_bits, log_partition
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition, quadrature_sample
 from ebmlab.partition.smc import smc
 from ebmlab.partition.variational import (
@@ -28,8 +29,10 @@ __all__ = [
     "bethe_log_partition",
     "binary_states",
     "enumerate_log_partition",
+    "enumeration_bits",
     "exact_log_partition",
     "grid_points",
+    "log_partition",
     "perturb_and_map_log_partition",
     "quadrature_log_partition",
     "quadrature_sample",

@@ -30,6 +30,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
@@ -69,7 +70,7 @@ def _schedule(
         or betas[-1] != 1
         or (betas.diff() <= 0).any()
     ):
-        raise ValueError("schedule must rise strictly from 0 to 1")
+        raise ArgumentError("schedule must rise strictly from 0 to 1")
     return betas
 
 
@@ -128,7 +129,7 @@ def ais(
             generator=generator,
         )
     if base is None or kernel is None:
-        raise ValueError(
+        raise ArgumentError(
             "ais needs base (an analytic energy) and kernel (a sampler) for this energy"
         )
     _checks.positive_int("n_chains", n_chains)
@@ -327,7 +328,7 @@ def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> 
 
     d, m = rbm.n_visible, rbm.n_hidden
     if min(d, m) > MAX_ENUMERATION_BITS:
-        raise ValueError(
+        raise ArgumentError(
             f"exact sampling needs min(D, M) <= {MAX_ENUMERATION_BITS}, got {min(d, m)}"
         )
     with torch.no_grad():

@@ -12,10 +12,12 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.energies.boltzmann import binary_states
 from ebmlab.partition.estimate import LogZEstimate, log_sum
 
+# the largest sum exact_log_partition takes on when asked explicitly (2^26 terms)
 MAX_ENUMERATION_BITS = 26
 
 
@@ -44,7 +46,7 @@ def _enumerate(
 
 def _check_bits(n_bits: int, what: str) -> None:
     if n_bits > MAX_ENUMERATION_BITS:
-        raise ValueError(
+        raise ArgumentError(
             f"exact log Z enumerates {what}: 2^{n_bits} terms, at most 2^{MAX_ENUMERATION_BITS}"
         )
 
@@ -129,7 +131,7 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     if isinstance(model, AnalyticEnergy):
         value = float(model.log_partition())
         return LogZEstimate(log_z=value, lower=value, upper=value, method="closed form")
-    raise ValueError(
+    raise ArgumentError(
         f"no exact method for {type(model).__name__}: pass bounds=[(low, high), ...] for "
         "quadrature of a 1-2 dimensional energy"
     )

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 
@@ -42,10 +43,12 @@ def grid_points(
 
 def _check_bounds(bounds: Bounds, n_points: int) -> None:
     if len(bounds) not in (1, 2) or any(not (lo < hi) for lo, hi in bounds):
-        raise ValueError(f"bounds must be 1 or 2 pairs (low, high) with low < high, got {bounds!r}")
+        raise ArgumentError(
+            f"bounds must be 1 or 2 pairs (low, high) with low < high, got {bounds!r}"
+        )
     _checks.positive_int("n_points", n_points)
     if n_points < 8 or n_points % 2:
-        raise ValueError(f"n_points must be an even number >= 8, got {n_points}")
+        raise ArgumentError(f"n_points must be an even number >= 8, got {n_points}")
 
 
 def _neg_energies(fn, pts: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -96,7 +99,7 @@ def quadrature_sample(
     pts, _ = grid_points(bounds, n_points, energy_device(fn))
     neg = _neg_energies(fn, pts, chunk)
     if not torch.isfinite(neg).any():
-        raise ValueError("the energy is not finite anywhere on the grid")
+        raise ArgumentError("the energy is not finite anywhere on the grid")
     cells = torch.multinomial(torch.softmax(neg, 0), n, replacement=True, generator=generator)
     width = [(hi - lo) / n_points for lo, hi in bounds]
     width = torch.tensor(width, dtype=pts.dtype, device=pts.device)

@@ -29,6 +29,7 @@ import time
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
@@ -94,20 +95,22 @@ def smc(
     """
     _checks.positive_int("n_particles", n_particles)
     if n_particles < 2:
-        raise ValueError(f"n_particles must be at least 2, got {n_particles}")
+        raise ArgumentError(f"n_particles must be at least 2, got {n_particles}")
     _checks.positive_int("n_runs", n_runs)
     if n_runs < 2:
-        raise ValueError(f"n_runs must be at least 2 (the standard error needs them), got {n_runs}")
+        raise ArgumentError(
+            f"n_runs must be at least 2 (the standard error needs them), got {n_runs}"
+        )
     _checks.probability("ess_fraction", ess_fraction)
     if not 0 < ess_fraction < 1:
-        raise ValueError(f"ess_fraction must be in (0, 1), got {ess_fraction}")
+        raise ArgumentError(f"ess_fraction must be in (0, 1), got {ess_fraction}")
     _checks.positive_int("steps_per_stage", steps_per_stage)
     _checks.positive_int("max_stages", max_stages)
     if not isinstance(kernel, Sampler):
-        raise TypeError(f"kernel must be an ebmlab Sampler, got {type(kernel).__name__}")
+        raise ArgumentError(f"kernel must be an ebmlab Sampler, got {type(kernel).__name__}")
     for method in ("sample", "log_partition"):
         if not hasattr(base, method):
-            raise TypeError(f"base must provide {method}() (an analytic energy), got {base!r}")
+            raise ArgumentError(f"base must provide {method}() (an analytic energy), got {base!r}")
     gen = _checks.generator("generator", generator, energy_device(base))
     e1, e0 = as_energy_fn(energy), as_energy_fn(base)
     start = time.perf_counter()
@@ -124,7 +127,7 @@ def smc(
             with torch.no_grad():
                 diff = (e0(x) - e1(x)).double().view(n_runs, n_particles)
             if not torch.isfinite(diff).all():
-                raise ValueError(
+                raise ArgumentError(
                     "energy is NaN or infinite at some particles; check the energy and the "
                     "base's support"
                 )
@@ -145,7 +148,7 @@ def smc(
                 state = kernel.step(state, path, gen)
             x = state.x
         else:
-            raise ValueError(
+            raise ArgumentError(
                 f"smc did not reach beta = 1 within max_stages={max_stages}: raise max_stages "
                 "or lower ess_fraction"
             )

@@ -24,6 +24,8 @@ import time
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
+from ebmlab.energies.boltzmann import ENUMERATION_LIMIT
 from ebmlab.partition.estimate import LogZEstimate
 
 EULER_GAMMA = 0.5772156649015329
@@ -47,7 +49,7 @@ def pairwise_potentials(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
             edges = torch.stack([vi.reshape(-1), d + hj.reshape(-1)], 1)
             coupling = model.W.double().reshape(-1)
         else:
-            raise TypeError(
+            raise ArgumentError(
                 f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
             )
     theta_i = torch.zeros(n, 2, dtype=torch.float64)
@@ -163,15 +165,16 @@ def perturb_and_map_log_partition(
     With independent zero-mean Gumbel noise gamma_i(x_i) on every variable's two states,
     log Z <= E[max_x (-E(x) + sum_i gamma_i(x_i))]; the expectation is estimated from
     ``n_samples`` perturbations and reported with its standard error. The MAP problems
-    are solved exactly: a Boltzmann machine by enumerating its 2^D states (D <= 20);
-    an RBM by enumerating its smaller layer (<= 20 units), the other layer's maximum
-    being separable in closed form given it.
+    are solved exactly: a Boltzmann machine by enumerating its 2^D states (D at most
+    ``ENUMERATION_LIMIT``); an RBM by enumerating its smaller layer (at most
+    ``ENUMERATION_LIMIT`` units), the other layer's maximum being separable in closed
+    form given it.
     """
     from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
     from ebmlab.partition.exact import binary_states
 
     if not isinstance(model, BernoulliRBM | BoltzmannMachine):
-        raise TypeError(
+        raise ArgumentError(
             f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
         )
     _checks.positive_int("n_samples", n_samples)
@@ -181,8 +184,10 @@ def perturb_and_map_log_partition(
     with torch.no_grad():
         if isinstance(model, BoltzmannMachine):
             d = model.n_visible
-            if d > 20:
-                raise ValueError(f"exact MAP enumerates 2^D states; D must be <= 20, got {d}")
+            if d > ENUMERATION_LIMIT:
+                raise ArgumentError(
+                    f"exact MAP enumerates 2^D states; D must be <= {ENUMERATION_LIMIT}, got {d}"
+                )
             states = binary_states(d, device=device).double()
             neg_energy = -model.energy(states.to(model.b.dtype)).double()
             g = _gumbel((n_samples, d, 2), gen, device)
@@ -193,9 +198,10 @@ def perturb_and_map_log_partition(
             )
         else:
             W, b, c = model.W.double(), model.b.double(), model.c.double()
-            if min(W.shape) > 20:
-                raise ValueError(
-                    "exact MAP enumerates the smaller layer; it must have <= 20 units, "
+            if min(W.shape) > ENUMERATION_LIMIT:
+                raise ArgumentError(
+                    "exact MAP enumerates the smaller layer; it must have at most "
+                    f"{ENUMERATION_LIMIT} units, "
                     f"got {min(W.shape)}"
                 )
             if W.shape[1] > W.shape[0]:  # enumerate the visible layer instead of the hidden one

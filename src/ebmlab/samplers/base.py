@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import (
     EnergyFn,
     EnergyLike,
@@ -92,7 +93,7 @@ def check_device(energy: Any, x: torch.Tensor, name: str = "x0") -> None:
     device than the chains ``x``."""
     device = energy_device(energy, x.device)
     if not _checks.same_device(device, x.device):
-        raise ValueError(
+        raise ArgumentError(
             f"{name} is on {x.device} and the energy's parameters on {device}: "
             f"move them to one device first (e.g. {name}.to({str(device)!r}))"
         )

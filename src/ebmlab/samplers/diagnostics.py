@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 
 
 def _split(x: torch.Tensor) -> torch.Tensor:
@@ -63,7 +64,7 @@ def _ess(x: torch.Tensor) -> torch.Tensor:
 def _check(samples: torch.Tensor) -> torch.Tensor:
     _checks.tensor("samples", samples, min_ndim=2, floating=True)
     if samples.shape[0] < 4:
-        raise ValueError(
+        raise ArgumentError(
             f"samples needs at least 4 draws per chain (T >= 4), got T={samples.shape[0]}"
         )
     return samples.reshape(samples.shape[0], samples.shape[1], -1).double()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.base import Sampler, SamplerState, accept, metropolis_update
 
@@ -55,13 +56,13 @@ def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> t
 
 def _check_discrete(x0: torch.Tensor, one_hot: bool) -> torch.Tensor:
     if not ((x0 == 0) | (x0 == 1)).all():
-        raise ValueError(
+        raise ArgumentError(
             "x0 must be discrete: every value 0 or 1"
             + (" (one-hot categories along the last dimension)" if one_hot else "")
             + "; continuous inputs need a continuous sampler such as Langevin or MALA"
         )
     if one_hot and (x0.ndim < 3 or not (x0.sum(-1) == 1).all()):
-        raise ValueError(
+        raise ArgumentError(
             "x0 must be one-hot along its last dimension (shape (B, ..., K), exactly one "
             f"1 per site), got shape {tuple(x0.shape)}"
         )
@@ -154,7 +155,7 @@ class _OneHotSites:
 class _DiscreteSampler(Sampler[DiscreteState]):
     def __init__(self, one_hot: bool) -> None:
         if not isinstance(one_hot, bool):
-            raise TypeError(f"one_hot must be a bool, got {one_hot!r}")
+            raise ArgumentError(f"one_hot must be a bool, got {one_hot!r}")
         self.one_hot = one_hot
         self.sites = _OneHotSites() if one_hot else _BinarySites()
 
@@ -222,7 +223,7 @@ class DiscreteLangevin(_DiscreteSampler):
         super().__init__(one_hot)
         self.step_size = _checks.positive("step_size", step_size)
         if not isinstance(adjusted, bool):
-            raise TypeError(f"adjusted must be a bool, got {adjusted!r}")
+            raise ArgumentError(f"adjusted must be a bool, got {adjusted!r}")
         self.adjusted = adjusted
 
     def step(

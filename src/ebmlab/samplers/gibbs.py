@@ -20,13 +20,14 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import Sampler, SamplerState
 
 
 def _check_binary(x0: torch.Tensor) -> torch.Tensor:
     if not ((x0 == 0) | (x0 == 1)).all():
-        raise ValueError("x0 must be binary: every value 0 or 1")
+        raise ArgumentError("x0 must be binary: every value 0 or 1")
     return x0.detach().clone()
 
 
@@ -45,7 +46,7 @@ class Gibbs(Sampler[SamplerState]):
     def __init__(self, scan: str = "sequential", model: object | None = None) -> None:
         self.scan = _checks.one_of("scan", scan, ["sequential", "random"])
         if model is not None and not hasattr(model, "couplings"):
-            raise TypeError("model must provide couplings() -> (W, b)")
+            raise ArgumentError("model must provide couplings() -> (W, b)")
         self.model = model
         self.beta: torch.Tensor | None = None  # per-chain inverse temperatures (tempered)
 
@@ -132,7 +133,7 @@ class BlockGibbs(Sampler[BlockGibbsState]):
     def __init__(self, model: object) -> None:
         for method in ("hidden_logits", "sample_visible", "free_energy_from_logits"):
             if not hasattr(model, method):
-                raise TypeError(f"model must provide {method}(...) for block Gibbs")
+                raise ArgumentError(f"model must provide {method}(...) for block Gibbs")
         self.model = model
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> BlockGibbsState:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
 
@@ -121,10 +122,10 @@ class HMC(Sampler[SamplerState]):
         self.inv_mass = torch.as_tensor(inv_mass, dtype=torch.float32)
         self._inv_mass_copies: dict[torch.device, torch.Tensor] = {}
         if not (torch.isfinite(self.inv_mass).all() and (self.inv_mass > 0).all()):
-            raise ValueError("inv_mass must be finite and > 0 everywhere")
+            raise ArgumentError("inv_mass must be finite and > 0 everywhere")
         _checks.probability("jitter", jitter)
         if jitter >= 1:
-            raise ValueError(f"jitter must be < 1, got {jitter}")
+            raise ArgumentError(f"jitter must be < 1, got {jitter}")
         self.jitter = jitter
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
 
@@ -286,7 +287,7 @@ class AdaptiveHMC(HMC):
         inv_mass = torch.ones(x0.shape[1:], dtype=x0.dtype, device=x0.device)
         if self.chain_betas is not None:
             if len(self.chain_betas) != len(x0):
-                raise ValueError(
+                raise ArgumentError(
                     f"a tempered kernel for {len(self.chain_betas)} chains got x0 with {len(x0)}"
                 )
             inv_mass = per_chain(1 / self.chain_betas, x0) * inv_mass

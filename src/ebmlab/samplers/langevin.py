@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, per_chain
 
@@ -61,7 +62,7 @@ class Langevin(Sampler[SamplerState]):
         )
         self.grad_clip = None if grad_clip is None else _checks.positive("grad_clip", grad_clip)
         if clamp is not None and not (len(clamp) == 2 and clamp[0] < clamp[1]):
-            raise ValueError(f"clamp must be a pair (low, high) with low < high, got {clamp!r}")
+            raise ArgumentError(f"clamp must be a pair (low, high) with low < high, got {clamp!r}")
         self.clamp = clamp
         self.schedule = None if schedule is None else _checks.callable_("schedule", schedule)
 

@@ -24,6 +24,7 @@ import math
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.samplers.base import frozen_parameters
 from ebmlab.samplers.langevin import Langevin
 
@@ -32,7 +33,7 @@ def check_schedule(sigmas) -> torch.Tensor:
     """The noise levels as a float64 tensor, each strictly between 0 and 1."""
     sigmas = torch.as_tensor(sigmas, dtype=torch.float64)
     if sigmas.ndim != 1 or len(sigmas) == 0 or not ((sigmas > 0) & (sigmas < 1)).all():
-        raise ValueError(
+        raise ArgumentError(
             "sigmas must be a non-empty sequence of noise levels, each in (0, 1) (the "
             f"standard deviation added at each step), got {sigmas.tolist()}"
         )
@@ -46,7 +47,7 @@ def noise_schedule(n_levels: int = 8, first: float = 0.05, last: float = 0.99) -
     _checks.positive_int("n_levels", n_levels)
     for name, value in (("first", first), ("last", last)):
         if not 0 < value < 1:
-            raise ValueError(f"{name} must be in (0, 1), got {value}")
+            raise ArgumentError(f"{name} must be in (0, 1), got {value}")
     return check_schedule(torch.logspace(math.log10(first), math.log10(last), n_levels))
 
 
@@ -115,7 +116,7 @@ class RecoverySampler:
         level, (T + 1, n, dim), level T first), starting from N(0, I) at level T."""
         _checks.positive_int("n", n)
         if getattr(model, "n_levels", None) != len(self.sigmas):
-            raise ValueError(f"model must have {len(self.sigmas)} noise levels, one per sigma")
+            raise ArgumentError(f"model must have {len(self.sigmas)} noise levels, one per sigma")
         device = next(model.parameters()).device
         gen = _checks.generator("generator", generator, device)
         x = torch.randn(n, model.dim, generator=gen, device=device)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.devices import move_to
 
 InitFn = Callable[[int, torch.Generator | None], torch.Tensor]
@@ -89,7 +90,7 @@ def gaussian_init(
     where the model must also rank noise low early on. ``clamp`` projects the draws onto
     a box (images live in one). The draws are made on ``data``'s device."""
     if data.ndim < 2 or not data.is_floating_point():
-        raise ValueError(
+        raise ArgumentError(
             f"data must be a float tensor (N, ...), got {data.dtype} {tuple(data.shape)}"
         )
     _checks.positive("ridge", ridge)
@@ -97,11 +98,13 @@ def gaussian_init(
     if labels is None:
         labels = torch.zeros(len(flat), dtype=torch.long, device=flat.device)
     elif labels.shape != (len(flat),) or labels.is_floating_point():
-        raise ValueError(f"labels must be ({len(flat)},) class indices, got {tuple(labels.shape)}")
+        raise ArgumentError(
+            f"labels must be ({len(flat)},) class indices, got {tuple(labels.shape)}"
+        )
     labels = labels.to(flat.device)
     classes, counts = torch.unique(labels, return_counts=True)
     if int(counts.min()) < 2:
-        raise ValueError("every class needs at least two rows of data to fit a covariance")
+        raise ArgumentError("every class needs at least two rows of data to fit a covariance")
     means, factors = [], []
     for k in classes:
         rows = flat[labels == k]
@@ -131,12 +134,12 @@ def mixture_init(inits: list[InitFn], weights: list[float] | None = None) -> Ini
     the model meets negatives both far from and near the data. Every component draws
     all n starts and each row keeps one, so no count is read back from the device."""
     if not inits:
-        raise ValueError("inits must name at least one init function")
+        raise ArgumentError("inits must name at least one init function")
     for fn in inits:
         _checks.callable_("each of inits", fn)
     w = torch.ones(len(inits)) if weights is None else torch.tensor(weights, dtype=torch.float64)
     if w.shape != (len(inits),) or not bool((w >= 0).all()) or float(w.sum()) <= 0:
-        raise ValueError(f"weights must be {len(inits)} numbers >= 0, not all 0, got {weights}")
+        raise ArgumentError(f"weights must be {len(inits)} numbers >= 0, not all 0, got {weights}")
 
     weights = _PerDevice(w.double())
 
@@ -164,10 +167,12 @@ class ReplayBuffer:
         self.reinit_prob = _checks.probability("reinit_prob", reinit_prob)
         self.n_classes = None if n_classes is None else _checks.positive_int("n_classes", n_classes)
         if n_classes is not None and capacity % n_classes:
-            raise ValueError(f"capacity ({capacity}) must be a multiple of n_classes ({n_classes})")
+            raise ArgumentError(
+                f"capacity ({capacity}) must be a multiple of n_classes ({n_classes})"
+            )
         self.buffer = init_fn(capacity, generator)
         if self.buffer.shape[0] != capacity:
-            raise ValueError(
+            raise ArgumentError(
                 f"init_fn(n) must return n states, got shape {tuple(self.buffer.shape)}"
             )
 
@@ -180,13 +185,13 @@ class ReplayBuffer:
         """
         _checks.positive_int("n", n)
         if (y is None) != (self.n_classes is None):
-            raise ValueError("y must be given exactly when the buffer has n_classes")
+            raise ArgumentError("y must be given exactly when the buffer has n_classes")
         device = self.buffer.device
         if y is None:
             slots = torch.randint(self.capacity, (n,), generator=generator, device=device)
         else:
             if y.shape != (n,) or int(y.min()) < 0 or int(y.max()) >= self.n_classes:
-                raise ValueError(f"y must be ({n},) class indices in [0, {self.n_classes})")
+                raise ArgumentError(f"y must be ({n},) class indices in [0, {self.n_classes})")
             per_class = self.capacity // self.n_classes
             slots = torch.randint(per_class, (n,), generator=generator, device=device)
             slots += y.long() * per_class
@@ -207,7 +212,7 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         buf = state["buffer"]
         if buf.shape != self.buffer.shape:
-            raise ValueError(
+            raise ArgumentError(
                 f"replay buffer state has shape {tuple(buf.shape)}, "
                 f"expected {tuple(self.buffer.shape)}"
             )

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn
 from ebmlab.samplers.base import Sampler, SamplerState, accept, frozen_parameters, per_chain
 
@@ -74,17 +75,17 @@ class ParallelTempering(Sampler[TemperingState]):
         tune_ladder: bool = False,
     ) -> None:
         if not isinstance(base, Sampler):
-            raise TypeError(f"base must be a Sampler, got {type(base).__name__}")
+            raise ArgumentError(f"base must be a Sampler, got {type(base).__name__}")
         betas_t = torch.as_tensor(list(betas), dtype=torch.float64)
         if betas_t.ndim != 1 or len(betas_t) < 2:
-            raise ValueError("betas must be a sequence of at least two inverse temperatures")
+            raise ArgumentError("betas must be a sequence of at least two inverse temperatures")
         if betas_t[0] != 1 or not (betas_t[1:] < betas_t[:-1]).all() or betas_t[-1] <= 0:
-            raise ValueError(
+            raise ArgumentError(
                 "betas must start at 1.0 and decrease strictly to a value > 0 (inverse "
                 f"temperatures, coldest first), got {list(betas)}"
             )
         if not isinstance(tune_ladder, bool):
-            raise TypeError(f"tune_ladder must be a bool, got {tune_ladder!r}")
+            raise ArgumentError(f"tune_ladder must be a bool, got {tune_ladder!r}")
         self.base = base
         self.betas = betas_t.float()
         self.swap_every = _checks.positive_int("swap_every", swap_every)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, per_chain
 
@@ -133,10 +134,10 @@ class SGHMC(_Kinetic):
         self.learning_rate = _checks.positive("learning_rate", learning_rate)
         self.momentum_decay = _checks.probability("momentum_decay", momentum_decay)
         if self.momentum_decay == 0:
-            raise ValueError("momentum_decay must be in (0, 1], got 0")
+            raise ArgumentError("momentum_decay must be in (0, 1], got 0")
         self.noise_estimate = _checks.positive("noise_estimate", noise_estimate, allow_zero=True)
         if self.noise_estimate >= self.momentum_decay:
-            raise ValueError(
+            raise ArgumentError(
                 f"noise_estimate must be below momentum_decay ({self.momentum_decay}), "
                 f"got {noise_estimate}"
             )

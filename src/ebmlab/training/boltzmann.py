@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import BoltzmannMachine
 from ebmlab.partition.exact import MAX_ENUMERATION_BITS, binary_states
 from ebmlab.samplers.gibbs import Gibbs
@@ -22,7 +23,7 @@ from ebmlab.samplers.gibbs import Gibbs
 def exact_nll(bm: BoltzmannMachine, data: torch.Tensor) -> torch.Tensor:
     """mean E(data) + log Z, differentiable in the parameters (2^D states enumerated)."""
     if bm.n_visible > MAX_ENUMERATION_BITS:
-        raise ValueError(f"exact_nll enumerates 2^D states; D must be <= {MAX_ENUMERATION_BITS}")
+        raise ArgumentError(f"exact_nll enumerates 2^D states; D must be <= {MAX_ENUMERATION_BITS}")
     states = binary_states(bm.n_visible).to(bm.b.dtype)
     return bm.energy(data).mean() + torch.logsumexp(-bm.energy(states), 0)
 

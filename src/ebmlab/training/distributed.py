@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import distributed as dist
 
+from ebmlab._checks import ArgumentError
+
 _joined: dict[str, Any] = {}  # rank, group size and collective device, decided once
 
 
@@ -36,7 +38,7 @@ def init(device: torch.device | None = None) -> None:
     device = torch.device("cpu") if device is None else torch.device(device)
     if _joined:
         if _joined["world"] > 1 and _joined["device"].type != device.type:
-            raise ValueError(
+            raise ArgumentError(
                 f"the process group was joined for {_joined['device'].type} and training "
                 f"asks for {device}: choose the device before anything else joins the group"
             )

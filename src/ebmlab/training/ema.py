@@ -19,13 +19,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from ebmlab._checks import ArgumentError
+
 
 class WeightAverage:
     """The EMA of ``model``'s parameters with ``decay`` in (0, 1)."""
 
     def __init__(self, model: nn.Module, decay: float) -> None:
         if not 0 < decay < 1:
-            raise ValueError(f"ema decay must lie in (0, 1), e.g. 0.999, got {decay!r}")
+            raise ArgumentError(f"ema decay must lie in (0, 1), e.g. 0.999, got {decay!r}")
         self.decay = float(decay)
         self.names = [name for name, _ in model.named_parameters()]
         self.params = [p for _, p in model.named_parameters()]

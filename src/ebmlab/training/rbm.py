@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks, hardware
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import (
     BernoulliRBM,
     GaussianBernoulliRBM,
@@ -90,7 +91,7 @@ class ContrastiveDivergence:
         for name, used in (("sparsity_target", sparsity_target is not None),
                            ("centering", centering)):  # fmt: skip
             if used and not isinstance(rbm, BernoulliRBM):
-                raise ValueError(
+                raise ArgumentError(
                     f"{name} is supported for binary-hidden RBMs with "
                     "binary or categorical visible units only"
                 )
@@ -99,7 +100,7 @@ class ContrastiveDivergence:
         self.offsets: tuple[torch.Tensor, torch.Tensor] | None = None
         self.sparsity_cost = _checks.positive("sparsity_cost", sparsity_cost, allow_zero=True)
         if matmul_dtype not in (None, torch.bfloat16, torch.float16):
-            raise ValueError(
+            raise ArgumentError(
                 f"matmul_dtype must be None, torch.bfloat16 or torch.float16, got {matmul_dtype}"
             )
         self.matmul_dtype = matmul_dtype

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ebmlab._checks import ArgumentError
 from ebmlab.plotting import plot_curves
 
 
@@ -48,7 +49,7 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     os.replace(tmp, path)
 
 
-class RunDirectoryBusyError(ValueError):
+class RunDirectoryBusyError(ArgumentError):
     """Another live training writes this run directory."""
 
 
@@ -138,7 +139,9 @@ class RunDirectory:
         """A path for an artefact inside the run directory; refuses names that escape it."""
         target = (self.path / name).resolve()
         if self.path.resolve() not in target.parents:
-            raise ValueError(f"artefact name {name!r} points outside the run directory {self.path}")
+            raise ArgumentError(
+                f"artefact name {name!r} points outside the run directory {self.path}"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         return target
 

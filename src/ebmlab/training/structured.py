@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks, losses
+from ebmlab._checks import ArgumentError
 from ebmlab.inference import most_offending
 
 TABLE_LOSSES = {"perceptron", "nll", "mee"}
@@ -53,7 +54,7 @@ class EnergyLearner:
     def energies(self, x: torch.Tensor) -> torch.Tensor:
         table = self.model(x)
         if table.ndim != 2 or table.shape[0] != x.shape[0]:
-            raise ValueError(
+            raise ArgumentError(
                 f"model must return energies of shape (B, K), got {tuple(table.shape)}"
             )
         return table

@@ -21,15 +21,16 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.data.encoding import EncodedRows
 from ebmlab.devices import move_to, resolve_device
 from ebmlab.training import distributed
@@ -92,14 +93,55 @@ class DivergenceError(RuntimeError):
 
 @dataclass
 class TrainerConfig:
-    """Settings of the training loop (every recipe shares them)."""
+    """Settings of the training loop (every recipe shares them).
+
+    Attributes:
+        epochs: passes over the training data.
+        batch_size: rows per step (the global batch under data parallelism).
+        lr: peak learning rate.
+        optimizer: the torch optimizer (fused kernels where PyTorch has them).
+        weight_decay: L2 penalty (decoupled for adamw).
+        momentum: momentum of SGD.
+        lr_schedule: learning rate after warm-up: constant, cosine or linear decay to zero.
+        warmup_steps: steps of linear warm-up from zero.
+        grad_clip: bound on the gradients' global norm (0: none).
+        seed: seed of every random choice of the run.
+        checkpoint_every: also save checkpoints/last.pt every this many steps (0: per epoch).
+        log_every: steps per record in metrics.jsonl.
+        val_every: epochs between validations.
+        early_stopping_patience: epochs without improvement before stopping (0: never).
+        monitor: the validation metric that picks checkpoints/best.pt.
+        monitor_mode: whether lower (min) or higher (max) values of monitor are better.
+        max_steps: stop after this many steps (0: after all epochs).
+        divergence_restarts: on divergence, restarts from the last good checkpoint.
+        restart_lr_factor: learning rate factor applied at each restart.
+        progress: show a progress bar.
+        tensorboard: also write TensorBoard event files.
+        device: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.
+        compile: torch.compile the model's networks (training and sampler passes).
+        compile_mode: torch.compile mode; reduce-overhead adds CUDA graphs.
+        channels_last: convolution weights and inputs in NHWC (tensor cores on CUDA).
+        grad_scaler: scale the loss against float16 underflow (train_dtype float16).
+        num_workers: DataLoader worker processes for data kept on disk.
+        pin_memory: page-locked batches for faster copies to a CUDA device.
+        prefetch: batches each DataLoader worker loads ahead.
+        ema: decay of a moving average of the weights used for evaluation (0: none).
+        preempt_grace: seconds from SIGTERM/SIGINT to the checkpoint at most.
+    """
+
+    CHOICES: ClassVar[dict[str, Sequence[str]]] = {
+        "optimizer": tuple(OPTIMIZERS),
+        "lr_schedule": SCHEDULES,
+        "monitor_mode": ("min", "max"),
+        "compile_mode": COMPILE_MODES,
+    }
 
     epochs: int = 10
     batch_size: int = 64
     lr: float = 1e-3
     optimizer: str = "adam"
     weight_decay: float = 0.0
-    momentum: float = 0.9  # SGD only
+    momentum: float = 0.9
     lr_schedule: str = "constant"
     warmup_steps: int = 0
     grad_clip: float = 0.0
@@ -115,25 +157,24 @@ class TrainerConfig:
     restart_lr_factor: float = 0.5
     progress: bool = True
     tensorboard: bool = False
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps; auto: cuda, then mps, then cpu
-    compile: bool = False  # torch.compile the model's networks (training and sampler passes)
-    compile_mode: str = "default"  # or reduce-overhead (CUDA graphs), max-autotune
-    channels_last: bool = False  # convolution weights and inputs in NHWC (CUDA tensor cores)
-    grad_scaler: bool = False  # scale the loss for float16 autocast (torch.amp.GradScaler)
-    num_workers: int = 0  # DataLoader worker processes for data kept on disk
-    pin_memory: bool = True  # page-locked batches for faster copies to a CUDA device
-    prefetch: int = 2  # batches each worker loads ahead
-    ema: float = 0.0  # decay of an exponential moving average of the weights (0: none)
-    preempt_grace: float = 30.0  # seconds from SIGTERM/SIGINT to the checkpoint at most
+    device: str = "auto"
+    compile: bool = False
+    compile_mode: str = "default"
+    channels_last: bool = False
+    grad_scaler: bool = False
+    num_workers: int = 0
+    pin_memory: bool = True
+    prefetch: int = 2
+    ema: float = 0.0
+    preempt_grace: float = 30.0
 
     def __post_init__(self) -> None:
         _checks.positive_int("epochs", self.epochs)
         _checks.positive_int("batch_size", self.batch_size)
         _checks.positive("lr", self.lr)
-        _checks.one_of("optimizer", self.optimizer, list(OPTIMIZERS))
+        _checks.choices(self)
         _checks.positive("weight_decay", self.weight_decay, allow_zero=True)
         _checks.probability("momentum", self.momentum)
-        _checks.one_of("lr_schedule", self.lr_schedule, SCHEDULES)
         _checks.positive_int("warmup_steps", self.warmup_steps, allow_zero=True)
         _checks.positive("grad_clip", self.grad_clip, allow_zero=True)
         _checks.positive_int("seed", self.seed, allow_zero=True)
@@ -143,17 +184,15 @@ class TrainerConfig:
         _checks.positive_int(
             "early_stopping_patience", self.early_stopping_patience, allow_zero=True
         )
-        _checks.one_of("monitor_mode", self.monitor_mode, ["min", "max"])
         _checks.positive_int("max_steps", self.max_steps, allow_zero=True)
         _checks.positive_int("divergence_restarts", self.divergence_restarts, allow_zero=True)
         _checks.probability("restart_lr_factor", self.restart_lr_factor)
         resolve_device(self.device)
-        _checks.one_of("compile_mode", self.compile_mode, COMPILE_MODES)
         _checks.positive_int("num_workers", self.num_workers, allow_zero=True)
         _checks.positive_int("prefetch", self.prefetch)
         _checks.positive("preempt_grace", self.preempt_grace)
         if self.ema and not 0 < self.ema < 1:
-            raise ValueError(f"ema must be 0 (off) or a decay in (0, 1), got {self.ema!r}")
+            raise ArgumentError(f"ema must be 0 (off) or a decay in (0, 1), got {self.ema!r}")
 
 
 @dataclass
@@ -233,23 +272,27 @@ class Trainer:
             or not train_data
             or not all(isinstance(t, (torch.Tensor, EncodedRows)) for t in train_data)
         ):
-            raise TypeError(
+            raise ArgumentError(
                 "train_data must be a non-empty tuple of tensors (or EncodedRows) with equal "
                 "first dimension"
             )
         n = train_data[0].shape[0]
         if n == 0 or any(t.shape[0] != n for t in train_data):
-            raise ValueError("train_data tensors must be non-empty and share their first dimension")
+            raise ArgumentError(
+                "train_data tensors must be non-empty and share their first dimension"
+            )
         self.device = resolve_device(self.config.device)
         distributed.init(self.device)
         self.world_size = distributed.world_size()
         if self.config.batch_size < self.world_size:
-            raise ValueError(
+            raise ArgumentError(
                 f"batch_size ({self.config.batch_size}) must be at least the number of "
                 f"processes ({self.world_size})"
             )
         if n < self.world_size:
-            raise ValueError(f"train_data has {n} rows, fewer than the {self.world_size} processes")
+            raise ArgumentError(
+                f"train_data has {n} rows, fewer than the {self.world_size} processes"
+            )
         self.main = distributed.is_main()
         self.task = task.to(self.device)
         if self.config.channels_last:
@@ -333,7 +376,7 @@ class Trainer:
         t = state["trainer"]
         saved_world = t.get("world_size", 1)
         if saved_world != self.world_size:
-            raise ValueError(
+            raise ArgumentError(
                 f"the checkpoint was written by {saved_world} process(es) and is resumed by "
                 f"{self.world_size}; resume with --nproc {saved_world} for an exact continuation"
             )
@@ -373,7 +416,7 @@ class Trainer:
     def resume(self) -> None:
         """Continue from ``checkpoints/last.pt`` of the run directory."""
         if self.run is None:
-            raise ValueError("resume needs a run directory")
+            raise ArgumentError("resume needs a run directory")
         state, used, problem = load_newest_good(self.run.last, map_location=self.device)
         if problem and self.main:
             print(f"ebmlab: {problem}; resuming from {used.name} instead", file=sys.stderr)
@@ -578,7 +621,7 @@ class Trainer:
                 self.run.write_config(self.run_config)
             distributed.barrier()
         elif resume:
-            raise ValueError("resume needs a run directory")
+            raise ArgumentError("resume needs a run directory")
         start = time.perf_counter()
         bar = tqdm(
             total=self.total_steps,

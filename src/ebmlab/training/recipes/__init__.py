@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ebmlab._checks import ArgumentError
 from ebmlab.samplers import ReplayBuffer
 from ebmlab.training import distributed
 from ebmlab.training.run_dir import RunDirectory
@@ -80,7 +81,7 @@ class Recipe:
         trainer_keys = {f.name for f in dataclasses.fields(TrainerConfig)}
         unknown = set(settings) - recipe_keys - trainer_keys
         if unknown:
-            raise ValueError(
+            raise ArgumentError(
                 f"unknown setting(s) for recipe {self.name!r}: {', '.join(sorted(unknown))}"
             )
         return (
@@ -106,7 +107,7 @@ _REGISTRY: dict[str, Recipe] = {}
 
 def register(recipe: Recipe) -> Recipe:
     if recipe.name in _REGISTRY:
-        raise ValueError(f"a recipe named {recipe.name!r} is already registered")
+        raise ArgumentError(f"a recipe named {recipe.name!r} is already registered")
     _REGISTRY[recipe.name] = recipe
     return recipe
 
@@ -121,7 +122,7 @@ def recipes() -> dict[str, Recipe]:
 def get_recipe(name: str) -> Recipe:
     known = recipes()
     if name not in known:
-        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(known)}")
+        raise ArgumentError(f"unknown recipe {name!r}; known recipes: {', '.join(known)}")
     return known[name]
 
 

@@ -12,9 +12,10 @@ MMD^2 between model samples and test data.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -41,10 +42,44 @@ from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, TrainerConfig
 
+METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl")
+NCE_NOISES = ("gaussian", "kde")
+
 
 @dataclass
 class DensityConfig:
-    """Settings of the ``density`` recipe."""
+    """Settings of the ``density`` recipe.
+
+    Attributes:
+        data: the 2-D toy density to learn.
+        hidden: width of the energy MLP.
+        depth: hidden layers of the energy MLP.
+        sampler_steps: Langevin steps per training step (pcd, cd).
+        step_size: Langevin step size.
+        buffer_size: persistent chains (pcd).
+        reinit_prob: share of persistent chains restarted from noise each step (pcd).
+        l2: weight of the E^2 penalty on data and samples (pcd, cd).
+        quadrature_points: grid points per axis for the exact log Z.
+        method: the training principle: persistent or plain contrastive divergence,
+            exact, sliced or denoising score matching, NCE, energy discrepancy or
+            diffusion recovery likelihood.
+        sigma: noise scale of denoising score matching.
+        nce_noise_ratio: noise samples per data point (nce).
+        nce_noise: NCE's noise: one Gaussian fitted to the data, or a kernel density
+            estimate.
+        ed_scale: standard deviation of energy discrepancy's perturbation.
+        ed_negatives: contrasting points per data point (ed).
+        ed_w: energy discrepancy's stabilising weight w.
+        drl_levels: noise levels of diffusion recovery likelihood.
+        drl_steps: Langevin steps of each recovery (drl).
+        drl_step_scale: recovery step as a fraction of the conditional variance (drl).
+    """
+
+    CHOICES: ClassVar[dict[str, Sequence[str]]] = {
+        "data": tuple(TOYS),
+        "method": METHODS,
+        "nce_noise": NCE_NOISES,
+    }
 
     data: str = "8gaussians"
     hidden: int = 128
@@ -67,11 +102,9 @@ class DensityConfig:
     drl_step_scale: float = 0.1
 
     def __post_init__(self) -> None:
-        _checks.one_of("data", self.data, list(TOYS))
-        _checks.one_of("method", self.method, list(METHODS))
+        _checks.choices(self)
         _checks.positive("sigma", self.sigma)
         _checks.positive_int("nce_noise_ratio", self.nce_noise_ratio)
-        _checks.one_of("nce_noise", self.nce_noise, list(NCE_NOISES))
         _checks.positive("ed_scale", self.ed_scale)
         _checks.positive_int("ed_negatives", self.ed_negatives)
         _checks.positive("ed_w", self.ed_w, allow_zero=True)
@@ -88,8 +121,6 @@ class DensityConfig:
         _checks.positive_int("quadrature_points", self.quadrature_points)
 
 
-METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl")
-NCE_NOISES = ("gaussian", "kde")
 KDE_POINTS = 1000
 KDE_WIDE_WEIGHT = 0.1
 

@@ -41,18 +41,21 @@ gradients. Measured results of the defaults and their ablations: ``docs/results/
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
 from ebmlab.energies.base import in_chunks
+from ebmlab.energies.mlp import ACTIVATIONS
 from ebmlab.energies.resnet import NORMS
 from ebmlab.evaluation import (
     accuracy,
@@ -83,19 +86,69 @@ TRAIN_PRECISIONS = [*PRECISIONS, "float16"]  # of the training step (float16: --
 
 @dataclass
 class JEMConfig:
-    """Settings of the ``jem`` recipe."""
+    """Settings of the ``jem`` recipe.
+
+    Attributes:
+        data: a data set name (digits, digits-rgb, mnist, cifar10, ...) or a path.
+        data_root: directory holding published data sets (else $EBMLAB_DATA).
+        resize: (height, width) for image folders of mixed sizes.
+        arch: the network: MLP, small conv net, WideResNet or IGEBM's SN ResNet.
+        hidden: hidden widths of the MLP.
+        activation: the networks' nonlinearity.
+        conv_width: channels of the conv net's first layer (resnet: its first stage).
+        wrn_depth: WideResNet depth (6n + 4).
+        wrn_widen: WideResNet widening factor.
+        norm: WideResNet normalisation layers.
+        dropout: WideResNet dropout rate.
+        sampler_steps: SGLD steps per training step.
+        step_size: SGLD step alpha on the energy gradient (Tomczak 2024, eq. 6.28).
+        noise: SGLD noise standard deviation sigma.
+        init: negatives from a replay buffer of persistent chains, or fresh each step.
+        start: where fresh chains begin: uniform noise or per-class Gaussians.
+        uniform_share: share of fresh chains drawn uniformly when start is gaussian.
+        buffer_size: persistent chains in the replay buffer.
+        reinit_prob: share of buffer starts replaced by fresh chains each step.
+        sampler_grad_clip: bound on each chain's gradient norm in SGLD (0: none).
+        clamp: project chains onto the data range after every SGLD step.
+        sampler_dtype: precision of the SGLD gradients.
+        train_dtype: precision of the training step's forward and backward pass.
+        data_noise: standard deviation of Gaussian noise added to the data.
+        shift_augment: random shifts of up to this many pixels (cross-entropy only).
+        rotate_augment: random rotations of up to this many degrees (cross-entropy only).
+        scale_augment: random zooms of up to this relative size (cross-entropy only).
+        crop_pad: random crops of the image padded by this many pixels (CIFAR: 4).
+        hflip: random horizontal flips (natural images, not digits).
+        energy_l2: weight of the E^2 penalty on data and samples (Du & Mordatch 2019).
+        gen_weight: weight of the generative term log p(x) against the cross-entropy.
+        gen_objective: the generative term: PCD with SGLD negatives, or energy discrepancy.
+        ed_scale: energy discrepancy's Gaussian perturbation scale.
+        ed_negatives: energy discrepancy's contrasting points per image.
+        max_energy: stop as diverged when an energy's magnitude exceeds this.
+        calibrate: fit p(y | x)'s inverse temperature on the validation split each epoch.
+    """
+
+    CHOICES: ClassVar[dict[str, Sequence[str]]] = {
+        "arch": ARCHS,
+        "activation": tuple(ACTIVATIONS),
+        "norm": NORMS,
+        "init": ("buffer", "uniform"),
+        "start": ("uniform", "gaussian"),
+        "sampler_dtype": PRECISIONS,
+        "train_dtype": TRAIN_PRECISIONS,
+        "gen_objective": ("pcd", "ed"),
+    }
 
     data: str = "digits"
     data_root: str = ""
-    resize: tuple[int, ...] = ()  # (height, width) for image folders of mixed sizes
-    arch: str = "conv"  # mlp | conv | wrn (WideResNet) | resnet (IGEBM's SN ResNet)
+    resize: tuple[int, ...] = ()
+    arch: str = "conv"
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "silu"
-    conv_width: int = 48  # conv: first layer's channels; resnet: first stage's
+    conv_width: int = 48
     wrn_depth: int = 28
     wrn_widen: int = 10
-    norm: str = "none"  # wrn: none | batch | group | layer
-    dropout: float = 0.0  # wrn
+    norm: str = "none"
+    dropout: float = 0.0
     sampler_steps: int = 20
     step_size: float = 1.0
     noise: float = 0.01
@@ -112,22 +165,21 @@ class JEMConfig:
     shift_augment: float = 1.0
     rotate_augment: float = 12.0
     scale_augment: float = 0.1
-    crop_pad: int = 0  # random crops of the image padded by this many pixels (CIFAR: 4)
-    hflip: bool = False  # random horizontal flips (natural images, not digits)
+    crop_pad: int = 0
+    hflip: bool = False
     energy_l2: float = 0.3
     gen_weight: float = 1.0
-    gen_objective: str = "pcd"  # pcd (SGLD negatives) | ed (energy discrepancy, no sampling)
-    ed_scale: float = 0.3  # ed: standard deviation of the Gaussian perturbations
-    ed_negatives: int = 8  # ed: contrasting points per image
+    gen_objective: str = "pcd"
+    ed_scale: float = 0.3
+    ed_negatives: int = 8
     max_energy: float = 1e4
     calibrate: bool = True
 
     def __post_init__(self) -> None:
         check_data(self.data, IMAGE_SETS, self.data_root or None)
         if self.resize and len(self.resize) != 2:
-            raise ValueError(f"resize must be (height, width), got {self.resize}")
-        _checks.one_of("arch", self.arch, ARCHS)
-        _checks.one_of("norm", self.norm, list(NORMS))
+            raise ArgumentError(f"resize must be (height, width), got {self.resize}")
+        _checks.choices(self)
         _checks.probability("dropout", self.dropout)
         _checks.positive_int("crop_pad", self.crop_pad, allow_zero=True)
         for width in self.hidden:
@@ -136,11 +188,7 @@ class JEMConfig:
         _checks.positive_int("sampler_steps", self.sampler_steps)
         _checks.positive("step_size", self.step_size)
         _checks.positive("noise", self.noise, allow_zero=True)
-        _checks.one_of("init", self.init, ["buffer", "uniform"])
-        _checks.one_of("start", self.start, ["uniform", "gaussian"])
         _checks.probability("uniform_share", self.uniform_share)
-        _checks.one_of("sampler_dtype", self.sampler_dtype, PRECISIONS)
-        _checks.one_of("train_dtype", self.train_dtype, TRAIN_PRECISIONS)
         _checks.positive_int("buffer_size", self.buffer_size)
         _checks.probability("reinit_prob", self.reinit_prob)
         _checks.positive("sampler_grad_clip", self.sampler_grad_clip, allow_zero=True)
@@ -150,7 +198,6 @@ class JEMConfig:
         _checks.probability("scale_augment", self.scale_augment)
         _checks.positive("energy_l2", self.energy_l2, allow_zero=True)
         _checks.positive("gen_weight", self.gen_weight, allow_zero=True)
-        _checks.one_of("gen_objective", self.gen_objective, ["pcd", "ed"])
         _checks.positive("ed_scale", self.ed_scale)
         _checks.positive_int("ed_negatives", self.ed_negatives)
         _checks.positive("max_energy", self.max_energy)
@@ -188,9 +235,11 @@ class JEMTask(BufferTask):
         )
         k = self.train.num_classes
         if self.train.y is None or k is None or k < 2:
-            raise ValueError(f"data {config.data!r} needs labels of at least two classes for JEM")
+            raise ArgumentError(
+                f"data {config.data!r} needs labels of at least two classes for JEM"
+            )
         if self.train.image_shape is None and (config.arch != "mlp" or self.augments):
-            raise ValueError(
+            raise ArgumentError(
                 f"data {config.data!r} holds feature vectors, not images: use arch 'mlp' and "
                 "turn the image augmentations off (shift/rotate/scale_augment 0)"
             )
@@ -354,7 +403,7 @@ class JEMTask(BufferTask):
 
 def build(config: JEMConfig, trainer: TrainerConfig) -> Setup:
     if config.train_dtype == "float16" and not trainer.grad_scaler:
-        raise ValueError("train_dtype float16 needs grad_scaler (--grad-scaler): float16 "
+        raise ArgumentError("train_dtype float16 needs grad_scaler (--grad-scaler): float16 "
                          "gradients underflow without loss scaling")  # fmt: skip
     task = JEMTask(config, trainer.seed)
     return Setup(task, (task.train.x, task.train.y))
@@ -405,7 +454,7 @@ def evaluate(
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
     (the samples again after 200 and after ``long_run_steps`` further SGLD steps)."""
     if long_run_steps <= 200:
-        raise ValueError(f"long_run_steps must be > 200, got {long_run_steps}")
+        raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
     with torch.no_grad():

@@ -32,14 +32,16 @@ directory gets the weight filters and samples from the persistent chains as PNG 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.nn import functional as F
 
-from ebmlab import _checks
+from ebmlab import _checks, partition
+from ebmlab._checks import ArgumentError
 from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
 from ebmlab.energies import (
     BernoulliRBM,
@@ -51,18 +53,9 @@ from ebmlab.energies import (
     SubspaceRBM,
 )
 from ebmlab.energies.base import energy_device
-from ebmlab.energies.boltzmann import base_rate_logits
+from ebmlab.energies.boltzmann import ENUMERATION_LIMIT, base_rate_logits
 from ebmlab.evaluation import log_likelihood
-from ebmlab.partition import (
-    LogZEstimate,
-    bethe_log_partition,
-    exact_log_partition,
-    perturb_and_map_log_partition,
-    raise_,
-    rbm_ais,
-    rbm_log_partition,
-    trw_log_partition,
-)
+from ebmlab.partition import LogZEstimate
 from ebmlab.plotting import image_grid
 from ebmlab.training import distributed
 from ebmlab.training.rbm import (
@@ -75,17 +68,42 @@ from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 
-ENUMERATE_UP_TO = 20
 MODELS = ["bernoulli", "categorical", "gaussian", "subspace", "classification", "dbn", "dbm"]
 BINARY = ("bernoulli", "subspace", "classification", "dbn", "dbm")
-BIPARTITE_METHODS = ("bernoulli", "dbn", "dbm")  # every log Z method applies
-LOGZ_METHODS = ["auto", "exact", "ais", "raise", "bethe", "trw", "pam"]
 OBJECTIVES = ["discriminative", "generative", "hybrid"]
 
 
 @dataclass
 class RBMConfig:
-    """Settings of the ``rbm`` recipe."""
+    """Settings of the ``rbm`` recipe.
+
+    Attributes:
+        data: a data set name (digits, mnist, ...) or a path; binarised unless the model
+            reads grey levels or real values.
+        data_root: directory holding published data sets (else $EBMLAB_DATA).
+        model: Bernoulli, categorical (17 grey levels), Gaussian-Bernoulli, subspace or
+            classification RBM, deep belief network or deep Boltzmann machine.
+        n_hidden: hidden units (of the first hidden layer for dbn and dbm).
+        n_hidden2: units of the second hidden layer (dbn, dbm).
+        n_subspace: subspace units per gate (subspace).
+        k: Gibbs steps per update (CD-k or PCD-k).
+        persistent: persistent chains (PCD) instead of chains started at the data (CD).
+        n_chains: persistent chains.
+        sparsity_target: target mean activation of the hidden units (0: no sparsity term).
+        sparsity_cost: weight of the sparsity term.
+        centering: the centred update (Montavon & Müller 2012).
+        objective: what the classification RBM maximises: log p(y | x), log p(x, y) or
+            the first plus alpha times the second.
+        alpha: weight of the generative term of the hybrid objective.
+        pretrain_epochs: epochs of greedy layer-wise pre-training before the DBM (dbm).
+        ais_chains: AIS chains for log Z when enumeration is out of reach.
+        ais_temperatures: AIS temperatures.
+    """
+
+    CHOICES: ClassVar[dict[str, Sequence[str]]] = {
+        "model": MODELS,
+        "objective": OBJECTIVES,
+    }
 
     data: str = "digits"
     data_root: str = ""
@@ -107,9 +125,9 @@ class RBMConfig:
 
     def __post_init__(self) -> None:
         check_data(self.data, IMAGE_SETS, self.data_root or None)
-        _checks.one_of("model", self.model, MODELS)
+        _checks.choices(self)
         if self.model == "categorical" and self.data != "digits":
-            raise ValueError(
+            raise ArgumentError(
                 "model 'categorical' reads the digits' 17 grey levels; use data 'digits'"
             )
         _checks.positive_int("n_hidden", self.n_hidden)
@@ -121,23 +139,22 @@ class RBMConfig:
             "subspace": ("gate-subspace products n_hidden * n_subspace",
                          self.n_hidden * self.n_subspace),
         }  # fmt: skip
-        if self.model in enumerated and enumerated[self.model][1] > ENUMERATE_UP_TO:
+        if self.model in enumerated and enumerated[self.model][1] > ENUMERATION_LIMIT:
             what, count = enumerated[self.model]
-            raise ValueError(
+            raise ArgumentError(
                 f"model {self.model!r} evaluates its likelihood exactly, by enumerating "
-                f"{count} {what}; use at most {ENUMERATE_UP_TO}"
+                f"{count} {what}; use at most {ENUMERATION_LIMIT}"
             )
         if self.sparsity_target and self.model not in ("bernoulli", "categorical", "dbn"):
-            raise ValueError(f"sparsity_target is not available for model {self.model!r}")
+            raise ArgumentError(f"sparsity_target is not available for model {self.model!r}")
         _checks.positive_int("k", self.k)
         _checks.positive_int("n_chains", self.n_chains)
         _checks.probability("sparsity_target", self.sparsity_target)
         _checks.positive("sparsity_cost", self.sparsity_cost, allow_zero=True)
-        _checks.one_of("objective", self.objective, OBJECTIVES)
         _checks.positive("alpha", self.alpha, allow_zero=True)
         _checks.positive_int("pretrain_epochs", self.pretrain_epochs, allow_zero=True)
         if self.pretrain_epochs and self.model != "dbm":
-            raise ValueError("pretrain_epochs applies to model 'dbm' only")
+            raise ArgumentError("pretrain_epochs applies to model 'dbm' only")
         _checks.positive_int("ais_chains", self.ais_chains)
         _checks.positive_int("ais_temperatures", self.ais_temperatures)
 
@@ -156,38 +173,6 @@ def standardised(parts):
     mean = parts[0].x.mean(0)
     std = parts[0].x.std(0).clamp_min(0.1)
     return [dataclasses.replace(part, x=(part.x - mean) / std) for part in parts]
-
-
-def bipartite_log_partition(
-    model: BernoulliRBM | DeepBoltzmannMachine,
-    method: str,
-    config: RBMConfig,
-    data: torch.Tensor,
-    samples: torch.Tensor | None,
-    generator: torch.Generator | None,
-) -> LogZEstimate:
-    """log Z of a Bernoulli RBM or a DBM (through its bipartite view) by ``method``; AIS
-    and RAISE anneal from the base rates of ``data``."""
-    rbm = model.as_rbm() if isinstance(model, DeepBoltzmannMachine) else model
-    if method == "auto":
-        method = "exact" if min(rbm.n_visible, rbm.n_hidden) <= ENUMERATE_UP_TO else "ais"
-    if method == "exact":
-        return rbm_log_partition(rbm)
-    if method == "bethe":
-        return bethe_log_partition(rbm)
-    if method == "trw":
-        return trw_log_partition(rbm)
-    if method == "pam":
-        return perturb_and_map_log_partition(rbm, generator=generator)
-    options = {
-        "n_chains": config.ais_chains,
-        "n_temperatures": config.ais_temperatures,
-        "data": data,
-        "generator": generator,
-    }
-    if method == "ais":
-        return rbm_ais(model, **options)
-    return raise_(model, samples=samples, **options)
 
 
 def cd_step(cd: ContrastiveDivergence, x: torch.Tensor, generator: torch.Generator) -> StepResult:
@@ -288,22 +273,22 @@ class RBMTask(Task):
         or ``auto`` (exact when enumerable, else AIS). Gaussian, categorical, subspace and
         classification RBMs are exact only; a DBM runs every method on its bipartite view
         (:meth:`~ebmlab.energies.DeepBoltzmannMachine.as_rbm`)."""
-        _checks.one_of("method", method, LOGZ_METHODS)
-        if self.config.model not in BIPARTITE_METHODS:
-            if method not in ("auto", "exact"):
-                raise ValueError(
-                    f"method {method!r} supports Bernoulli RBMs, DBNs and DBMs only; use exact"
-                )
-            return exact_log_partition(self.model)
-        return bipartite_log_partition(
-            self.model, method, self.config, self.train.x, self._chain_states(), generator
+        return partition.log_partition(
+            self.model,
+            method,
+            data=self.train.x,
+            labels=self.train.y,
+            samples=self._chain_states(),
+            n_chains=self.config.ais_chains,
+            n_temperatures=self.config.ais_temperatures,
+            generator=generator,
         )
 
     def _chain_states(self) -> torch.Tensor | None:
         """The persistent chains as samples of the annealed layer: v, or (v, h2) for a DBM."""
         if self.dbm is not None:
             return None if self.dbm.chains is None else torch.cat(self.dbm.chains, 1)
-        return self.cd.chains
+        return None if self.cd is None else self.cd.chains
 
     def log_likelihood(self, part, log_z: LogZEstimate) -> float:
         """Mean log-likelihood of a data split given log Z."""
@@ -450,7 +435,7 @@ class ClassificationRBMTask(RBMTask):
     @property
     def enumerable(self) -> bool:
         """Whether log Z, hence the joint likelihood, is exact (enumerating h)."""
-        return self.config.n_hidden <= ENUMERATE_UP_TO
+        return self.config.n_hidden <= ENUMERATION_LIMIT
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         out = {f"val_{k}": v for k, v in self.classification(self.val).items()}
@@ -514,12 +499,16 @@ class DBNTask(RBMTask):
         self, method: str = "auto", generator: torch.Generator | None = None
     ) -> LogZEstimate:
         """log Z of the RBM being trained (the bottom one, then the top one) by ``method``."""
-        _checks.one_of("method", method, LOGZ_METHODS)
-        rbm = self.model.layers[self.layer]
         with torch.no_grad():
             data = self.model.up(self.train.x, self.layer)
-        return bipartite_log_partition(
-            rbm, method, self.config, data, self.cds[self.layer].chains, generator
+        return partition.log_partition(
+            self.model.layers[self.layer],
+            method,
+            data=data,
+            samples=self.cds[self.layer].chains,
+            n_chains=self.config.ais_chains,
+            n_temperatures=self.config.ais_temperatures,
+            generator=generator,
         )
 
     def log_likelihood(self, part, log_z: LogZEstimate) -> float:
