@@ -21,9 +21,10 @@ import torch
 from benchmarks.harness import MetricCase
 from ebmlab.data import load_dataset
 from ebmlab.energies import IndependentBernoulli, MLPEnergy
+from ebmlab.energies.boltzmann import base_rate_logits
 from ebmlab.losses import contrastive_divergence_loss
 from ebmlab.partition import smc
-from ebmlab.partition.ais import base_rate_biases
+from ebmlab.partition.ais import BASE_RATE_SMOOTHING
 from ebmlab.samplers import Gibbs, GibbsWithGradients
 
 UPDATES, CHAINS, BATCH = 1500, 256, 100
@@ -53,7 +54,9 @@ def train(sampler, steps_per_update: int, seed: int = 0) -> tuple[MLPEnergy, flo
 
 def test_log_likelihood(model: MLPEnergy) -> tuple[float, float]:
     data = binary_digits("train")
-    base = IndependentBernoulli(base_rate_biases(data, 64).float())
+    base = IndependentBernoulli(
+        base_rate_logits(torch.as_tensor(data), BASE_RATE_SMOOTHING).float()
+    )
     estimate = smc(
         model, base, GibbsWithGradients(), n_particles=512, steps_per_stage=20, generator=0
     )

@@ -33,9 +33,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ebmlab.energies import BernoulliRBM, ClassifierEnergy, MLPEnergy
+from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.partition import rbm_ais, salakhutdinov_schedule
 from ebmlab.samplers import Langevin, ReplayBuffer, uniform_init
-from ebmlab.training.rbm import ContrastiveDivergence
 from ebmlab.training.trainer import compile_networks
 
 BATCH, SGLD_STEPS, BUFFER = 64, 20, 10_000

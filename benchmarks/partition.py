@@ -23,13 +23,14 @@ from torch.nn import functional as F
 from benchmarks.harness import Case
 from benchmarks.rbm import mnist_binary
 from ebmlab.energies import BernoulliRBM
+from ebmlab.energies.boltzmann import base_rate_logits
 from ebmlab.partition import (
     LogZEstimate,
     rbm_ais,
     rbm_log_partition,
     salakhutdinov_schedule,
 )
-from ebmlab.partition.ais import base_rate_biases
+from ebmlab.partition.ais import BASE_RATE_SMOOTHING
 from ebmlab.sklearn import BernoulliRBM as RBMEstimator
 
 CURVE_TEMPERATURES = (100, 300, 1000, 3000, 10_000)
@@ -58,7 +59,7 @@ def plain_ais(rbm: BernoulliRBM, betas: torch.Tensor, n_chains: int, seed: int) 
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
-    b_a = base_rate_biases(training_data(), len(b))
+    b_a = base_rate_logits(torch.as_tensor(training_data()), BASE_RATE_SMOOTHING)
 
     def log_p_star(v, beta):
         return (1 - beta) * v @ b_a + beta * v @ b + F.softplus(beta * (v @ W + c)).sum(1)

@@ -31,8 +31,9 @@ from sklearn.datasets import load_digits
 
 from benchmarks.harness import MetricCase
 from ebmlab.energies import Funnel, Gaussian, GaussianMixture, IndependentBernoulli
+from ebmlab.energies.boltzmann import base_rate_logits
 from ebmlab.partition import ais, exact_log_partition, smc
-from ebmlab.partition.ais import base_rate_biases
+from ebmlab.partition.ais import BASE_RATE_SMOOTHING
 from ebmlab.samplers import HMC, GibbsWithGradients
 from ebmlab.sklearn import BernoulliRBM as RBMEstimator
 
@@ -63,7 +64,9 @@ def digits_rbm():
     bits = (load_digits().data >= 8).astype(np.float64)
     estimator = RBMEstimator(16, learning_rate=0.05, batch_size=20, n_iter=30, random_state=0)
     rbm = estimator.fit(bits).rbm_
-    base = IndependentBernoulli(base_rate_biases(bits, 64).float())
+    base = IndependentBernoulli(
+        base_rate_logits(torch.as_tensor(bits), BASE_RATE_SMOOTHING).float()
+    )
     return rbm, base
 
 

@@ -22,6 +22,7 @@ from ebmlab.energies import (
     SubspaceRBM,
 )
 from ebmlab.inference import most_offending, viterbi
+from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.partition import ais, quadrature_log_partition, rbm_ais
 from ebmlab.samplers import (
     HMC,
@@ -33,7 +34,6 @@ from ebmlab.samplers import (
     ReplayBuffer,
 )
 from ebmlab.training import TrainerConfig
-from ebmlab.training.rbm import ContrastiveDivergence
 
 
 def quad(x):

@@ -28,8 +28,9 @@ from sklearn.utils.validation import check_is_fitted, check_non_negative, valida
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import resolve_device
 from ebmlab.energies import boltzmann
+from ebmlab.learning.rbm import ContrastiveDivergence
+from ebmlab.losses import classification_rbm_loss
 from ebmlab.partition import LogZEstimate, log_partition
-from ebmlab.training.rbm import ContrastiveDivergence, classification_rbm_loss
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NUMPY = {"float32": np.float32, "float64": np.float64}
@@ -221,7 +222,7 @@ class BernoulliRBM(_RBMEstimator):
     ``"float64"``), ``matmul_dtype`` (``"bfloat16"`` runs the updates' matrix products
     in bfloat16, several times faster on CPUs with AMX; the parameters stay in
     ``dtype``) and ``centering`` (the centred-RBM update of
-    :class:`~ebmlab.training.rbm.ContrastiveDivergence`), and ``device`` (``"cpu"``,
+    :class:`~ebmlab.learning.rbm.ContrastiveDivergence`), and ``device`` (``"cpu"``,
     ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"``: where the model trains; fitted
     attributes and outputs are NumPy arrays wherever it trains).
     Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);

@@ -1,8 +1,9 @@
 import torch
 
 from ebmlab.energies import BoltzmannMachine
+from ebmlab.learning.boltzmann import BMContrastiveDivergence
+from ebmlab.losses import exact_nll
 from ebmlab.partition import binary_states
-from ebmlab.training.boltzmann import BMContrastiveDivergence, exact_nll
 
 
 def teacher_and_data(n=4000):

@@ -3,7 +3,7 @@ import torch
 
 from ebmlab.data import load_dataset
 from ebmlab.energies import ClassificationRBM
-from ebmlab.training.rbm import classification_rbm_loss
+from ebmlab.losses import classification_rbm_loss
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@ import itertools
 import torch
 
 from ebmlab.energies import DeepBoltzmannMachine
+from ebmlab.learning.rbm import DBMLearning
 from ebmlab.partition import binary_states
-from ebmlab.training.rbm import DBMLearning
 
 
 def small_dbm(seed=0):
@@ -71,7 +71,7 @@ def test_learning_raises_the_likelihood_of_the_data():
 
 def test_greedy_pretraining_alone_beats_the_independent_pixel_model_by_nats():
     from ebmlab.data import load_dataset
-    from ebmlab.training.rbm import pretrain_dbm
+    from ebmlab.learning.rbm import pretrain_dbm
 
     train = load_dataset("digits", "train", transform="binary")
     test = load_dataset("digits", "test", transform="binary")

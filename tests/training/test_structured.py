@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ebmlab.cli import main
-from ebmlab.training.structured import LOSSES, EnergyLearner
+from ebmlab.learning.structured import LOSSES, EnergyLearner
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -109,7 +109,7 @@ def test_chain_evaluation_reports_exact_and_approximate_inference(tmp_path, caps
 def test_completion_learns_the_bottom_half_with_annealed_gibbs_answers():
     from ebmlab.training import Trainer, TrainerConfig
     from ebmlab.training.recipes.structured import StructuredConfig
-    from ebmlab.training.structured_outputs import CompletionTask
+    from ebmlab.training.recipes.structured.tasks import CompletionTask
 
     task = CompletionTask(
         StructuredConfig(task="completion", loss="hinge", hidden=(32,), gibbs_sweeps=5), 0

@@ -32,6 +32,12 @@ from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy
 from ebmlab.energies.conv import ConvEnergy, ConvNet, ImageEnergy
 from ebmlab.energies.mlp import FeedForward, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.energies.resnet import SNResNet, WideResNet
+from ebmlab.energies.structured import (
+    ChainEnergy,
+    ConditionalBoltzmann,
+    DistanceEnergy,
+    LogitEnergy,
+)
 
 __all__ = [
     "AnalyticEnergy",
@@ -39,14 +45,17 @@ __all__ = [
     "BernoulliRBM",
     "BoltzmannMachine",
     "CategoricalRBM",
+    "ChainEnergy",
     "ClassConditionalEnergy",
     "ClassificationRBM",
     "ClassifierEnergy",
+    "ConditionalBoltzmann",
     "ConvEnergy",
     "ConvNet",
     "DeepBeliefNetwork",
     "DeepBoltzmannMachine",
     "DiagonalGaussian",
+    "DistanceEnergy",
     "DoubleWell",
     "EnergyFn",
     "EnergyFunction",
@@ -59,6 +68,7 @@ __all__ = [
     "GaussianMixture",
     "ImageEnergy",
     "IndependentBernoulli",
+    "LogitEnergy",
     "MLPEnergy",
     "NoiseConditionalEnergy",
     "SNResNet",

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.energies.boltzmann import BernoulliRBM, _bernoulli
+from ebmlab.energies.boltzmann import BernoulliRBM, bernoulli_draw
 
 
 def _log_bernoulli(x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -94,7 +94,7 @@ class DeepBeliefNetwork(nn.Module):
             total = torch.zeros(len(x), dtype=torch.float64, device=x.device)
             for rbm in self.layers[:-1]:
                 logits = rbm.hidden_logits(x)
-                h = _bernoulli(logits, generator)
+                h = bernoulli_draw(torch.sigmoid(logits), generator)
                 total += (
                     _log_bernoulli(x, rbm.visible_logits(h)) - _log_bernoulli(h, logits)
                 ).double()

@@ -24,12 +24,17 @@ from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyModel
 
 
-def base_rate_logits(x: torch.Tensor) -> torch.Tensor:
+def base_rate_logits(x: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
     """Visible biases of the independent-unit model fitted to binary (or [0, 1]) rows
-    ``x``: the log-odds of the column means (summed in x's dtype, exact for 0/1 float32
-    rows), clamped to [1e-3, 1 - 1e-3], in float64.
-    The usual starting biases of an RBM (Hinton's practical guide, section 8)."""
-    return torch.logit(x.mean(0).double().clamp(1e-3, 1 - 1e-3))
+    ``x`` (N, D), in float64: the log-odds of the column means (summed in x's dtype,
+    exact for 0/1 float32 rows). Without ``smoothing`` the means are clamped to
+    [1e-3, 1 - 1e-3] (the usual starting biases of an RBM, Hinton 2012, §8); with it,
+    ``smoothing`` pseudo-counts join each unit's on and off counts (AIS's base-rate
+    model, Salakhutdinov & Murray 2008)."""
+    mean = x.mean(0).double()
+    if smoothing:
+        return torch.logit((mean * len(x) + smoothing) / (len(x) + 2 * smoothing))
+    return torch.logit(mean.clamp(1e-3, 1 - 1e-3))
 
 
 def bernoulli_draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -69,10 +74,6 @@ def binary_states(
     stop = 2**n_bits if stop is None else stop
     codes = torch.arange(start, stop, dtype=torch.long, device=device)
     return ((codes[:, None] >> torch.arange(n_bits, device=device)) & 1).float()
-
-
-def _bernoulli(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    return bernoulli_draw(torch.sigmoid(logits), generator)
 
 
 class BoltzmannMachine(EnergyModel):
@@ -142,7 +143,7 @@ class _RBM(EnergyModel):
     def sample_hidden(
         self, v: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        return _bernoulli(self.hidden_logits(v), generator)
+        return bernoulli_draw(torch.sigmoid(self.hidden_logits(v)), generator)
 
     def gibbs(
         self, v: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
@@ -206,7 +207,7 @@ class BernoulliRBM(_RBM):
         self, logits: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """v ~ p(v | h) given the visible logits b + W h."""
-        return _bernoulli(logits, generator)
+        return bernoulli_draw(torch.sigmoid(logits), generator)
 
 
 class CategoricalRBM(BernoulliRBM):
@@ -377,9 +378,9 @@ class SubspaceRBM(EnergyModel):
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             for _ in range(k):
-                h = _bernoulli(self.gate_logits(x), generator)
-                s = _bernoulli(self.subspace_logits(x, h), generator)
-                x = _bernoulli(self.visible_logits(h, s), generator)
+                h = bernoulli_draw(torch.sigmoid(self.gate_logits(x)), generator)
+                s = bernoulli_draw(torch.sigmoid(self.subspace_logits(x, h)), generator)
+                x = bernoulli_draw(torch.sigmoid(self.visible_logits(h, s)), generator)
         return x
 
 
@@ -439,10 +440,11 @@ class ClassificationRBM(EnergyModel):
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             for _ in range(k):
-                h = _bernoulli(
-                    F.linear(x.flatten(1), self.W.T, self.c) + self.U[y.long()], generator
+                h = bernoulli_draw(
+                    torch.sigmoid(F.linear(x.flatten(1), self.W.T, self.c) + self.U[y.long()]),
+                    generator,
                 )
-                x = _bernoulli(F.linear(h, self.W, self.b), generator).view_as(x)
+                x = bernoulli_draw(torch.sigmoid(F.linear(h, self.W, self.b)), generator).view_as(x)
                 y = torch.multinomial(
                     torch.softmax(F.linear(h, self.U, self.d), 1), 1, generator=generator
                 ).squeeze(1)
@@ -547,7 +549,9 @@ class DeepBoltzmannMachine(EnergyModel):
         h1 = None
         with torch.no_grad():
             for _ in range(k):
-                h1 = _bernoulli(v.flatten(1) @ self.W1 + h2 @ self.W2.T + self.c1, generator)
-                v = _bernoulli(h1 @ self.W1.T + self.b, generator)
-                h2 = _bernoulli(h1 @ self.W2 + self.c2, generator)
+                h1 = bernoulli_draw(
+                    torch.sigmoid(v.flatten(1) @ self.W1 + h2 @ self.W2.T + self.c1), generator
+                )
+                v = bernoulli_draw(torch.sigmoid(h1 @ self.W1.T + self.b), generator)
+                h2 = bernoulli_draw(torch.sigmoid(h1 @ self.W2 + self.c2), generator)
         return v, h1, h2

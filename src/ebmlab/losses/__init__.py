@@ -4,10 +4,12 @@ LeCun et al. (2006)'s family (energy, perceptron, hinge, log, LVQ2, MCE,
 square-square, square-exponential, NLL, MEE); for densities, contrastive
 divergence, score matching (exact, sliced, denoising), noise-contrastive
 estimation, energy discrepancy and diffusion recovery likelihood; for binary models,
-pseudo-likelihood and minimum probability flow.
+pseudo-likelihood, minimum probability flow, the exact NLL of a Boltzmann machine
+and the classification RBM's objectives.
 """
 
 from ebmlab.losses.binary import minimum_probability_flow_loss, pseudo_likelihood_loss
+from ebmlab.losses.boltzmann import classification_rbm_loss, exact_nll
 from ebmlab.losses.contrastive import contrastive_divergence_loss
 from ebmlab.losses.discrepancy import energy_discrepancy_loss
 from ebmlab.losses.lecun import (
@@ -32,12 +34,14 @@ from ebmlab.losses.score_matching import (
 )
 
 __all__ = [
+    "classification_rbm_loss",
     "contrastive_divergence_loss",
     "contrastive_update_loss",
     "denoising_score_matching_loss",
     "diffusion_recovery_likelihood_loss",
     "energy_discrepancy_loss",
     "energy_loss",
+    "exact_nll",
     "hinge_loss",
     "log_loss",
     "lvq2_loss",

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
+from ebmlab.energies.boltzmann import base_rate_logits, bernoulli_draw
 from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
@@ -157,15 +158,16 @@ def ais(
     return _estimate(log_w, float(base.log_partition()), "ais", betas, start)
 
 
-def base_rate_biases(
-    data: torch.Tensor | np.ndarray | None, n_visible: int, smoothing: float = 0.05
-) -> torch.Tensor:
-    """Visible biases of the base-rate model: log-odds of the (smoothed) data means."""
-    if data is None:
+# pseudo-counts added to each unit's on and off counts in the base-rate model of AIS
+BASE_RATE_SMOOTHING = 0.05
+
+
+def _base_model_biases(data: torch.Tensor | np.ndarray | None, n_visible: int) -> torch.Tensor:
+    """Visible biases of the base-rate model (Salakhutdinov & Murray 2008): the smoothed
+    log-odds of the data's unit means; zeros (p = 1/2) without data."""
+    if data is None or len(data) == 0:
         return torch.zeros(n_visible, dtype=torch.float64)
-    mean = _as_rows(data, n_visible).mean(0)
-    mean = (mean * len(data) + smoothing) / (len(data) + 2 * smoothing)
-    return torch.logit(mean)
+    return base_rate_logits(_as_rows(data, n_visible), smoothing=BASE_RATE_SMOOTHING)
 
 
 def _as_rows(
@@ -207,7 +209,7 @@ def rbm_ais(
     start = time.perf_counter()
     with torch.no_grad():
         _, (W, b, c, b_a, log_z0) = _base_rate_model(rbm, data, base_biases)
-        v = _bernoulli(torch.sigmoid(b_a).expand(n_chains, -1), gen)
+        v = bernoulli_draw(torch.sigmoid(b_a).expand(n_chains, -1), gen)
         log_w = _anneal_rbm(v, betas, W, b, c, b_a, gen)
     return _estimate(log_w, log_z0, "ais", betas, start)
 
@@ -234,14 +236,10 @@ def _base_rate_model(model, data, base_biases):
     """
     rbm, data = _bipartite(model, data)
     W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
-    b_a = base_rate_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
+    b_a = _base_model_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
     b_a = b_a.to(W.device)
     log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
     return rbm, (W, b, c, b_a.to(W.dtype), log_z0)
-
-
-def _bernoulli(p: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
-    return (torch.rand(p.shape, generator=gen, dtype=p.dtype, device=p.device) < p).to(p.dtype)
 
 
 def _tanh(y: torch.Tensor, ratio: float, out: torch.Tensor) -> torch.Tensor:
@@ -343,7 +341,7 @@ def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> 
         states = binary_states(m, device=W.device).double()
         logits = states @ c + F.softplus(states @ W.T + b).sum(1)
         idx = torch.multinomial(torch.softmax(logits, 0), n, replacement=True, generator=generator)
-        return _bernoulli(torch.sigmoid(b + states[idx] @ W.T), generator)
+        return bernoulli_draw(torch.sigmoid(b + states[idx] @ W.T), generator)
 
 
 def raise_(

@@ -24,7 +24,7 @@ from ebmlab.energies.boltzmann import (
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
-from ebmlab.partition.ais import ais, base_rate_biases, raise_, rbm_ais
+from ebmlab.partition.ais import ais, raise_, rbm_ais
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.exact import exact_log_partition, label_sum_log_partition
 from ebmlab.partition.variational import (
@@ -142,8 +142,6 @@ def _classification_rbm_ais(
         raise ArgumentError("AIS of a classification RBM needs data and their labels")
 
     def by_ais(rbm, y: int) -> LogZEstimate:
-        rows = data[labels == y]
-        base = base_rate_biases(rows if len(rows) else None, rbm.n_visible)
-        return rbm_ais(rbm, base_biases=base, **anneal)
+        return rbm_ais(rbm, data=data[labels == y], **anneal)
 
     return label_sum_log_partition(model, by_ais)

@@ -3,7 +3,7 @@
 ``model`` picks the machine:
 
 - ``bernoulli``: binarised images, CD-k / persistent CD with the closed-form gradients
-  of :class:`~ebmlab.training.rbm.ContrastiveDivergence`;
+  of :class:`~ebmlab.learning.rbm.ContrastiveDivergence`;
 - ``categorical``: the digits' 17 grey levels, each pixel a softmax group;
 - ``gaussian``: Gaussian-Bernoulli RBM on standardised grey levels (unit variance per
   pixel, sigma = 1), CD through the free energy; use a smaller ``--lr`` (0.01);
@@ -19,8 +19,8 @@
   the variational bound of the stack;
 - ``dbm``: a two-layer deep Boltzmann machine (``n_hidden`` and ``n_hidden2`` units),
   mean-field positive phase and persistent Gibbs negative phase
-  (:class:`~ebmlab.training.rbm.DBMLearning`), after ``pretrain_epochs`` of greedy
-  layer-wise pre-training (:func:`~ebmlab.training.rbm.pretrain_dbm`).
+  (:class:`~ebmlab.learning.rbm.DBMLearning`), after ``pretrain_epochs`` of greedy
+  layer-wise pre-training (:func:`~ebmlab.learning.rbm.pretrain_dbm`).
 
 The trainer's optimizer steps the gradients (SGD with momentum by default, learning
 rate decaying linearly). Validation reports the exact average negative log-likelihood
@@ -55,15 +55,11 @@ from ebmlab.energies import (
 from ebmlab.energies.base import energy_device
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT, base_rate_logits
 from ebmlab.evaluation import log_likelihood
+from ebmlab.learning.rbm import ContrastiveDivergence, DBMLearning, pretrain_dbm
+from ebmlab.losses import classification_rbm_loss
 from ebmlab.partition import LogZEstimate
 from ebmlab.plotting import image_grid
 from ebmlab.training import distributed
-from ebmlab.training.rbm import (
-    ContrastiveDivergence,
-    DBMLearning,
-    classification_rbm_loss,
-    pretrain_dbm,
-)
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
@@ -395,7 +391,7 @@ class RBMTask(Task):
 
 class ClassificationRBMTask(RBMTask):
     """The joint RBM over images and labels, trained through autograd on
-    :func:`~ebmlab.training.rbm.classification_rbm_loss`."""
+    :func:`~ebmlab.losses.classification_rbm_loss`."""
 
     def build_model(self) -> None:
         self.dbm = self.cd = None

@@ -30,11 +30,11 @@ from ebmlab.energies.boltzmann import (
     BernoulliRBM,
     GaussianBernoulliRBM,
     SubspaceRBM,
-    _bernoulli,
     base_rate_logits,
     bernoulli_draw,
 )
 from ebmlab.hardware import autocast
+from ebmlab.learning.chains import PersistentChains, random_rows
 
 
 @dataclass
@@ -45,7 +45,7 @@ class CDStats:
     free_energy_gap: float
 
 
-class ContrastiveDivergence:
+class ContrastiveDivergence(PersistentChains):
     """CD-k or persistent CD for a Bernoulli, categorical, Gaussian-Bernoulli or subspace RBM.
 
     Args:
@@ -81,10 +81,9 @@ class ContrastiveDivergence:
         centering: bool = False,
         centering_rate: float = 0.01,
     ) -> None:
+        super().__init__(persistent, n_chains)
         self.rbm = rbm
         self.k = _checks.positive_int("k", k)
-        self.persistent = persistent
-        self.n_chains = None if n_chains is None else _checks.positive_int("n_chains", n_chains)
         if sparsity_target is not None:
             _checks.probability("sparsity_target", sparsity_target)
         self.sparsity_target = sparsity_target
@@ -104,7 +103,6 @@ class ContrastiveDivergence:
                 f"matmul_dtype must be None, torch.bfloat16 or torch.float16, got {matmul_dtype}"
             )
         self.matmul_dtype = matmul_dtype
-        self.chains: torch.Tensor | None = None
 
     def accumulate(
         self, v: torch.Tensor, generator: torch.Generator | None = None, *, stats: bool = False
@@ -122,9 +120,9 @@ class ContrastiveDivergence:
                 ph_data, v_neg = self._closed_form_gradient(v, generator)
             else:
                 with autocast(v.device, self.matmul_dtype):
-                    v_neg = self._start(v, generator)
+                    v_neg = self.start(v, generator)
                     v_neg = rbm.gibbs(v_neg, self.k, generator).to(v.dtype)
-                    self._keep(v_neg)
+                    self.keep(v_neg, self.rbm.W.dtype)
                     self._free_energy_gradient(v, v_neg)
             if not stats:
                 return None
@@ -135,22 +133,6 @@ class ContrastiveDivergence:
             )
             gap = float(rbm.free_energy(v_neg).mean() - rbm.free_energy(v).mean())
         return CDStats(float(((v - recon) ** 2).sum(1).mean()), gap)
-
-    def _start(self, v: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """Where the negative chains start: the data (CD) or the persistent chains (PCD),
-        which begin at random data rows."""
-        if not self.persistent:
-            return v
-        if self.chains is None:
-            n = self.n_chains or v.shape[0]
-            pick = torch.randint(v.shape[0], (n,), generator=generator, device=v.device)
-            self.chains = v[pick].clone()
-        return self.chains
-
-    def _keep(self, v_neg: torch.Tensor) -> None:
-        """Store the negatives as the persistent chains, in the model's dtype (PCD)."""
-        if self.persistent:
-            self.chains = v_neg.to(self.rbm.W.dtype)
 
     def _free_energy_gradient(self, v: torch.Tensor, v_neg: torch.Tensor) -> None:
         params = [p for p in self.rbm.parameters() if p.requires_grad]
@@ -179,13 +161,13 @@ class ContrastiveDivergence:
             return torch.sigmoid(torch.addmm(c, x.to(dtype), W))
 
         ph_data = hidden_probs(v)
-        start = self._start(v, generator)
+        start = self.start(v, generator)
         v_neg, ph_neg = start, ph_data if start is v else hidden_probs(start)
         for _ in range(self.k):
             h = bernoulli_draw(ph_neg, generator)
             v_neg = rbm.sample_visible_from_logits(torch.addmm(b, h, W.T), generator)
             ph_neg = hidden_probs(v_neg)
-        self._keep(v_neg)
+        self.keep(v_neg, self.rbm.W.dtype)
         grad_w, grad_b, grad_c = _phase_difference(v_neg, ph_neg, v, ph_data)
         if self.sparsity_target is not None and self.sparsity_cost:
             excess = self.sparsity_cost * (ph_data.mean(0, dtype=v.dtype) - self.sparsity_target)
@@ -251,35 +233,7 @@ def _phase_difference(
     )
 
 
-def classification_rbm_loss(
-    model,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    mode: str = "hybrid",
-    alpha: float = 0.01,
-    k: int = 1,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Training loss of a :class:`~ebmlab.energies.ClassificationRBM` (Larochelle & Bengio 2008).
-
-    ``discriminative``: -log p(y | x), exact. ``generative``: the CD-k surrogate
-    F(x, y) - F(x~, y~) of -log p(x, y), negatives by Gibbs from the data.
-    ``hybrid``: discriminative + ``alpha`` * generative.
-    """
-    _checks.one_of("mode", mode, ["discriminative", "generative", "hybrid"])
-    _checks.positive("alpha", alpha, allow_zero=True)
-    loss = model.W.new_zeros(())
-    if mode != "generative":
-        loss = loss + torch.nn.functional.cross_entropy(model.class_scores(x), y)
-    if mode != "discriminative":
-        x_neg, y_neg = model.gibbs(x, y, k, generator)
-        gen = model.free_energy(x, y).mean() - model.free_energy(x_neg, y_neg).mean()
-        loss = loss + (gen if mode == "generative" else alpha * gen)
-    return loss
-
-
-class DBMLearning:
+class DBMLearning(PersistentChains):
     """Stochastic approximation for a two-layer DBM (Salakhutdinov & Hinton 2009).
 
     Positive statistics come from mean-field q(h1) q(h2) given the data; negative
@@ -288,11 +242,10 @@ class DBMLearning:
     """
 
     def __init__(self, dbm, n_chains: int = 100, k: int = 1, mean_field_iters: int = 10) -> None:
+        super().__init__(True, _checks.positive_int("n_chains", n_chains))
         self.dbm = dbm
-        self.n_chains = _checks.positive_int("n_chains", n_chains)
         self.k = _checks.positive_int("k", k)
         self.mean_field_iters = _checks.positive_int("mean_field_iters", mean_field_iters)
-        self.chains: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def accumulate(self, v: torch.Tensor, generator: torch.Generator | None = None) -> float:
         """Write the gradient into ``.grad``; returns the mean-field reconstruction error."""
@@ -300,13 +253,11 @@ class DBMLearning:
         v = v.flatten(1).to(dbm.W1.dtype)
         with torch.no_grad():
             mu1, mu2 = dbm.mean_field(v, self.mean_field_iters)
-            if self.chains is None:
-                pick = torch.randint(
-                    v.shape[0], (self.n_chains,), generator=generator, device=v.device
-                )
-                self.chains = (v[pick], v.new_zeros(self.n_chains, dbm.n_hidden2))
+            if self.chains is None:  # (v, h2): v at random data rows, h2 off
+                rows = random_rows(v, self.n_chains, generator)
+                self.chains = (rows, v.new_zeros(self.n_chains, dbm.n_hidden2))
             nv, nh1, nh2 = dbm.gibbs(*self.chains, self.k, generator)
-            self.chains = (nv, nh2)
+            self.keep((nv, nh2))
             n, m = v.shape[0], nv.shape[0]
             grads = {
                 dbm.W1: nv.T @ nh1 / m - v.T @ mu1 / n,
@@ -345,7 +296,7 @@ def _train_doubled_rbm(
             v = data[idx]
             logits = up * (v @ W + c)
             ph = torch.sigmoid(logits)
-            v_neg = torch.sigmoid(down * (_bernoulli(logits, generator) @ W.T + b))
+            v_neg = torch.sigmoid(down * (bernoulli_draw(ph, generator) @ W.T + b))
             ph_neg = torch.sigmoid(up * (v_neg @ W + c))
             grads = (
                 (v.T @ ph - v_neg.T @ ph_neg) / len(v),

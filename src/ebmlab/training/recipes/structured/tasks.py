@@ -19,16 +19,13 @@ contrastive-divergence update: pull down the data, pull up what inference found)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from ebmlab.data import load_dataset
 from ebmlab.data.sequences import HiddenMarkovModel
-from ebmlab.energies import FeedForward
+from ebmlab.energies.structured import ChainEnergy, ConditionalBoltzmann
 from ebmlab.inference import (
     PairwiseMRF,
     annealed_gibbs,
@@ -39,25 +36,8 @@ from ebmlab.inference import (
     mean_field,
     viterbi,
 )
+from ebmlab.training.recipes.structured.config import StructuredConfig
 from ebmlab.training.trainer import StepResult, Task
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ebmlab.training.recipes.structured import StructuredConfig
-
-CHAIN_LOSSES = ("perceptron", "hinge", "nll")
-
-
-class ChainEnergy(nn.Module):
-    """Unary energies -NN(x_t) per position and a learned transition matrix."""
-
-    def __init__(self, dim: int, hidden: tuple[int, ...], n_states: int) -> None:
-        super().__init__()
-        self.unary_net = FeedForward([dim, *hidden, n_states], "silu")
-        self.transition = nn.Parameter(torch.zeros(n_states, n_states))
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, d = x.shape
-        return -self.unary_net(x.reshape(b * t, d)).view(b, t, -1), self.transition
 
 
 class ChainTask(Task):
@@ -120,20 +100,7 @@ def approximate_argmin(mrf: PairwiseMRF, inference: str, sweeps: int = 100) -> t
     return mean_field(mrf).argmax(2)
 
 
-COMPLETION_LOSSES = ("hinge", "perceptron", "cd")
 HALF = 32  # pixels in each half of an 8x8 digit
-
-
-class ConditionalBoltzmann(nn.Module):
-    """E(Y, X) = -(Y^T W Y + b(X)^T Y) over binary Y, with fields b(X) from a network."""
-
-    def __init__(self, dim_x: int, dim_y: int, hidden: tuple[int, ...]) -> None:
-        super().__init__()
-        self.field = FeedForward([dim_x, *hidden, dim_y], "silu")
-        self.coupling = nn.Parameter(torch.zeros(dim_y, dim_y))
-
-    def forward(self, x: torch.Tensor) -> PairwiseMRF:
-        return PairwiseMRF.from_binary(self.field(x), (self.coupling + self.coupling.T) / 2)
 
 
 class CompletionTask(Task):
@@ -156,7 +123,7 @@ class CompletionTask(Task):
     ) -> StepResult:
         top, bottom = self.halves(batch[0])
         c = self.config
-        mrf = self.model(top)
+        mrf = PairwiseMRF.from_binary(*self.model(top))
         if c.loss == "cd":
             answer, _ = annealed_gibbs(
                 mrf.detach(), c.gibbs_sweeps, beta_start=1.0, beta_end=1.0, y0=bottom,
@@ -174,7 +141,7 @@ class CompletionTask(Task):
     def pixel_error(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> float:
         top, bottom = self.halves(x)
         with torch.no_grad():
-            answer = approximate_argmin(self.model(top), inference)
+            answer = approximate_argmin(PairwiseMRF.from_binary(*self.model(top)), inference)
         return float((answer != bottom).double().mean())
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:

@@ -15,124 +15,23 @@ The evaluation reports test accuracy and the mean energy gap E(Ybar) - E(Y^i).
 
 ``task="chain"`` (sequence labelling, exact inference) and ``task="completion"``
 (bottom half of digits, approximate inference) are described in
-:mod:`ebmlab.training.structured_outputs`.
+:mod:`ebmlab.training.recipes.structured.tasks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-from torch import nn
 
-from ebmlab import _checks
 from ebmlab.data import load_dataset
-from ebmlab.energies import FeedForward
+from ebmlab.energies.structured import DistanceEnergy, LogitEnergy
+from ebmlab.learning.structured import EnergyLearner
 from ebmlab.training.recipes import Recipe, Setup, register
+from ebmlab.training.recipes.structured.config import StructuredConfig
+from ebmlab.training.recipes.structured.tasks import INFERENCE, ChainTask, CompletionTask
 from ebmlab.training.run_dir import RunDirectory
-from ebmlab.training.structured import LOSSES, EnergyLearner
-from ebmlab.training.structured_outputs import (
-    CHAIN_LOSSES,
-    COMPLETION_LOSSES,
-    INFERENCE,
-    ChainTask,
-    CompletionTask,
-)
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
-
-TASK_LOSSES = {"digits": LOSSES, "chain": CHAIN_LOSSES, "completion": COMPLETION_LOSSES}
-
-
-@dataclass
-class StructuredConfig:
-    """Settings of the ``structured`` recipe.
-
-    Attributes:
-        task: digits classification, sequence labelling on a chain, or completing the
-            bottom half of binarised digits.
-        arch: logits E = -NN(x)[y] or distance E = ||G(x) - e_y||^2 (digits).
-        loss: one of LeCun et al.'s (2006) losses (chain and completion take a subset).
-        hidden: hidden widths of the network.
-        embed_dim: dimension of the distance architecture's embeddings.
-        embed_init: standard deviation of the answer embeddings at initialisation.
-        gibbs_sweeps: annealed Gibbs sweeps of approximate inference (completion).
-        margin: margin of the hinge and square-square losses.
-        beta: inverse temperature of the NLL and MEE losses.
-        gamma: scale of the square-exponential loss.
-        delta: LVQ2's margin.
-        n_states: labels of the chain task's hidden Markov model.
-        seq_length: length of each sequence (chain).
-        n_sequences: training sequences (chain).
-    """
-
-    CHOICES: ClassVar[dict[str, Sequence[str]]] = {
-        "task": tuple(TASK_LOSSES),
-        "arch": ("logits", "distance"),
-        "loss": LOSSES,
-    }
-
-    task: str = "digits"
-    arch: str = "logits"
-    loss: str = "hinge"
-    hidden: tuple[int, ...] = (128,)
-    embed_dim: int = 16
-    embed_init: float = 0.01
-    gibbs_sweeps: int = 20
-    margin: float = 1.0
-    beta: float = 1.0
-    gamma: float = 1.0
-    delta: float = 0.1
-    n_states: int = 4
-    seq_length: int = 20
-    n_sequences: int = 500
-
-    def __post_init__(self) -> None:
-        _checks.choices(self)
-        _checks.one_of(f"loss (for task {self.task})", self.loss, TASK_LOSSES[self.task])
-        _checks.positive_int("n_states", self.n_states)
-        _checks.positive_int("seq_length", self.seq_length)
-        _checks.positive_int("n_sequences", self.n_sequences)
-        _checks.positive("embed_init", self.embed_init, allow_zero=True)
-        _checks.positive_int("gibbs_sweeps", self.gibbs_sweeps)
-        for width in self.hidden:
-            _checks.positive_int("hidden", width)
-        _checks.positive_int("embed_dim", self.embed_dim)
-        _checks.positive("margin", self.margin, allow_zero=True)
-        _checks.positive("beta", self.beta)
-        _checks.positive("gamma", self.gamma)
-        _checks.positive("delta", self.delta)
-
-
-class DistanceEnergy(nn.Module):
-    """E(X, Y) = ||G(X) - e_Y||^2 for every answer Y: (B, K)."""
-
-    def __init__(
-        self,
-        dim: int,
-        hidden: tuple[int, ...],
-        embed_dim: int,
-        num_classes: int,
-        embed_init: float = 0.01,
-    ) -> None:
-        super().__init__()
-        self.encoder = FeedForward([dim, *hidden, embed_dim], "silu")
-        self.embeddings = nn.Parameter(embed_init * torch.randn(num_classes, embed_dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cdist(self.encoder(x), self.embeddings).pow(2)
-
-
-class LogitEnergy(nn.Module):
-    """E(X, Y) = -NN(X)[Y] for every answer Y: (B, K)."""
-
-    def __init__(self, dim: int, hidden: tuple[int, ...], num_classes: int) -> None:
-        super().__init__()
-        self.net = FeedForward([dim, *hidden, num_classes], "silu")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return -self.net(x)
 
 
 class StructuredTask(Task):

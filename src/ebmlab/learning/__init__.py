@@ -1,0 +1,23 @@
+"""Learning rules: how the parameters of an energy move given data.
+
+Contrastive divergence and persistent CD for the Boltzmann family with closed-form
+gradients (:mod:`ebmlab.learning.rbm`, :mod:`ebmlab.learning.boltzmann`), DBM learning
+and greedy pre-training, and :class:`EnergyLearner`, which joins a model, inference
+and one of LeCun et al.'s (2006) losses. The losses themselves live in
+:mod:`ebmlab.losses`; the loop that applies a rule step after step is
+:class:`ebmlab.training.Trainer`.
+"""
+
+from ebmlab.learning.boltzmann import BMContrastiveDivergence
+from ebmlab.learning.rbm import CDStats, ContrastiveDivergence, DBMLearning, pretrain_dbm
+from ebmlab.learning.structured import LOSSES, EnergyLearner
+
+__all__ = [
+    "LOSSES",
+    "BMContrastiveDivergence",
+    "CDStats",
+    "ContrastiveDivergence",
+    "DBMLearning",
+    "EnergyLearner",
+    "pretrain_dbm",
+]

@@ -1,0 +1,55 @@
+"""Negative chains for the Boltzmann family's learning rules.
+
+Contrastive divergence (CD-k, Hinton 2002) starts the negative Gibbs chains at the data
+of each update; persistent CD (PCD, Tieleman 2008) carries them from one update to the
+next, starting them once at random data rows, so that they approach the model's
+distribution as training goes on. Every learning rule in :mod:`ebmlab.learning` keeps
+its chains through :class:`PersistentChains`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ebmlab import _checks
+
+
+class PersistentChains:
+    """Where a rule's negative chains start and what it keeps of them.
+
+    Args:
+        persistent: carry the chains across updates (PCD); otherwise restart them at
+            each batch of data (CD-k).
+        n_chains: how many persistent chains (default: the first batch's size).
+
+    ``chains`` holds the current chains (None until the first update); a checkpoint
+    saves and restores it.
+    """
+
+    def __init__(self, persistent: bool = True, n_chains: int | None = None) -> None:
+        self.persistent = persistent
+        self.n_chains = None if n_chains is None else _checks.positive_int("n_chains", n_chains)
+        self.chains: Any = None
+
+    def start(self, data: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """The chains' starting states for a batch ``data`` (B, D): the data itself (CD),
+        or the persistent chains, begun at ``n_chains`` random rows of it (PCD)."""
+        if not self.persistent:
+            return data
+        if self.chains is None:
+            self.chains = random_rows(data, self.n_chains or data.shape[0], generator)
+        return self.chains
+
+    def keep(self, negatives: Any, dtype: torch.dtype | None = None) -> None:
+        """Store the negatives as the chains to continue (PCD only), in ``dtype`` if
+        given (the model's, when the chains ran in reduced precision)."""
+        if self.persistent:
+            self.chains = negatives if dtype is None else negatives.to(dtype)
+
+
+def random_rows(data: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``n`` rows of ``data`` drawn uniformly with replacement, as a new tensor."""
+    pick = torch.randint(data.shape[0], (n,), generator=generator, device=data.device)
+    return data[pick].clone()

@@ -1,0 +1,52 @@
+"""Losses of the Boltzmann family whose gradients are exact or closed-form surrogates.
+
+:func:`exact_nll` is the negative log-likelihood of a fully visible Boltzmann machine
+with log Z summed over all 2^D states (Tomczak 2024, eqs. 6.32 and 6.41), so autograd
+gives the exact gradient. :func:`classification_rbm_loss` trains a classification RBM
+discriminatively, generatively or by their hybrid (Larochelle & Bengio 2008).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ebmlab import _checks
+from ebmlab._checks import ArgumentError
+from ebmlab.energies.boltzmann import BoltzmannMachine, ClassificationRBM, binary_states
+from ebmlab.partition.exact import MAX_ENUMERATION_BITS
+
+
+def exact_nll(bm: BoltzmannMachine, data: torch.Tensor) -> torch.Tensor:
+    """mean E(data) + log Z, differentiable in the parameters (2^D states enumerated)."""
+    if bm.n_visible > MAX_ENUMERATION_BITS:
+        raise ArgumentError(f"exact_nll enumerates 2^D states; D must be <= {MAX_ENUMERATION_BITS}")
+    states = binary_states(bm.n_visible).to(bm.b.dtype)
+    return bm.energy(data).mean() + torch.logsumexp(-bm.energy(states), 0)
+
+
+def classification_rbm_loss(
+    model: ClassificationRBM,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    mode: str = "hybrid",
+    alpha: float = 0.01,
+    k: int = 1,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Training loss of a classification RBM (Larochelle & Bengio 2008).
+
+    ``discriminative``: -log p(y | x), exact. ``generative``: the CD-k surrogate
+    F(x, y) - F(x~, y~) of -log p(x, y), negatives by Gibbs from the data.
+    ``hybrid``: discriminative + ``alpha`` * generative.
+    """
+    _checks.one_of("mode", mode, ["discriminative", "generative", "hybrid"])
+    _checks.positive("alpha", alpha, allow_zero=True)
+    loss = model.W.new_zeros(())
+    if mode != "generative":
+        loss = loss + torch.nn.functional.cross_entropy(model.class_scores(x), y)
+    if mode != "discriminative":
+        x_neg, y_neg = model.gibbs(x, y, k, generator)
+        gen = model.free_energy(x, y).mean() - model.free_energy(x_neg, y_neg).mean()
+        loss = loss + (gen if mode == "generative" else alpha * gen)
+    return loss
