@@ -28,6 +28,8 @@ UNARY = torch.randn(3, 5, 2, generator=GEN)
 TRANSITION = torch.randn(2, 2, generator=GEN)
 PAIR = torch.randn(5, 5, 2, 2, generator=GEN)
 PAIR = (PAIR + PAIR.permute(1, 0, 3, 2)) / 2 * (1 - torch.eye(5))[:, :, None, None]
+CHAIN_EDGES = torch.tensor([[0, 1], [1, 2], [2, 3], [1, 4]])
+CHAIN_POTENTIALS = torch.randn(3, 4, 2, 2, generator=GEN, dtype=torch.float64)
 PROBS = torch.softmax(torch.randn(40, 3, generator=GEN), 1)
 LABELS = torch.randint(3, (40,), generator=GEN)
 IMAGES = torch.rand(4, 64, generator=GEN)
@@ -163,6 +165,9 @@ CASES = {
         put(X), put(gaussian()), n_bootstrap=20, generator=torch.Generator(put(X).device)
     ),
     "bethe_log_partition": lambda put: P.bethe_log_partition(put(rbm())),
+    "pairwise_marginals": lambda put: P.pairwise_marginals(
+        put(UNARY.double()), put(CHAIN_POTENTIALS), put(CHAIN_EDGES)
+    ),
     "trw_log_partition": lambda put: P.trw_log_partition(put(rbm())),
     "perturb_and_map_log_partition": lambda put: P.perturb_and_map_log_partition(
         put(rbm()), generator=7

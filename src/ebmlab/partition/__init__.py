@@ -7,9 +7,15 @@ from ebmlab.partition.ais import (
     rbm_exact_samples,
     salakhutdinov_schedule,
 )
+from ebmlab.partition.elimination import (
+    elimination_order,
+    pairwise_log_partition,
+    pairwise_marginals,
+)
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.exact import (
     binary_states,
+    boltzmann_log_partition,
     enumerate_log_partition,
     exact_log_partition,
     rbm_log_partition,
@@ -28,11 +34,15 @@ __all__ = [
     "ais",
     "bethe_log_partition",
     "binary_states",
+    "boltzmann_log_partition",
+    "elimination_order",
     "enumerate_log_partition",
     "enumeration_bits",
     "exact_log_partition",
     "grid_points",
     "log_partition",
+    "pairwise_log_partition",
+    "pairwise_marginals",
     "perturb_and_map_log_partition",
     "quadrature_log_partition",
     "quadrature_sample",

@@ -25,10 +25,12 @@ from ebmlab.energies.boltzmann import (
     SubspaceRBM,
 )
 from ebmlab.partition.ais import ais, raise_, rbm_ais
+from ebmlab.partition.elimination import elimination_order
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.exact import exact_log_partition, label_sum_log_partition
 from ebmlab.partition.variational import (
     bethe_log_partition,
+    pairwise_potentials,
     perturb_and_map_log_partition,
     trw_log_partition,
 )
@@ -40,8 +42,9 @@ GRAPH_METHODS = ("bethe", "trw", "pam")
 
 
 def enumeration_bits(model) -> int | None:
-    """log2 of the number of terms exact enumeration of ``model``'s log Z sums, 0 for a
-    closed form, None where neither applies."""
+    """log2 of the largest sum exact log Z of ``model`` computes: the terms enumeration
+    adds up, or for a Boltzmann machine with sparse couplings the width of variable
+    elimination if smaller; 0 for a closed form, None where neither applies."""
     if isinstance(model, AnalyticEnergy):
         return 0
     if isinstance(model, GaussianBernoulliRBM | CategoricalRBM):
@@ -51,7 +54,8 @@ def enumeration_bits(model) -> int | None:
     if isinstance(model, BernoulliRBM | ClassificationRBM):
         return min(model.n_visible, model.n_hidden)
     if isinstance(model, BoltzmannMachine):
-        return model.n_visible
+        _, _, edges = pairwise_potentials(model, drop_zero=True)
+        return min(model.n_visible, elimination_order(model.n_visible, edges)[1])
     if isinstance(model, DeepBoltzmannMachine):
         return model.n_hidden1
     return None

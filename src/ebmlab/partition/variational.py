@@ -31,30 +31,41 @@ from ebmlab.partition.estimate import LogZEstimate
 EULER_GAMMA = 0.5772156649015329
 
 
-def pairwise_potentials(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(theta_i (n, 2), theta_ij (E, 2, 2), edges (E, 2)) of a BoltzmannMachine or BernoulliRBM."""
+def pairwise_potentials(
+    model, drop_zero: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(theta_i (n, 2), theta_ij (E, 2, 2), edges (E, 2)) of a BoltzmannMachine or
+    BernoulliRBM, in float64 on the model's device; with ``drop_zero`` only the edges of
+    non-zero couplings (a sparse model's graph)."""
     from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
 
     with torch.no_grad():
         if isinstance(model, BoltzmannMachine):
             n = model.n_visible
             bias = model.b.double()
-            edges = torch.triu_indices(n, n, offset=1).T
+            edges = torch.triu_indices(n, n, offset=1, device=bias.device).T
             coupling = 2 * model.W.double()[edges[:, 0], edges[:, 1]]  # x^T W x counts a pair twice
         elif isinstance(model, BernoulliRBM):
             d, m = model.n_visible, model.n_hidden
             n = d + m
             bias = torch.cat([model.b.double(), model.c.double()])
-            vi, hj = torch.meshgrid(torch.arange(d), torch.arange(m), indexing="ij")
+            vi, hj = torch.meshgrid(
+                torch.arange(d, device=bias.device),
+                torch.arange(m, device=bias.device),
+                indexing="ij",
+            )
             edges = torch.stack([vi.reshape(-1), d + hj.reshape(-1)], 1)
             coupling = model.W.double().reshape(-1)
         else:
             raise ArgumentError(
                 f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
             )
-    theta_i = torch.zeros(n, 2, dtype=torch.float64)
+        if drop_zero:
+            keep = coupling != 0
+            edges, coupling = edges[keep], coupling[keep]
+    theta_i = bias.new_zeros(n, 2)
     theta_i[:, 1] = bias
-    theta_ij = torch.zeros(len(edges), 2, 2, dtype=torch.float64)
+    theta_ij = bias.new_zeros(len(edges), 2, 2)
     theta_ij[:, 1, 1] = coupling
     return theta_i, theta_ij, edges
 
@@ -77,12 +88,13 @@ def reweighted_bp(
     dst = torch.cat([edges[:, 1], edges[:, 0]])
     # pairwise potential as seen from (x_src, x_dst)
     pair = torch.cat([theta_ij, theta_ij.transpose(1, 2)]) / rho
-    reverse = torch.cat([torch.arange(n_edges) + n_edges, torch.arange(n_edges)])
-    log_m = torch.zeros(2 * n_edges, 2, dtype=torch.float64)  # log m_{src -> dst}(x_dst)
+    index = torch.arange(n_edges, device=theta_i.device)
+    reverse = torch.cat([index + n_edges, index])
+    log_m = theta_i.new_zeros(2 * n_edges, 2)  # log m_{src -> dst}(x_dst)
     change, iterations = float("inf"), 0
     while iterations < max_iter and change >= tol:
         iterations += 1
-        s = torch.zeros(n, 2, dtype=torch.float64).index_add_(0, dst, rho * log_m)
+        s = theta_i.new_zeros(n, 2).index_add_(0, dst, rho * log_m)
         # exponent over (x_src, x_dst): theta_src + S_src - log m_{dst -> src}(x_src) + pair
         pre = (theta_i[src] + s[src] - log_m[reverse])[:, :, None] + pair
         new = torch.logsumexp(pre, 1)
@@ -90,13 +102,13 @@ def reweighted_bp(
         new = (1 - damping) * new + damping * log_m
         change = float((new - log_m).abs().max())
         log_m = new
-    s = torch.zeros(n, 2, dtype=torch.float64).index_add_(0, dst, rho * log_m)
+    s = theta_i.new_zeros(n, 2).index_add_(0, dst, rho * log_m)
     log_node = theta_i + s
     mu_i = torch.softmax(log_node, 1)
     a, b = edges[:, 0], edges[:, 1]
     log_edge = (
-        (log_node[a] - log_m[n_edges + torch.arange(n_edges)])[:, :, None]
-        + (log_node[b] - log_m[torch.arange(n_edges)])[:, None, :]
+        (log_node[a] - log_m[n_edges + index])[:, :, None]
+        + (log_node[b] - log_m[index])[:, None, :]
         + theta_ij / rho
     )
     mu_ij = torch.softmax(log_edge.reshape(n_edges, 4), 1).reshape(n_edges, 2, 2)
