@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 import torch
 
 import ebmlab
-from ebmlab import _checks, hardware
+from ebmlab import _checks, hardware, partition
 from ebmlab._checks import ArgumentError
 from ebmlab.data import Dataset, available_datasets, download
 from ebmlab.data.catalog import SOURCES, DownloadError
@@ -203,9 +203,7 @@ def _build_parser() -> _Parser:
     lz = sub.add_parser("logz", help="estimate log Z of a trained run; prints JSON")
     lz.add_argument("run_dir")
     _add_device_option(lz)
-    lz.add_argument(
-        "--method", default="auto", choices=["auto", "exact", "ais", "raise", "bethe", "trw", "pam"]
-    )
+    lz.add_argument("--method", default="auto", choices=partition.policy.METHODS)
     lz.add_argument("--checkpoint", choices=["last", "best"], default="last")
     lz.add_argument("--seed", type=int, default=0)
     return parser

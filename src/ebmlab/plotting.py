@@ -20,6 +20,7 @@ import torch
 
 
 def save_figure(fig, path: str | os.PathLike) -> None:
+    """Save a matplotlib figure as a PNG at ``path`` (parents created) and close it."""
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 

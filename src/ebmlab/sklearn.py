@@ -524,6 +524,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return np.exp(self.predict_log_proba(X))
 
     def predict(self, X) -> np.ndarray:
+        """The most probable label of each row of ``X``, in the classes seen by ``fit``."""
         best = self.predict_log_proba(X).argmax(1)
         return self.classes_[best]
 
@@ -593,6 +594,7 @@ class DBN(TransformerMixin, BaseEstimator):
         self.device = device
 
     def fit(self, X, y=None) -> DBN:
+        """Train the stack greedily, one RBM per layer on the layer below's hidden probabilities."""
         if not self.hidden_layers:
             raise ArgumentError("hidden_layers must name at least one layer size")
         X = validate_data(self, X, reset=True, dtype=(np.float64, np.float32))

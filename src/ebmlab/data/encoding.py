@@ -78,6 +78,7 @@ class Encoding:
         return (x - self.low) * (2 / self.divisor) - 1
 
     def to_dict(self) -> dict[str, Any]:
+        """The encoding as a JSON-serialisable dict (for config.json)."""
         return asdict(self)
 
 

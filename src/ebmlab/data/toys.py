@@ -25,9 +25,11 @@ class ToyDistribution:
     bounds: tuple[tuple[float, float], tuple[float, float]] = ((-4.0, 4.0), (-4.0, 4.0))
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """The exact log-density of points ``x`` (N, 2) -> (N,)."""
         raise NotImplementedError
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` exact samples (n, 2), drawn with ``generator``."""
         raise NotImplementedError  # pragma: no cover - abstract
 
     def _check(self, x: torch.Tensor) -> torch.Tensor:

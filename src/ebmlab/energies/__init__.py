@@ -58,7 +58,6 @@ __all__ = [
     "DistanceEnergy",
     "DoubleWell",
     "EnergyFn",
-    "EnergyFunction",
     "EnergyLike",
     "EnergyModel",
     "FeedForward",

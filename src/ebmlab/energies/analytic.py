@@ -28,12 +28,15 @@ class AnalyticEnergy(EnergyModel):
     dim: int
 
     def log_partition(self) -> torch.Tensor:  # pragma: no cover - abstract
+        """log Z in closed form, a scalar tensor."""
         raise NotImplementedError
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` exact samples (n, dim), drawn with ``generator`` on its device."""
         raise NotImplementedError  # pragma: no cover - abstract
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised log-density -E(x) - log Z of a batch ``x`` (B, ...) -> (B,)."""
         return -self.energy(x) - self.log_partition().to(x.dtype)
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:

@@ -39,9 +39,11 @@ class EnergyModel(nn.Module):
     grad_dtype: torch.dtype | None = None
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """Energies of a batch: ``x`` (B, ...) -> (B,); lower is more likely."""
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The energies, as :meth:`energy`: calling the module evaluates it."""
         return self.energy(x)
 
     def unnormalized_log_prob(self, x: torch.Tensor) -> torch.Tensor:

@@ -96,6 +96,8 @@ class BoltzmannMachine(EnergyModel):
         return upper + upper.T
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
+        """E(x) = -x^T W x - b^T x of binary rows ``x`` (B, D) -> (B,) (Tomczak 2024, eq.
+        6.32)."""
         x = x.flatten(1)
         return -((x @ self.W) * x).sum(1) - x @ self.b
 
@@ -192,6 +194,7 @@ class BernoulliRBM(_RBM):
         return -(v.flatten(1) @ self.b) - F.softplus(hidden_logits).sum(1)
 
     def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """p(v_i = 1 | h) = sigmoid(b + W h) for hidden states ``h`` (B, M) -> (B, D)."""
         return torch.sigmoid(self.visible_logits(h))
 
     def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
@@ -201,6 +204,7 @@ class BernoulliRBM(_RBM):
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
+        """A draw of v ~ p(v | h) for hidden states ``h`` (B, M) -> (B, D)."""
         return self.sample_visible_from_logits(self.visible_logits(h), generator)
 
     def sample_visible_from_logits(
@@ -227,6 +231,8 @@ class CategoricalRBM(BernoulliRBM):
         return logits.view(-1, self.n_groups, self.n_categories)
 
     def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """Per-group softmax probabilities of the visible categories given ``h`` (B, M) -> (B,
+        D)."""
         return torch.softmax(self._grouped(self.visible_logits(h)), 2).flatten(1)
 
     def sample_visible_from_logits(
@@ -272,13 +278,16 @@ class GaussianBernoulliRBM(_RBM):
         return (((v.flatten(1) - self.b) / self.sigma) ** 2).sum(1) / 2
 
     def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
+        """c + W^T (v / sigma), the log-odds of p(h = 1 | v): (B, D) -> (B, M)."""
         return F.linear(v.flatten(1) / self.sigma, self.W.T, self.c)
 
     def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """E(v, h) = |v - b|^2 / (2 sigma^2) - c^T h - (v / sigma)^T W h: (B, D), (B, M) -> (B,)."""
         scaled = v.flatten(1) / self.sigma
         return self._quadratic(v) - h @ self.c - (scaled @ self.W * h).sum(1)
 
     def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
+        """F(v) given the hidden logits already computed for v: (B, D), (B, M) -> (B,)."""
         return self._quadratic(v) - F.softplus(hidden_logits).sum(1)
 
     def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
@@ -288,6 +297,8 @@ class GaussianBernoulliRBM(_RBM):
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
+        """A draw of v ~ N(b + sigma W h, diag(sigma^2)) for hidden states ``h`` (B, M) -> (B,
+        D)."""
         mean = self.visible_mean(h)
         noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         return mean + self.sigma * noise
@@ -332,6 +343,8 @@ class SubspaceRBM(EnergyModel):
         return -k_log2 + self.c + F.softplus(self.subspace_inputs(x)).sum(2)
 
     def free_energy(self, x: torch.Tensor) -> torch.Tensor:
+        """F(x) with gates and subspace units summed out (Tomczak 2024, eq. 6.45): (B, D) ->
+        (B,)."""
         k_log2 = self.n_subspace * math.log(2.0)
         return -(x.flatten(1) @ self.b) - (k_log2 + F.softplus(self.gate_logits(x))).sum(1)
 
@@ -347,6 +360,7 @@ class SubspaceRBM(EnergyModel):
         )
 
     def energy(self, x: torch.Tensor, h: torch.Tensor | None = None, s: torch.Tensor | None = None):
+        """The free energy F(x): (B, D) -> (B,)."""
         if h is None:
             return self.free_energy(x)
         return self.joint_energy(x, h, s)
@@ -355,6 +369,7 @@ class SubspaceRBM(EnergyModel):
         return self.energy(x, h, s)
 
     def gate_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """p(h_j = 1 | x) of the gates (Tomczak 2024, eq. 6.46): (B, D) -> (B, n_gates)."""
         return torch.sigmoid(self.gate_logits(x))
 
     def subspace_logits(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -410,10 +425,13 @@ class ClassificationRBM(EnergyModel):
         return self.d + F.softplus(a[:, None, :] + self.U[None]).sum(2)
 
     def free_energy(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """F(x, y) with the hidden units summed out, (B, D) and (B,) -> (B,); without ``y`` the free
+        energy of x alone, -log sum_y exp(-F(x, y))."""
         scores = self.class_scores(x).gather(1, y.long().view(-1, 1)).squeeze(1)
         return -(x.flatten(1) @ self.b) - scores
 
     def energy(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """The free energy of the inputs, -log sum_y exp(-F(x, y)): (B, D) -> (B,)."""
         if y is not None:
             return self.free_energy(x, y)
         return -(x.flatten(1) @ self.b) - torch.logsumexp(self.class_scores(x), 1)
@@ -431,6 +449,7 @@ class ClassificationRBM(EnergyModel):
         return torch.softmax(self.class_scores(x), 1)
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """The most probable label argmax_y p(y | x) of each row, (B, D) -> (B,)."""
         return self.class_scores(x).argmax(1)
 
     def gibbs(
@@ -472,6 +491,7 @@ class DeepBoltzmannMachine(EnergyModel):
         self.c2 = nn.Parameter(torch.zeros(n_hidden2))
 
     def joint_energy(self, v: torch.Tensor, h1: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
+        """E(v, h1, h2) of full configurations, each (B, layer width) -> (B,)."""
         v = v.flatten(1)
         return (
             -((v @ self.W1) * h1).sum(1)
@@ -501,6 +521,7 @@ class DeepBoltzmannMachine(EnergyModel):
         return -(v @ self.b) - torch.logsumexp(terms, 1)
 
     def energy(self, v: torch.Tensor) -> torch.Tensor:
+        """The free energy of v with h1 summed out exactly and h2 enumerated: (B, D) -> (B,)."""
         return self.free_energy(v)
 
     def log_partition(self) -> torch.Tensor:

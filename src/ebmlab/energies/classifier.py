@@ -47,6 +47,7 @@ class ClassifierEnergy(EnergyModel):
         self.register_buffer("beta", torch.tensor(1.0))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The network's outputs NN(x) = -E(x, y) for every class: (B, ...) -> (B, K)."""
         out = self.net(x)
         if out.ndim != 2 or out.shape[1] != self.num_classes:
             raise ArgumentError(
@@ -55,6 +56,8 @@ class ClassifierEnergy(EnergyModel):
         return out
 
     def energy(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """E(x) = -logsumexp_y NN(x)[y], or with ``y`` (B,) E(x, y) = -NN(x)[y]: (B, ...) ->
+        (B,)."""
         logits = self.logits(x)
         if y is None:
             return -torch.logsumexp(logits, 1)

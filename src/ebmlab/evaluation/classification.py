@@ -10,6 +10,7 @@ from ebmlab import _checks
 
 
 def accuracy(probs: torch.Tensor, y: torch.Tensor) -> float:
+    """Share of rows whose most probable class, ``probs`` (N, K), is the label ``y`` (N,)."""
     return float((probs.argmax(1) == y).double().mean())
 
 

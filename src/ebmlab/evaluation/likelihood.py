@@ -38,6 +38,7 @@ class LogLikelihood:
     log_z_method: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-serialisable dict."""
         return asdict(self)
 
 

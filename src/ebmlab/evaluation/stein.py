@@ -49,6 +49,7 @@ class SteinDiscrepancy:
         return self.p_value <= _checks.probability("level", level)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-serialisable dict."""
         return asdict(self)
 
 

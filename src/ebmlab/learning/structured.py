@@ -52,6 +52,7 @@ class EnergyLearner:
         self.eps = eps
 
     def energies(self, x: torch.Tensor) -> torch.Tensor:
+        """The energies of every answer, (B, ...) -> (B, K), checked for that shape."""
         table = self.model(x)
         if table.ndim != 2 or table.shape[0] != x.shape[0]:
             raise ArgumentError(

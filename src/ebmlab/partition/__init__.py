@@ -20,6 +20,7 @@ from ebmlab.partition.exact import (
     exact_log_partition,
     rbm_log_partition,
 )
+from ebmlab.partition.plefka import plefka_log_partition
 from ebmlab.partition.policy import enumeration_bits, log_partition
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition, quadrature_sample
 from ebmlab.partition.smc import smc
@@ -44,6 +45,7 @@ __all__ = [
     "pairwise_log_partition",
     "pairwise_marginals",
     "perturb_and_map_log_partition",
+    "plefka_log_partition",
     "quadrature_log_partition",
     "quadrature_sample",
     "raise_",

@@ -32,6 +32,7 @@ class LogZEstimate:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The estimate as a JSON-serialisable dict."""
         return asdict(self)
 
 

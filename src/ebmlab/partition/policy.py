@@ -28,6 +28,7 @@ from ebmlab.partition.ais import ais, raise_, rbm_ais
 from ebmlab.partition.elimination import elimination_order
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.exact import exact_log_partition, label_sum_log_partition
+from ebmlab.partition.plefka import plefka_log_partition
 from ebmlab.partition.variational import (
     bethe_log_partition,
     pairwise_potentials,
@@ -36,9 +37,10 @@ from ebmlab.partition.variational import (
 )
 from ebmlab.samplers.hmc import HMC
 
-METHODS = ("auto", "exact", "ais", "raise", "bethe", "trw", "pam")
+METHODS = ("auto", "exact", "ais", "raise", "bethe", "trw", "pam", "mean_field", "tap", "tap3")
 # methods on the graph of a Boltzmann machine or Bernoulli RBM (a DBM through as_rbm)
-GRAPH_METHODS = ("bethe", "trw", "pam")
+GRAPH_METHODS = ("bethe", "trw", "pam", "mean_field", "tap", "tap3")
+PLEFKA_ORDERS = {"mean_field": 1, "tap": 2, "tap3": 3}
 
 
 def enumeration_bits(model) -> int | None:
@@ -79,10 +81,12 @@ def log_partition(
         model: an ebmlab energy with a known structure: the Boltzmann family (Bernoulli,
             Gaussian, categorical, subspace and classification RBMs, Boltzmann machines,
             DBMs) or an analytic density.
-        method: ``exact`` (enumeration or closed form), ``ais``, ``raise`` (reverse AIS,
-            Burda et al. 2015), ``bethe``, ``trw`` (an upper bound), ``pam``
-            (perturb-and-MAP upper bound), or ``auto``: exact when the enumeration has at
-            most 2^``ENUMERATION_LIMIT`` terms, else AIS.
+        method: ``exact`` (enumeration, elimination or closed form), ``ais``, ``raise``
+            (reverse AIS, Burda et al. 2015), ``bethe``, ``trw`` (an upper bound),
+            ``pam`` (perturb-and-MAP upper bound), ``mean_field`` (a lower bound),
+            ``tap`` or ``tap3`` (Plefka expansions to second and third order), or
+            ``auto``: exact when the enumeration has at most 2^``ENUMERATION_LIMIT``
+            terms, else AIS.
         data: training rows (N, D); AIS and RAISE start from their base rates.
         labels: the classes of ``data`` (N,), for a classification RBM's AIS, which
             anneals each label's RBM from that label's rows.
@@ -122,6 +126,8 @@ def log_partition(
     if method in GRAPH_METHODS and binary_graph:
         if method == "pam":
             return perturb_and_map_log_partition(graph, generator=generator)
+        if method in PLEFKA_ORDERS:
+            return plefka_log_partition(graph, PLEFKA_ORDERS[method])
         return bethe_log_partition(graph) if method == "bethe" else trw_log_partition(graph)
     raise ArgumentError(
         f"method {method!r} does not apply to {name}: it supports Bernoulli RBMs, DBNs and "

@@ -42,20 +42,22 @@ def pairwise_potentials(
     with torch.no_grad():
         if isinstance(model, BoltzmannMachine):
             n = model.n_visible
-            bias = model.b.double()
+            bias = model.b.detach().double()
             edges = torch.triu_indices(n, n, offset=1, device=bias.device).T
-            coupling = 2 * model.W.double()[edges[:, 0], edges[:, 1]]  # x^T W x counts a pair twice
+            coupling = (
+                2 * model.W.detach().double()[edges[:, 0], edges[:, 1]]
+            )  # x^T W x counts a pair twice
         elif isinstance(model, BernoulliRBM):
             d, m = model.n_visible, model.n_hidden
             n = d + m
-            bias = torch.cat([model.b.double(), model.c.double()])
+            bias = torch.cat([model.b.detach().double(), model.c.detach().double()])
             vi, hj = torch.meshgrid(
                 torch.arange(d, device=bias.device),
                 torch.arange(m, device=bias.device),
                 indexing="ij",
             )
             edges = torch.stack([vi.reshape(-1), d + hj.reshape(-1)], 1)
-            coupling = model.W.double().reshape(-1)
+            coupling = model.W.detach().double().reshape(-1)
         else:
             raise ArgumentError(
                 f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"

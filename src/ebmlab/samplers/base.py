@@ -68,6 +68,7 @@ class SamplerState:
         return cls(x, energy, grad, zeros, zeros.clone(), n_grad_evals, 0)
 
     def replace(self: S, **changes: Any) -> S:
+        """A copy of the state with the given fields changed (states are immutable)."""
         return dataclasses.replace(self, **changes)
 
     def evaluated(self: S, energy: EnergyFn) -> S:
@@ -163,9 +164,13 @@ class Sampler(Generic[S]):
         return self._with(**{attribute: value})
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> S:  # pragma: no cover - abstract
+        """The chain state at ``x0`` (B, ...) for ``energy``, with whatever the first step
+        needs."""
         raise NotImplementedError
 
     def step(self, state: S, energy: EnergyFn, generator: torch.Generator | None = None) -> S:
+        """One transition of every chain, leaving p(x) = exp(-E(x)) / Z invariant (or
+        approximately so, for unadjusted samplers); randomness from ``generator``."""
         raise NotImplementedError  # pragma: no cover - abstract
 
     def begin_warmup(self, state: S, n_steps: int) -> S:

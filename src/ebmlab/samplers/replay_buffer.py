@@ -207,9 +207,11 @@ class ReplayBuffer:
         self.buffer[slots] = x.detach().to(self.buffer.dtype)
 
     def state_dict(self) -> dict[str, Any]:
+        """The chains, for a checkpoint."""
         return {"buffer": self.buffer.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the chains of :meth:`state_dict`, keeping this buffer's device."""
         buf = state["buffer"]
         if buf.shape != self.buffer.shape:
             raise ArgumentError(

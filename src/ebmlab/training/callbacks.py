@@ -19,12 +19,15 @@ class Callback:
     """Base class; every hook does nothing by default."""
 
     def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        """Called with each record written to metrics.jsonl."""
         return None
 
     def on_epoch_end(self, trainer: Trainer) -> None:
+        """Called after each epoch, validation included."""
         return None
 
     def on_train_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        """Called once when training stops, with the run's summary."""
         return None
 
 
@@ -45,10 +48,12 @@ class TensorBoardLogger(Callback):
         self.writer = SummaryWriter(str(log_dir))
 
     def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        """Write each numeric metric of the record as a scalar at its step."""
         split = record.get("split", "train")
         for key, value in record.items():
             if key not in ("split", "step", "epoch") and isinstance(value, int | float):
                 self.writer.add_scalar(f"{split}/{key}", value, record["step"])
 
     def on_train_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        """Close the event file."""
         self.writer.close()

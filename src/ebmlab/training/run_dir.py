@@ -72,6 +72,7 @@ class RunDirectory:
         self.samples = self.path / "samples"
 
     def create(self) -> RunDirectory:
+        """Make the directory and its sub-folders; returns the run directory."""
         for d in (self.path, self.checkpoints, self.samples):
             d.mkdir(parents=True, exist_ok=True)
         return self
@@ -146,22 +147,28 @@ class RunDirectory:
         return target
 
     def write_config(self, config: dict[str, Any]) -> None:
+        """Write ``config.json`` (atomically)."""
         write_json(self.path / "config.json", config)
 
     def read_config(self) -> dict[str, Any]:
+        """The settings stored in ``config.json``; a clear error when this is not a run
+        directory."""
         path = self.path / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"{self.path} is not a run directory (no config.json)")
         return json.loads(path.read_text())
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """Write ``summary.json`` (atomically)."""
         write_json(self.path / "summary.json", summary)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
+        """Append one record to ``metrics.jsonl``."""
         with open(self.metrics_file, "a") as fh:
             fh.write(json.dumps(_jsonable(record)) + "\n")
 
     def read_metrics(self) -> list[dict[str, Any]]:
+        """Every record of ``metrics.jsonl``, in order."""
         if not self.metrics_file.is_file():
             return []
         lines = self.metrics_file.read_text().splitlines()
@@ -175,4 +182,5 @@ class RunDirectory:
         os.replace(tmp, self.metrics_file)
 
     def plot_curves(self) -> None:
+        """Draw the training curves of ``metrics.jsonl`` into ``curves.png``."""
         plot_curves(self.read_metrics(), self.path / "curves.png")

@@ -221,20 +221,25 @@ class Task:
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
     ) -> StepResult:
+        """The loss of one batch (a tuple of tensors, this rank's share) and its metrics."""
         raise NotImplementedError  # pragma: no cover - abstract
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
+        """Validation metrics after an epoch; the monitored one picks best.pt."""
         return {}
 
     def on_epoch_end(
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
     ) -> None:
+        """Write pictures or other artefacts into the run directory after an epoch."""
         return None
 
     def state_dict(self) -> dict[str, Any]:
+        """State beyond the model's parameters (replay buffers, chains) for checkpoints."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state of :meth:`state_dict`."""
         return None
 
     def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
@@ -373,6 +378,7 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a full training state of :meth:`state_dict` (onto this trainer's device)."""
         t = state["trainer"]
         saved_world = t.get("world_size", 1)
         if saved_world != self.world_size:
@@ -404,6 +410,8 @@ class Trainer:
             self.generator.manual_seed(distributed.rank_seed(self.config.seed) + self.step)
 
     def save(self, which: str = "last") -> None:
+        """Write the training state to ``checkpoints/{which}.pt`` (rank 0; every rank must call
+        it)."""
         if self.run is None:
             return
         for name, p in self.task.model.named_parameters():
@@ -426,6 +434,7 @@ class Trainer:
 
     # -------------------------------------------------------------- schedule
     def lr_at(self, step: int) -> float:
+        """The learning rate at ``step``: warm-up, then the schedule, times any restart factor."""
         return self.lr_scale * self._base_lr_at(step)
 
     def _base_lr_at(self, step: int) -> float:

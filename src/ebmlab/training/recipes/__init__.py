@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -44,17 +44,22 @@ class BufferTask(Task):
         self.buffer.load_state_dict(state["buffer"])
 
 
+ConfigT = TypeVar("ConfigT")
+TaskT = TypeVar("TaskT", bound=Task)
+
+
 @dataclass
-class Setup:
+class Setup(Generic[TaskT]):
     """What a recipe builds: the task and the tensors it trains on."""
 
-    task: Task
+    task: TaskT
     train_data: tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """A named job: its config dataclass, how to build it and how to evaluate a run.
+class Recipe(Generic[ConfigT, TaskT]):
+    """A named job: its config dataclass, how to build it and how to evaluate a run,
+    typed by its config and its task (``Recipe[JEMConfig, JEMTask]``).
 
     ``build(config, trainer_config)`` returns a :class:`Setup`;
     ``evaluate(setup, run, **options)`` returns a JSON-serialisable dict and may
@@ -67,8 +72,8 @@ class Recipe:
 
     name: str
     help: str
-    config_cls: type
-    build: Callable[[Any, TrainerConfig], Setup]
+    config_cls: type[ConfigT]
+    build: Callable[[ConfigT, TrainerConfig], Setup[TaskT]]
     evaluate: Callable[..., dict[str, Any]]
     sample: Callable[..., Any] | None = None
     log_partition: Callable[..., Any] | None = None
@@ -89,7 +94,7 @@ class Recipe:
             {k: v for k, v in settings.items() if k in trainer_keys},
         )
 
-    def configs(self, settings: dict[str, Any]) -> tuple[Any, TrainerConfig]:
+    def configs(self, settings: dict[str, Any]) -> tuple[ConfigT, TrainerConfig]:
         """(recipe config, trainer config) from one flat dict of settings, as read from
         TOML or a run's config.json (lists become the tuples the configs hold); settings
         not given take the recipe's defaults, ``trainer_defaults`` included."""

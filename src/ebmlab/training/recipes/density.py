@@ -346,7 +346,7 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
 
 
 register(
-    Recipe(
+    Recipe[DensityConfig, DensityTask](
         name="density",
         help="learn a 2-D toy density (PCD, CD, score matching or NCE), exact NLL by quadrature",
         config_cls=DensityConfig,

@@ -525,7 +525,7 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
 
 
 register(
-    Recipe(
+    Recipe[JEMConfig, JEMTask](
         name="jem",
         help="hybrid classifier/generator EBM (JEM) trained with SGLD negatives",
         config_cls=JEMConfig,

@@ -574,7 +574,7 @@ def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
 
 
 register(
-    Recipe(
+    Recipe[RBMConfig, RBMTask](
         name="rbm",
         help="RBMs (bernoulli, categorical, gaussian, subspace, classification), DBNs and DBMs",
         config_cls=RBMConfig,

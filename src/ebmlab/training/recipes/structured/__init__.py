@@ -116,7 +116,7 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
 
 
 register(
-    Recipe(
+    Recipe[StructuredConfig, Task](
         name="structured",
         help="classification as energy-based learning with any loss of LeCun et al. (2006)",
         config_cls=StructuredConfig,
