@@ -179,3 +179,19 @@ def test_metropolis_test_rejects_nan_and_handles_infinities():
     ok = accept(log_ratio, torch.Generator().manual_seed(0)).view(100, 4)
     assert not ok[:, 0].any() and not ok[:, 1].any()
     assert ok[:, 2].all() and ok[:, 3].all()
+
+
+def test_mala_tunes_its_step_size_to_the_target_acceptance():
+    """From a step 100 times too small, dual averaging during burn-in brings MALA's mean
+    acceptance to the target and the chains to the target's moments."""
+    scales = torch.tensor([0.5, 1.0, 2.0, 1.5, 0.8], dtype=torch.float64)
+    target = DiagonalGaussian(torch.zeros(5, dtype=torch.float64), scales)
+    sampler = MALA(1e-4, target_accept=0.574)
+    x0 = torch.randn(256, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    run = sampler.run(target, x0, 400, burn_in=400, thin=1, generator=1)
+    assert abs(run.info["acceptance_rate"] - 0.574) < 0.08
+    draws = run.samples.reshape(-1, 5)
+    assert torch.allclose(draws.std(0), scales, rtol=0.1)
+    assert MALA(0.1).run(target, x0, 5, generator=0).info["acceptance_rate"] > 0  # untuned
+    with pytest.raises(ValueError, match="cannot be tempered"):
+        sampler.tempered(torch.ones(4))

@@ -37,13 +37,14 @@ the groups' mean acceptance, so that no temperature falls below the target.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
+from ebmlab.samplers.adaptation import ChEESAdam, DualAveraging, MassWindows
 from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
 
 
@@ -192,20 +193,15 @@ class HMC(Sampler[SamplerState]):
 
 @dataclass(frozen=True)
 class AdaptiveState(SamplerState):
-    """HMC state plus the tuning: step size, inverse mass, trajectory length, adapters."""
+    """HMC state plus the tuning: step size, inverse mass, trajectory length, and the
+    adapters that move them during warm-up (:mod:`ebmlab.samplers.adaptation`)."""
 
     step_size: float = 0.1
     inv_mass: torch.Tensor | None = None
     trajectory_length: float = 1.0
     warmup_steps: int = 0
-    # dual averaging (Hoffman & Gelman 2014): mu, running mean of (target - accept), log eps bar
-    da_mu: float = 0.0
-    da_h: float = 0.0
-    da_log_eps_bar: float = 0.0
-    da_count: int = 0
-    # Adam second moment for log trajectory length (ChEES)
-    chees_v: float = 0.0
-    chees_count: int = 0
+    dual: DualAveraging | None = None
+    chees: ChEESAdam = field(default_factory=ChEESAdam)
 
 
 @dataclass(frozen=True)
@@ -301,6 +297,9 @@ class AdaptiveHMC(HMC):
     def begin_warmup(self, state: AdaptiveState, n_steps: int) -> AdaptiveState:
         return self._restart_dual_averaging(state.replace(warmup_steps=n_steps))
 
+    def _restart_dual_averaging(self, state: AdaptiveState) -> AdaptiveState:
+        return state.replace(dual=DualAveraging.start(state.step_size, self.target_accept))
+
     def tempered(self, beta: torch.Tensor) -> AdaptiveHMC:
         """This kernel for per-chain tempered energies beta E: chains of one beta get
         their own mass, 1 / beta at first (equivalent to HMC's step / sqrt(beta)), then
@@ -315,19 +314,10 @@ class AdaptiveHMC(HMC):
         """x minus the mean of its group of chains."""
         return x - x.mean(0) if self.groups is None else self.groups.centred(x)
 
-    @staticmethod
-    def _restart_dual_averaging(state: AdaptiveState) -> AdaptiveState:
-        return state.replace(
-            da_mu=math.log(10 * state.step_size),
-            da_h=0.0,
-            da_log_eps_bar=math.log(state.step_size),
-            da_count=0,
-        )
-
     def end_warmup(self, state: AdaptiveState) -> AdaptiveState:
         if state.warmup_steps == 0:
             return state
-        return state.replace(step_size=math.exp(state.da_log_eps_bar), warmup_steps=0)
+        return state.replace(step_size=state.dual.final_step_size, warmup_steps=0)
 
     def _n_leapfrog(self, length: float, step_size: float) -> int:
         return max(1, min(self.max_leapfrog, math.ceil(length / step_size)))
@@ -357,18 +347,10 @@ class AdaptiveHMC(HMC):
         # temperatures' means, so that no temperature falls below the target)
         groups = self.groups
         pooled = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
-        m = new.da_count + 1
-        gamma, t0, kappa = 0.05, 10.0, 0.75
-        h = (1 - 1 / (m + t0)) * new.da_h + (self.target_accept - float(pooled)) / (m + t0)
-        log_eps = new.da_mu - math.sqrt(m) / gamma * h
-        eta = m**-kappa
-        log_eps_bar = eta * log_eps + (1 - eta) * new.da_log_eps_bar
-        new = new.replace(
-            step_size=math.exp(log_eps), da_h=h, da_log_eps_bar=log_eps_bar, da_count=m
-        )
-        n = old.warmup_steps
-        in_window = 0.05 * n <= new.t <= 0.75 * n and new.t % max(1, n // 20) == 0
-        if self.adapt_mass and in_window and self._smallest_group(old.x) >= 16:
+        dual, step_size = new.dual.update(float(pooled))
+        new = new.replace(step_size=step_size, dual=dual)
+        windows = MassWindows(old.warmup_steps)
+        if self.adapt_mass and windows.due(new.t, self._smallest_group(old.x)):
             new = self._restart_dual_averaging(
                 new.replace(inv_mass=_regularised_variance(new.x, groups))
             )
@@ -398,11 +380,7 @@ class AdaptiveHMC(HMC):
         if float(weight.sum()) <= 0 or chees <= 0:
             return new
         grad = float((torch.where(ok, per_chain, 0) * weight).sum()) / chees - 1.0
-        beta2, lr = 0.95, 0.025
-        v = beta2 * new.chees_v + (1 - beta2) * grad * grad
-        count = new.chees_count + 1
-        v_hat = v / (1 - beta2**count)
-        log_t = math.log(new.trajectory_length) + lr * grad / (math.sqrt(v_hat) + 1e-12)
+        adam, log_t = new.chees.update(math.log(new.trajectory_length), grad)
         max_t = self.max_leapfrog * new.step_size
         length = min(max(math.exp(log_t), new.step_size), max_t)
-        return new.replace(trajectory_length=length, chees_v=v, chees_count=count)
+        return new.replace(trajectory_length=length, chees=adam)
