@@ -120,7 +120,7 @@ def test_rbm_recipe_rejects_models_it_cannot_evaluate():
     with pytest.raises(ValueError, match="at most 20"):
         RBMConfig(model="dbm", n_hidden=64)
     with pytest.raises(ValueError, match="sparsity_target is not available"):
-        RBMConfig(model="gaussian", sparsity_target=0.1)
+        RBMConfig(model="dbm", sparsity_target=0.1)
 
 
 def _train_and_evaluate(run, capsys, *args):

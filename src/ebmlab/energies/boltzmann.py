@@ -342,6 +342,11 @@ class SubspaceRBM(EnergyModel):
         k_log2 = self.n_subspace * math.log(2.0)
         return -k_log2 + self.c + F.softplus(self.subspace_inputs(x)).sum(2)
 
+    def hidden_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The gates' log-odds, as for the other RBMs: the gates are the hidden units that
+        switch their subspaces on, (B, D) -> (B, n_gates)."""
+        return self.gate_logits(x)
+
     def free_energy(self, x: torch.Tensor) -> torch.Tensor:
         """F(x) with gates and subspace units summed out (Tomczak 2024, eq. 6.45): (B, D) ->
         (B,)."""

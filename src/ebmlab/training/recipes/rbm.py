@@ -141,7 +141,7 @@ class RBMConfig:
                 f"model {self.model!r} evaluates its likelihood exactly, by enumerating "
                 f"{count} {what}; use at most {ENUMERATION_LIMIT}"
             )
-        if self.sparsity_target and self.model not in ("bernoulli", "categorical", "dbn"):
+        if self.sparsity_target and self.model in ("classification", "dbm"):
             raise ArgumentError(f"sparsity_target is not available for model {self.model!r}")
         _checks.positive_int("k", self.k)
         _checks.positive_int("n_chains", self.n_chains)
