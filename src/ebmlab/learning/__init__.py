@@ -9,6 +9,7 @@ and one of LeCun et al.'s (2006) losses. The losses themselves live in
 """
 
 from ebmlab.learning.boltzmann import BMContrastiveDivergence
+from ebmlab.learning.perturb_and_map import PerturbAndMAP
 from ebmlab.learning.rbm import CDStats, ContrastiveDivergence, DBMLearning, pretrain_dbm
 from ebmlab.learning.structured import LOSSES, EnergyLearner
 
@@ -19,5 +20,6 @@ __all__ = [
     "ContrastiveDivergence",
     "DBMLearning",
     "EnergyLearner",
+    "PerturbAndMAP",
     "pretrain_dbm",
 ]

@@ -27,6 +27,7 @@ from ebmlab.partition.smc import smc
 from ebmlab.partition.variational import (
     bethe_log_partition,
     perturb_and_map_log_partition,
+    perturbed_map,
     trw_log_partition,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "pairwise_log_partition",
     "pairwise_marginals",
     "perturb_and_map_log_partition",
+    "perturbed_map",
     "plefka_log_partition",
     "quadrature_log_partition",
     "quadrature_sample",

@@ -19,6 +19,7 @@ so the uniform spanning-tree distribution gives every edge rho = (n - 1) / |E|.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -168,6 +169,82 @@ def _gumbel(
     return -torch.log(-torch.log(u)) - EULER_GAMMA
 
 
+# states of the enumerated layer scored at once in perturbed MAP (memory: samples x chunk
+# x the other layer's width)
+MAP_CHUNK = 1024
+
+
+def perturbed_map(
+    model, n_samples: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact MAP states of ``n_samples`` Gumbel-perturbed copies of a Boltzmann machine or
+    Bernoulli RBM: each unit's two states get independent standard Gumbel noise, and
+    max_x (-E(x) + sum_i gamma_i(x_i)) is found by enumeration (a Boltzmann machine's
+    2^D states; an RBM's smaller layer, the other layer's maximum being separable in
+    closed form given it), in chunks of ``MAP_CHUNK`` states.
+
+    Returns:
+        (the maxima (n_samples,), the maximising states (n_samples, D) of a Boltzmann
+        machine or (n_samples, D + M), visible then hidden, of an RBM), in float64.
+    """
+    from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine, binary_states
+
+    if not isinstance(model, BernoulliRBM | BoltzmannMachine):
+        raise ArgumentError(
+            f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
+        )
+    device = model.b.device
+    with torch.no_grad():
+        if isinstance(model, BoltzmannMachine):
+            d = model.n_visible
+            if d > ENUMERATION_LIMIT:
+                raise ArgumentError(
+                    f"exact MAP enumerates 2^D states; D must be <= {ENUMERATION_LIMIT}, got {d}"
+                )
+            states = binary_states(d, device=device).double()
+            neg_energy = -model.energy(states.to(model.b.dtype)).double()
+            g = _gumbel((n_samples, d, 2), generator, device)
+            scores = (
+                neg_energy[None]
+                + g[:, :, 0].sum(1, keepdim=True)
+                + (g[:, :, 1] - g[:, :, 0]) @ states.T
+            )
+            maxima, best = scores.max(1)
+            return maxima, states[best]
+        W, b, c = model.W.detach().double(), model.b.detach().double(), model.c.detach().double()
+        if min(W.shape) > ENUMERATION_LIMIT:
+            raise ArgumentError(
+                "exact MAP enumerates the smaller layer; it must have at most "
+                f"{ENUMERATION_LIMIT} units, got {min(W.shape)}"
+            )
+        swapped = W.shape[1] > W.shape[0]
+        if swapped:  # enumerate the visible layer instead of the hidden one
+            W, b, c = W.T, c, b
+        g_outer = _gumbel((n_samples, W.shape[0], 2), generator, device)  # the summed layer's
+        g_inner = _gumbel((n_samples, W.shape[1], 2), generator, device)  # the enumerated one's
+        outer_shift = g_outer[:, :, 1] - g_outer[:, :, 0]
+        maxima = torch.full((n_samples,), -math.inf, dtype=torch.float64, device=device)
+        best = torch.zeros(n_samples, W.shape[1], dtype=torch.float64, device=device)
+        n_states = 2 ** W.shape[1]
+        for lo in range(0, n_states, MAP_CHUNK):
+            states = binary_states(W.shape[1], lo, min(lo + MAP_CHUNK, n_states), device).double()
+            # -E = b.v + c.h + v W h; for fixed h the best v_i is 1 iff its field is positive
+            field = (b + states @ W.T)[None] + outer_shift[:, None, :]
+            scores = (
+                torch.relu(field).sum(2)
+                + (states @ c)[None]
+                + (g_inner[:, :, 1] - g_inner[:, :, 0]) @ states.T
+            )
+            chunk_max, chunk_arg = scores.max(1)
+            better = chunk_max > maxima
+            maxima = torch.where(better, chunk_max, maxima)
+            best = torch.where(better[:, None], states[chunk_arg], best)
+        maxima = maxima + g_outer[:, :, 0].sum(1) + g_inner[:, :, 0].sum(1)
+        outer_states = ((b + best @ W.T + outer_shift) > 0).double()
+        visible, hidden = (best, outer_states) if swapped else (outer_states, best)
+        return maxima, torch.cat([visible, hidden], 1)
+
+
 def perturb_and_map_log_partition(
     model,
     *,
@@ -178,61 +255,13 @@ def perturb_and_map_log_partition(
 
     With independent zero-mean Gumbel noise gamma_i(x_i) on every variable's two states,
     log Z <= E[max_x (-E(x) + sum_i gamma_i(x_i))]; the expectation is estimated from
-    ``n_samples`` perturbations and reported with its standard error. The MAP problems
-    are solved exactly: a Boltzmann machine by enumerating its 2^D states (D at most
-    ``ENUMERATION_LIMIT``); an RBM by enumerating its smaller layer (at most
-    ``ENUMERATION_LIMIT`` units), the other layer's maximum being separable in closed
-    form given it.
+    ``n_samples`` perturbations (:func:`perturbed_map`) and reported with its standard
+    error.
     """
-    from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
-    from ebmlab.partition.exact import binary_states
-
-    if not isinstance(model, BernoulliRBM | BoltzmannMachine):
-        raise ArgumentError(
-            f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
-        )
     _checks.positive_int("n_samples", n_samples)
-    device = model.b.device
-    gen = _checks.generator("generator", generator, device)
+    gen = _checks.generator("generator", generator, model.b.device)
     start = time.perf_counter()
-    with torch.no_grad():
-        if isinstance(model, BoltzmannMachine):
-            d = model.n_visible
-            if d > ENUMERATION_LIMIT:
-                raise ArgumentError(
-                    f"exact MAP enumerates 2^D states; D must be <= {ENUMERATION_LIMIT}, got {d}"
-                )
-            states = binary_states(d, device=device).double()
-            neg_energy = -model.energy(states.to(model.b.dtype)).double()
-            g = _gumbel((n_samples, d, 2), gen, device)
-            scores = (
-                neg_energy[None]
-                + g[:, :, 0].sum(1, keepdim=True)
-                + (g[:, :, 1] - g[:, :, 0]) @ states.T
-            )
-        else:
-            W, b, c = model.W.double(), model.b.double(), model.c.double()
-            if min(W.shape) > ENUMERATION_LIMIT:
-                raise ArgumentError(
-                    "exact MAP enumerates the smaller layer; it must have at most "
-                    f"{ENUMERATION_LIMIT} units, "
-                    f"got {min(W.shape)}"
-                )
-            if W.shape[1] > W.shape[0]:  # enumerate the visible layer instead of the hidden one
-                W, b, c = W.T, c, b
-            g_outer = _gumbel((n_samples, W.shape[0], 2), gen, device)  # the summed layer's
-            g_inner = _gumbel((n_samples, W.shape[1], 2), gen, device)  # the enumerated layer's
-            states = binary_states(W.shape[1], device=device).double()  # (S, m)
-            # -E = b.v + c.h + v W h; for fixed h the best v_i is 1 iff its field is positive
-            field = (b + states @ W.T)[None] + (g_outer[:, :, 1] - g_outer[:, :, 0])[:, None, :]
-            outer = torch.relu(field).sum(2) + g_outer[:, :, 0].sum(1, keepdim=True)
-            inner = (
-                (states @ c)[None]
-                + g_inner[:, :, 0].sum(1, keepdim=True)
-                + (g_inner[:, :, 1] - g_inner[:, :, 0]) @ states.T
-            )
-            scores = outer + inner
-    maxima = scores.max(1).values
+    maxima, _ = perturbed_map(model, n_samples, gen)
     cost = {
         "n_samples": n_samples,
         "map_solver": "enumeration",

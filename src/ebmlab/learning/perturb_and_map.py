@@ -1,0 +1,57 @@
+"""Learning by moment matching with perturb-and-MAP samples (Papandreou & Yuille 2011).
+
+The log-likelihood gradient of a Boltzmann machine or RBM is the difference between the
+data's and the model's sufficient statistics. Perturb-and-MAP replaces the model's by
+those of MAP states of randomly perturbed copies: Gumbel noise on each unit's two states,
+then the exact maximiser of -E(x) + noise (:func:`ebmlab.partition.perturbed_map`, by
+enumeration of the smaller layer). Such states are not exact samples (only perturbing
+every configuration would make them so), but they need no Markov chain, so they cannot
+mix slowly; and they come from the same perturbations whose mean maximum bounds log Z
+(Hazan & Jaakkola 2012).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ebmlab import _checks
+from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
+from ebmlab.partition.variational import perturbed_map
+
+
+class PerturbAndMAP:
+    """Negatives by perturb-and-MAP for a Boltzmann machine or Bernoulli RBM.
+
+    Args:
+        model: a :class:`~ebmlab.energies.BoltzmannMachine` (at most
+            ``ENUMERATION_LIMIT`` units) or :class:`~ebmlab.energies.BernoulliRBM`
+            (smaller layer at most ``ENUMERATION_LIMIT`` units).
+        n_samples: perturbed MAP states per update (default: the batch's size).
+    """
+
+    def __init__(
+        self, model: BernoulliRBM | BoltzmannMachine, n_samples: int | None = None
+    ) -> None:
+        if not isinstance(model, BernoulliRBM | BoltzmannMachine):
+            raise _checks.ArgumentError(
+                f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
+            )
+        self.model = model
+        self.n_samples = None if n_samples is None else _checks.positive_int("n_samples", n_samples)
+
+    def negatives(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` perturbed MAP states (n, D), or (n, D + M) for an RBM, in the model's dtype."""
+        _, states = perturbed_map(self.model, n, generator)
+        return states.to(self.model.b.dtype)
+
+    def loss(self, data: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A surrogate whose gradient is the moment-matching estimate of the negative
+        log-likelihood gradient: mean F(data) - mean E(negatives) (free energy of the
+        data, joint energy of the MAP states)."""
+        data = data.flatten(1).to(self.model.b.dtype)
+        states = self.negatives(self.n_samples or data.shape[0], generator)
+        if isinstance(self.model, BoltzmannMachine):
+            return self.model.energy(data).mean() - self.model.energy(states).mean()
+        d = self.model.n_visible
+        joint = self.model.energy(states[:, :d], states[:, d:])
+        return self.model.free_energy(data).mean() - joint.mean()
