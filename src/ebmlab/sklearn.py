@@ -9,9 +9,9 @@ and ``score_samples`` returns the log-likelihood log p(v) rather than a
 pseudo-likelihood (which stays available as :meth:`BernoulliRBM.pseudo_likelihood`):
 the partition function is exact (enumeration over the smaller layer) for small
 models and estimated by annealed importance sampling otherwise.
-:class:`GaussianBernoulliRBM` is the same estimator for real-valued (standardised)
-features, :class:`ClassificationRBM` a classifier that models p(x, y) with an exact
-p(y | x), and :class:`DBN` stacks Bernoulli RBMs greedily.
+:class:`GaussianBernoulliRBM` and :class:`SpikeSlabRBM` are the same estimator for
+real-valued (standardised) features, :class:`ClassificationRBM` a classifier that models
+p(x, y) with an exact p(y | x), and :class:`DBN` stacks Bernoulli RBMs greedily.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, check_non_negative, valida
 
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import resolve_device
-from ebmlab.energies import boltzmann
+from ebmlab.energies import boltzmann, spike_slab
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.losses import classification_rbm_loss
 from ebmlab.partition import LogZEstimate, log_partition
@@ -302,7 +302,24 @@ class BernoulliRBM(_RBMEstimator):
         return tags
 
 
-class GaussianBernoulliRBM(_RBMEstimator):
+class _RealRBMEstimator(_RBMEstimator):
+    """An RBM estimator over real-valued (standardised) features, scored with log Z from
+    :func:`ebmlab.partition.log_partition`."""
+
+    def _check_X(self, X, reset: bool) -> torch.Tensor:
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+        return _to_tensor(self, X, unit_interval=False)
+
+    def log_partition(self) -> LogZEstimate:
+        """log Z by :func:`ebmlab.partition.log_partition`: exact when the hidden layer
+        can be enumerated (the visible layer integrated in closed form); else AIS
+        (1000 temperatures, 100 chains) from the model's Gaussian base density with HMC
+        transitions."""
+        check_is_fitted(self)
+        return log_partition(self.rbm_, generator=self._generator)
+
+
+class GaussianBernoulliRBM(_RealRBMEstimator):
     """Gaussian-Bernoulli RBM for real-valued features, trained by (persistent) CD.
 
     The arguments are :class:`BernoulliRBM`'s plus ``sigma`` (the visible units' standard
@@ -343,10 +360,6 @@ class GaussianBernoulliRBM(_RBMEstimator):
         self.sigma = sigma
         self.learn_sigma = learn_sigma
 
-    def _check_X(self, X, reset: bool) -> torch.Tensor:
-        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
-        return _to_tensor(self, X, unit_interval=False)
-
     def _build(self, data: torch.Tensor) -> boltzmann.GaussianBernoulliRBM:
         if not (np.isfinite(self.sigma) and self.sigma > 0):
             raise ArgumentError(f"sigma must be a finite number > 0, got {self.sigma!r}")
@@ -358,12 +371,51 @@ class GaussianBernoulliRBM(_RBMEstimator):
             rbm.b.copy_(data.mean(0))
         return rbm
 
-    def log_partition(self) -> LogZEstimate:
-        """log Z by :func:`ebmlab.partition.log_partition`: exact when the hidden layer
-        can be enumerated; else AIS (1000 temperatures, 100 chains) from the model
-        without weights, N(b, diag(sigma^2)), with HMC transitions."""
-        check_is_fitted(self)
-        return log_partition(self.rbm_, generator=self._generator)
+
+class SpikeSlabRBM(_RealRBMEstimator):
+    """Spike-and-slab RBM (µ-ssRBM, Courville et al. 2011) for real-valued features, a
+    feature extractor trained by (persistent) CD through its free energy.
+
+    The arguments are :class:`BernoulliRBM`'s, with a smaller default learning rate;
+    ``n_components`` is the number of spike-and-slab pairs. Visible offsets start at the
+    feature means, weights at N(0, 0.1^2), free precisions at 1 (standardised features).
+    ``transform`` gives the spike probabilities p(h = 1 | v); ``score_samples`` is the
+    exact log-density when ``n_components <= ENUMERATION_LIMIT`` (the spikes enumerated,
+    slabs and visibles integrated), else with log Z from AIS.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 256,
+        *,
+        learning_rate: float = 0.01,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        verbose: int = 0,
+        random_state: int | np.random.RandomState | None = None,
+        k: int = 1,
+        persistent: bool = True,
+        n_chains: int | None = None,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        lr_decay: bool = False,
+        dtype: str = "float32",
+        matmul_dtype: str | None = None,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(
+            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
+            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
+            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
+            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
+        )  # fmt: skip
+
+    def _build(self, data: torch.Tensor) -> spike_slab.SpikeSlabRBM:
+        rbm = spike_slab.SpikeSlabRBM(data.shape[1], self.n_components)
+        with torch.no_grad():
+            rbm.W.normal_(0.0, 0.1, generator=self._generator)
+            rbm.b.copy_(data.mean(0))
+        return rbm
 
 
 class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):

@@ -15,6 +15,7 @@ ESTIMATORS = {
     "gaussian_bernoulli_rbm": lambda device: sk.GaussianBernoulliRBM(
         4, n_iter=2, random_state=0, device=device
     ),
+    "spike_slab_rbm": lambda device: sk.SpikeSlabRBM(4, n_iter=2, random_state=0, device=device),
     "classification_rbm": lambda device: sk.ClassificationRBM(
         4, n_iter=2, random_state=0, device=device
     ),

@@ -15,6 +15,7 @@ from ebmlab.partition import (
 from ebmlab.sklearn import BernoulliRBM as SkRBM
 from ebmlab.sklearn import ClassificationRBM as SkClassificationRBM
 from ebmlab.sklearn import GaussianBernoulliRBM as SkGaussianRBM
+from ebmlab.sklearn import SpikeSlabRBM as SkSpikeSlabRBM
 
 
 def random_rbm(d=6, m=4, seed=0, scale=1.0):
@@ -115,6 +116,7 @@ def test_sklearn_estimator_passes_check_estimator():
         for estimator in (
             SkRBM(n_components=8, n_iter=3, random_state=0),
             SkGaussianRBM(n_components=8, n_iter=3, random_state=0),
+            SkSpikeSlabRBM(n_components=8, n_iter=3, random_state=0),
             SkClassificationRBM(n_components=8, n_iter=3, random_state=0),
         ):
             results = check_estimator(estimator, on_fail=None)
@@ -139,6 +141,27 @@ def test_gaussian_rbm_estimator_scores_exact_and_by_ais():
     assert np.isfinite(small.score_samples(x[:5])).all()
     with pytest.raises(ValueError, match="sigma"):
         SkGaussianRBM(sigma=0.0).fit(x)
+
+
+def test_spike_slab_estimator_extracts_features_and_scores_exactly():
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    digits = load_digits()
+    x, y = digits.data[:600], digits.target[:600]
+    pipe = make_pipeline(
+        StandardScaler(),
+        SkSpikeSlabRBM(n_components=16, n_iter=10, momentum=0.5, random_state=0),
+        LogisticRegression(max_iter=500),
+    ).fit(x[:400], y[:400])
+    assert pipe.score(x[400:], y[400:]) > 0.5  # 16 spike probabilities as features
+    model = pipe[1]
+    exact = model.log_partition()
+    assert exact.method == "enumeration"
+    scores = model.score_samples(pipe[0].transform(x[400:405]))
+    assert np.isfinite(scores).all() and scores.shape == (5,)
 
 
 def test_drop_in_attributes_and_methods():

@@ -32,12 +32,14 @@ from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy
 from ebmlab.energies.conv import ConvEnergy, ConvNet, ImageEnergy
 from ebmlab.energies.mlp import FeedForward, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.energies.resnet import SNResNet, WideResNet
+from ebmlab.energies.spike_slab import SpikeSlabRBM
 from ebmlab.energies.structured import (
     ChainEnergy,
     ConditionalBoltzmann,
     DistanceEnergy,
     LogitEnergy,
 )
+from ebmlab.energies.temporal import ConditionalRBM
 
 __all__ = [
     "AnalyticEnergy",
@@ -50,6 +52,7 @@ __all__ = [
     "ClassificationRBM",
     "ClassifierEnergy",
     "ConditionalBoltzmann",
+    "ConditionalRBM",
     "ConvEnergy",
     "ConvNet",
     "DeepBeliefNetwork",
@@ -71,6 +74,7 @@ __all__ = [
     "MLPEnergy",
     "NoiseConditionalEnergy",
     "SNResNet",
+    "SpikeSlabRBM",
     "SubspaceRBM",
     "WideResNet",
     "as_energy_fn",

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.energies.analytic import DiagonalGaussian
 from ebmlab.energies.base import EnergyModel
 
 
@@ -302,6 +303,11 @@ class GaussianBernoulliRBM(_RBM):
         mean = self.visible_mean(h)
         noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         return mean + self.sigma * noise
+
+    def base_density(self) -> DiagonalGaussian:
+        """N(b, diag(sigma^2)), detached: the model without weights, which annealed
+        importance sampling starts from."""
+        return DiagonalGaussian(self.b.detach().clone(), self.sigma.detach().clone())
 
 
 class SubspaceRBM(EnergyModel):

@@ -14,8 +14,9 @@ computed with a few matrix products and written into the parameters' ``.grad``
 as the gradient of the negative log-likelihood, so any torch optimizer applies
 them (SGD with momentum and weight decay is the classic choice). For RBMs with
 Gaussian visible units the same CD gradient, d/dtheta [F(v_data) - F(v_model)], is
-taken by autograd through the free energy; the same holds for the subspace RBM
-(eqs. 6.44-6.47), whose negatives come from its three-block Gibbs sampler.
+taken by autograd through the free energy; the same holds for the spike-and-slab RBM
+(Courville et al. 2011) and the subspace RBM (eqs. 6.44-6.47), whose negatives come from
+their three-block Gibbs samplers.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ebmlab.energies.boltzmann import (
     base_rate_logits,
     bernoulli_draw,
 )
+from ebmlab.energies.spike_slab import SpikeSlabRBM
 from ebmlab.hardware import autocast
 from ebmlab.learning.chains import PersistentChains, random_rows
 
@@ -46,7 +48,8 @@ class CDStats:
 
 
 class ContrastiveDivergence(PersistentChains):
-    """CD-k or persistent CD for a Bernoulli, categorical, Gaussian-Bernoulli or subspace RBM.
+    """CD-k or persistent CD for a Bernoulli, categorical, Gaussian-Bernoulli, spike-and-slab
+    or subspace RBM.
 
     Args:
         rbm: the model whose ``.grad`` fields are written.
@@ -73,7 +76,7 @@ class ContrastiveDivergence(PersistentChains):
 
     def __init__(
         self,
-        rbm: BernoulliRBM | GaussianBernoulliRBM | SubspaceRBM,
+        rbm: BernoulliRBM | GaussianBernoulliRBM | SpikeSlabRBM | SubspaceRBM,
         k: int = 1,
         *,
         persistent: bool = False,

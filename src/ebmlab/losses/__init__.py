@@ -9,7 +9,7 @@ and the classification RBM's objectives.
 """
 
 from ebmlab.losses.binary import minimum_probability_flow_loss, pseudo_likelihood_loss
-from ebmlab.losses.boltzmann import classification_rbm_loss, exact_nll
+from ebmlab.losses.boltzmann import classification_rbm_loss, conditional_cd_loss, exact_nll
 from ebmlab.losses.contrastive import contrastive_divergence_loss
 from ebmlab.losses.discrepancy import energy_discrepancy_loss
 from ebmlab.losses.lecun import (
@@ -35,6 +35,7 @@ from ebmlab.losses.score_matching import (
 
 __all__ = [
     "classification_rbm_loss",
+    "conditional_cd_loss",
     "contrastive_divergence_loss",
     "contrastive_update_loss",
     "denoising_score_matching_loss",

@@ -3,7 +3,8 @@
 :func:`exact_nll` is the negative log-likelihood of a fully visible Boltzmann machine
 with log Z summed over all 2^D states (Tomczak 2024, eqs. 6.32 and 6.41), so autograd
 gives the exact gradient. :func:`classification_rbm_loss` trains a classification RBM
-discriminatively, generatively or by their hybrid (Larochelle & Bengio 2008).
+discriminatively, generatively or by their hybrid (Larochelle & Bengio 2008), and
+:func:`conditional_cd_loss` a conditional RBM on sequences (Taylor et al. 2007).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import BoltzmannMachine, ClassificationRBM, binary_states
+from ebmlab.energies.temporal import ConditionalRBM
 from ebmlab.partition.exact import MAX_ENUMERATION_BITS
 
 
@@ -50,3 +52,18 @@ def classification_rbm_loss(
         gen = model.free_energy(x, y).mean() - model.free_energy(x_neg, y_neg).mean()
         loss = loss + (gen if mode == "generative" else alpha * gen)
     return loss
+
+
+def conditional_cd_loss(
+    model: ConditionalRBM,
+    v: torch.Tensor,
+    history: torch.Tensor,
+    *,
+    k: int = 1,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """CD-k surrogate of -log p(v | x) for a conditional RBM (Taylor et al. 2007, eq. 4):
+    mean F(v | x) - mean F(v' | x), where v' runs k Gibbs steps from v with its history
+    x held fixed, so its gradient is CD's estimate of the conditional likelihood's."""
+    negatives = model.gibbs(v, history, k, generator)
+    return (model.free_energy(v, history) - model.free_energy(negatives, history)).mean()

@@ -90,6 +90,8 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     - :class:`~ebmlab.energies.BernoulliRBM`: enumeration of the smaller layer;
     - Gaussian-Bernoulli and categorical RBMs: enumeration of the hidden layer, the
       visible layer integrated (Gaussian) or summed per softmax group in closed form;
+    - :class:`~ebmlab.energies.SpikeSlabRBM`: enumeration of the spikes, the slabs and
+      the visible layer integrated in closed form;
     - :class:`~ebmlab.energies.BoltzmannMachine`: variable elimination over the graph of
       its non-zero couplings when that is narrower than the model, else enumeration of
       all 2^D states (:func:`boltzmann_log_partition`);
@@ -111,8 +113,11 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
         GaussianBernoulliRBM,
         SubspaceRBM,
     )
+    from ebmlab.energies.spike_slab import SpikeSlabRBM
     from ebmlab.partition.quadrature import quadrature_log_partition
 
+    if isinstance(model, SpikeSlabRBM):
+        return _spike_enumeration(model)
     if isinstance(model, GaussianBernoulliRBM | CategoricalRBM):
         return _hidden_enumeration(model)
     if isinstance(model, ClassificationRBM):
@@ -186,6 +191,15 @@ def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
     return _enumerate(
         rbm.n_hidden, lambda h: h @ c + visible(h), chunk=chunk, offset=offset, device=W.device
     )
+
+
+def _spike_enumeration(model, chunk: int = 1 << 12) -> LogZEstimate:
+    """log Z of a spike-and-slab RBM: the spikes enumerated, each state weighted by its
+    Gaussian integral over slabs and visibles
+    (:meth:`~ebmlab.energies.SpikeSlabRBM.hidden_log_weights`), in float64."""
+    _check_bits(model.n_hidden, "the spikes")
+    model = copy.deepcopy(model).double()
+    return _enumerate(model.n_hidden, model.hidden_log_weights, chunk=chunk, device=model.W.device)
 
 
 def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:

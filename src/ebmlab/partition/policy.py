@@ -13,7 +13,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.energies.analytic import AnalyticEnergy, DiagonalGaussian
+from ebmlab.energies.analytic import AnalyticEnergy
 from ebmlab.energies.boltzmann import (
     ENUMERATION_LIMIT,
     BernoulliRBM,
@@ -24,6 +24,7 @@ from ebmlab.energies.boltzmann import (
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
+from ebmlab.energies.spike_slab import SpikeSlabRBM
 from ebmlab.partition.ais import ais, raise_, rbm_ais
 from ebmlab.partition.elimination import elimination_order
 from ebmlab.partition.estimate import LogZEstimate
@@ -49,7 +50,7 @@ def enumeration_bits(model) -> int | None:
     elimination if smaller; 0 for a closed form, None where neither applies."""
     if isinstance(model, AnalyticEnergy):
         return 0
-    if isinstance(model, GaussianBernoulliRBM | CategoricalRBM):
+    if isinstance(model, GaussianBernoulliRBM | CategoricalRBM | SpikeSlabRBM):
         return model.n_hidden
     if isinstance(model, SubspaceRBM):
         return min(model.n_visible, model.n_gates * model.n_subspace)
@@ -79,7 +80,8 @@ def log_partition(
 
     Args:
         model: an ebmlab energy with a known structure: the Boltzmann family (Bernoulli,
-            Gaussian, categorical, subspace and classification RBMs, Boltzmann machines,
+            Gaussian, spike-and-slab, categorical, subspace and classification RBMs,
+            Boltzmann machines,
             DBMs) or an analytic density.
         method: ``exact`` (enumeration, elimination or closed form), ``ais``, ``raise``
             (reverse AIS, Burda et al. 2015), ``bethe``, ``trw`` (an upper bound),
@@ -112,8 +114,8 @@ def log_partition(
     if method == "exact":
         return exact_log_partition(model)
     anneal = {"n_chains": n_chains, "n_temperatures": n_temperatures, "generator": generator}
-    if method == "ais" and isinstance(model, GaussianBernoulliRBM):
-        return _gaussian_rbm_ais(model, **anneal)
+    if method == "ais" and isinstance(model, GaussianBernoulliRBM | SpikeSlabRBM):
+        return _gaussian_base_ais(model, **anneal)
     if method == "ais" and isinstance(model, ClassificationRBM):
         return _classification_rbm_ais(model, data, labels, **anneal)
     binary = isinstance(model, BernoulliRBM) and not isinstance(model, CategoricalRBM)
@@ -131,16 +133,17 @@ def log_partition(
         return bethe_log_partition(graph) if method == "bethe" else trw_log_partition(graph)
     raise ArgumentError(
         f"method {method!r} does not apply to {name}: it supports Bernoulli RBMs, DBNs and "
-        "DBMs only (ais also Gaussian and classification RBMs); use exact or auto"
+        "DBMs only (ais also Gaussian, spike-and-slab and classification RBMs); use "
+        "exact or auto"
     )
 
 
-def _gaussian_rbm_ais(model, **anneal) -> LogZEstimate:
-    """AIS from the model without weights, N(b, diag(sigma^2)), with HMC transitions
-    whose mass matches the visible scales."""
-    mean, std = model.b.detach().clone(), model.sigma.detach()
-    kernel = HMC(0.2, 10, inv_mass=std.float() ** 2)
-    return ais(model, DiagonalGaussian(mean, std), kernel, **anneal)
+def _gaussian_base_ais(model, **anneal) -> LogZEstimate:
+    """AIS for real-valued visible units from the model's Gaussian base density (its
+    ``base_density``), with HMC transitions whose mass matches the base's scales."""
+    base = model.base_density()
+    kernel = HMC(0.2, 10, inv_mass=base.std.float() ** 2)
+    return ais(model, base, kernel, **anneal)
 
 
 def _classification_rbm_ais(

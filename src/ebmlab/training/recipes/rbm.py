@@ -7,6 +7,9 @@
 - ``categorical``: the digits' 17 grey levels, each pixel a softmax group;
 - ``gaussian``: Gaussian-Bernoulli RBM on standardised grey levels (unit variance per
   pixel, sigma = 1), CD through the free energy; use a smaller ``--lr`` (0.01);
+- ``spike_slab``: the µ-ssRBM (Courville et al. 2011) on standardised grey levels, with
+  ``n_hidden`` spike-and-slab pairs, CD through the free energy; its log Z is exact by
+  enumerating the spikes, else AIS from N(b, Lambda^-1) with HMC transitions;
 - ``subspace``: the subspace RBM (eqs. 6.44-6.47) with ``n_hidden`` gates of
   ``n_subspace`` units each, CD through the free energy;
 - ``classification``: the joint RBM over images and labels (Larochelle & Bengio 2008),
@@ -50,6 +53,7 @@ from ebmlab.energies import (
     DeepBeliefNetwork,
     DeepBoltzmannMachine,
     GaussianBernoulliRBM,
+    SpikeSlabRBM,
     SubspaceRBM,
 )
 from ebmlab.energies.base import energy_device
@@ -64,7 +68,16 @@ from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 
-MODELS = ["bernoulli", "categorical", "gaussian", "subspace", "classification", "dbn", "dbm"]
+MODELS = [
+    "bernoulli",
+    "categorical",
+    "gaussian",
+    "spike_slab",
+    "subspace",
+    "classification",
+    "dbn",
+    "dbm",
+]
 BINARY = ("bernoulli", "subspace", "classification", "dbn", "dbm")
 OBJECTIVES = ["discriminative", "generative", "hybrid"]
 
@@ -77,8 +90,9 @@ class RBMConfig:
         data: a data set name (digits, mnist, ...) or a path; binarised unless the model
             reads grey levels or real values.
         data_root: directory holding published data sets (else $EBMLAB_DATA).
-        model: Bernoulli, categorical (17 grey levels), Gaussian-Bernoulli, subspace or
-            classification RBM, deep belief network or deep Boltzmann machine.
+        model: Bernoulli, categorical (17 grey levels), Gaussian-Bernoulli,
+            spike-and-slab, subspace or classification RBM, deep belief network or deep
+            Boltzmann machine.
         n_hidden: hidden units (of the first hidden layer for dbn and dbm).
         n_hidden2: units of the second hidden layer (dbn, dbm).
         n_subspace: subspace units per gate (subspace).
@@ -206,9 +220,10 @@ class RBMTask(Task):
             self.dbm = DBMLearning(self.model, self.n_chains, config.k)
             self.pretrained = not config.pretrain_epochs
             visible_biases = base_rate_logits(self.train.x)
-        elif config.model == "gaussian":
+        elif config.model in ("gaussian", "spike_slab"):
             self.train, self.val, self.test = standardised([self.train, self.val, self.test])
-            self.model = GaussianBernoulliRBM(d, config.n_hidden)
+            real = GaussianBernoulliRBM if config.model == "gaussian" else SpikeSlabRBM
+            self.model = real(d, config.n_hidden)
             visible_biases = self.train.x.double().mean(0)
         elif config.model == "categorical":
             self.train, self.val, self.test = (
@@ -343,7 +358,7 @@ class RBMTask(Task):
     @property
     def value_range(self) -> tuple[float, float]:
         """Pixel range of the visible vectors as displayed."""
-        if self.config.model == "gaussian":
+        if self.config.model in ("gaussian", "spike_slab"):
             return float(self.train.x.min()), float(self.train.x.max())
         return 0.0, 1.0
 
@@ -576,7 +591,8 @@ def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
 register(
     Recipe[RBMConfig, RBMTask](
         name="rbm",
-        help="RBMs (bernoulli, categorical, gaussian, subspace, classification), DBNs and DBMs",
+        help="RBMs (bernoulli, categorical, gaussian, spike_slab, subspace, classification), "
+        "DBNs and DBMs",
         config_cls=RBMConfig,
         build=build,
         evaluate=evaluate,
