@@ -304,7 +304,34 @@ class BernoulliRBM(_RBMEstimator):
 
 class _RealRBMEstimator(_RBMEstimator):
     """An RBM estimator over real-valued (standardised) features, scored with log Z from
-    :func:`ebmlab.partition.log_partition`."""
+    :func:`ebmlab.partition.log_partition`; its default learning rate is a tenth of the
+    binary RBM's."""
+
+    def __init__(
+        self,
+        n_components: int = 256,
+        *,
+        learning_rate: float = 0.01,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        verbose: int = 0,
+        random_state: int | np.random.RandomState | None = None,
+        k: int = 1,
+        persistent: bool = True,
+        n_chains: int | None = None,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        lr_decay: bool = False,
+        dtype: str = "float32",
+        matmul_dtype: str | None = None,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(
+            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
+            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
+            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
+            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
+        )  # fmt: skip
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
@@ -383,32 +410,6 @@ class SpikeSlabRBM(_RealRBMEstimator):
     exact log-density when ``n_components <= ENUMERATION_LIMIT`` (the spikes enumerated,
     slabs and visibles integrated), else with log Z from AIS.
     """
-
-    def __init__(
-        self,
-        n_components: int = 256,
-        *,
-        learning_rate: float = 0.01,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        verbose: int = 0,
-        random_state: int | np.random.RandomState | None = None,
-        k: int = 1,
-        persistent: bool = True,
-        n_chains: int | None = None,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        lr_decay: bool = False,
-        dtype: str = "float32",
-        matmul_dtype: str | None = None,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(
-            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
-            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
-            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
-            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
-        )  # fmt: skip
 
     def _build(self, data: torch.Tensor) -> spike_slab.SpikeSlabRBM:
         rbm = spike_slab.SpikeSlabRBM(data.shape[1], self.n_components)

@@ -57,6 +57,25 @@ def bernoulli_draw(probs: torch.Tensor, generator: torch.Generator | None) -> to
     return torch.lt(u, probs, out=out)
 
 
+def gaussian_draw(
+    mean: torch.Tensor, std: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
+    """A draw of N(mean, std^2) per entry, in mean's dtype and on its device."""
+    noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+    return mean + std * noise
+
+
+def register_log_sigma(module: nn.Module, n_units: int, sigma: float, learn: bool) -> None:
+    """Give ``module`` a ``log_sigma`` of ``n_units`` entries at log(sigma) for Gaussian
+    units: a parameter when ``learn``, else a buffer (saved with the model, not trained)."""
+    _checks.positive("sigma", sigma)
+    log_sigma = torch.full((n_units,), math.log(sigma))
+    if learn:
+        module.log_sigma = nn.Parameter(log_sigma)
+    else:
+        module.register_buffer("log_sigma", log_sigma)
+
+
 # The most units whose 2^n states are enumerated where a sum or a maximum is wanted
 # without being asked (log Z under method="auto", exact MAP, exact DBM quantities):
 # about a second on a CPU.
@@ -264,12 +283,7 @@ class GaussianBernoulliRBM(_RBM):
         init_std: float = 0.01,
     ) -> None:
         super().__init__(n_visible, n_hidden, init_std)
-        _checks.positive("sigma", sigma)
-        log_sigma = torch.full((n_visible,), math.log(sigma))
-        if learn_sigma:
-            self.log_sigma = nn.Parameter(log_sigma)
-        else:
-            self.register_buffer("log_sigma", log_sigma)
+        register_log_sigma(self, n_visible, sigma, learn_sigma)
 
     @property
     def sigma(self) -> torch.Tensor:
@@ -300,9 +314,7 @@ class GaussianBernoulliRBM(_RBM):
     ) -> torch.Tensor:
         """A draw of v ~ N(b + sigma W h, diag(sigma^2)) for hidden states ``h`` (B, M) -> (B,
         D)."""
-        mean = self.visible_mean(h)
-        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
-        return mean + self.sigma * noise
+        return gaussian_draw(self.visible_mean(h), self.sigma, generator)
 
     def base_density(self) -> DiagonalGaussian:
         """N(b, diag(sigma^2)), detached: the model without weights, which annealed

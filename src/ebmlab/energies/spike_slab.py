@@ -40,7 +40,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab.energies.analytic import DiagonalGaussian
-from ebmlab.energies.boltzmann import _RBM
+from ebmlab.energies.boltzmann import _RBM, gaussian_draw
 
 
 class SpikeSlabRBM(_RBM):
@@ -102,18 +102,31 @@ class SpikeSlabRBM(_RBM):
             proj**2 / (2 * self.alpha) + self.mu * proj - (u**2) @ self.spike_penalty / 2 + self.c
         )
 
+    def _slab_log_normaliser(self) -> torch.Tensor:
+        """1/2 sum_i log(2 pi / alpha_i), what integrating the slabs contributes to -E."""
+        return 0.5 * (math.log(2 * math.pi) - self.log_alpha).sum()
+
+    def _spike_free_energy(self, v: torch.Tensor) -> torch.Tensor:
+        """1/2 u^T Lambda u - 1/2 sum_i log(2 pi / alpha_i): the energy of v with the
+        spikes off and the slabs integrated out, (B, D) -> (B,)."""
+        u = v.flatten(1) - self.b
+        return 0.5 * (u**2) @ self.visible_precision - self._slab_log_normaliser()
+
+    def _precision_given(self, h: torch.Tensor, visible_precision: torch.Tensor) -> torch.Tensor:
+        """The diagonal precision Lambda + Phi h of p(v | s, h) for spikes h (B, M), given
+        Lambda's diagonal: (B, D)."""
+        return visible_precision + h @ self.spike_penalty.T
+
     def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
         """F(v) = 1/2 u^T Lambda u - sum_i softplus(a_i) - 1/2 sum_i log(2 pi / alpha_i), given
         a(v): (B, D), (B, M) -> (B,)."""
-        u = v.flatten(1) - self.b
-        slabs = 0.5 * (math.log(2 * math.pi) - self.log_alpha).sum()
-        return 0.5 * (u**2) @ self.visible_precision - F.softplus(hidden_logits).sum(1) - slabs
+        return self._spike_free_energy(v) - F.softplus(hidden_logits).sum(1)
 
     def slab_energy(self, v: torch.Tensor, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(v, s, h) of full configurations, the energy the others integrate: (B, D),
         (B, M), (B, M) -> (B,)."""
         u = v.flatten(1) - self.b
-        precision = self.visible_precision + h @ self.spike_penalty.T
+        precision = self._precision_given(h, self.visible_precision)
         alpha = self.alpha
         return (
             -((u @ self.W) * s * h).sum(1)
@@ -127,10 +140,7 @@ class SpikeSlabRBM(_RBM):
     def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(v, h) with the slabs integrated out: F(v) with each softplus(a_i) replaced by
         h_i a_i: (B, D), (B, M) -> (B,)."""
-        u = v.flatten(1) - self.b
-        slabs = 0.5 * (math.log(2 * math.pi) - self.log_alpha).sum()
-        a = self.hidden_logits(v)
-        return 0.5 * (u**2) @ self.visible_precision - (h * a).sum(1) - slabs
+        return self._spike_free_energy(v) - (h * self.hidden_logits(v)).sum(1)
 
     def slab_mean(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E[s | v, h] = h (u^T W / alpha + mu): (B, D), (B, M) -> (B, M)."""
@@ -141,23 +151,29 @@ class SpikeSlabRBM(_RBM):
         self, v: torch.Tensor, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """s ~ p(s | v, h) = N(E[s | v, h], 1 / alpha): (B, D), (B, M) -> (B, M)."""
-        mean = self.slab_mean(v, h)
-        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
-        return mean + noise * self.alpha.rsqrt()
+        return gaussian_draw(self.slab_mean(v, h), self.alpha.rsqrt(), generator)
 
-    def visible_given(self, h: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def visible_given(
+        self, h: torch.Tensor, s: torch.Tensor, visible_precision: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and precision (diagonal) of p(v | s, h): b + C W (s h) and
-        Lambda + Phi h, each (B, D)."""
-        precision = self.visible_precision + h @ self.spike_penalty.T
+        Lambda + Phi h, each (B, D). ``visible_precision`` passes Lambda's diagonal when
+        already at hand (a Gibbs chain computes it once)."""
+        if visible_precision is None:
+            visible_precision = self.visible_precision
+        precision = self._precision_given(h, visible_precision)
         return self.b + F.linear(s * h, self.W) / precision, precision
 
     def sample_visible(
-        self, h: torch.Tensor, s: torch.Tensor, generator: torch.Generator | None = None
+        self,
+        h: torch.Tensor,
+        s: torch.Tensor,
+        generator: torch.Generator | None = None,
+        visible_precision: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """v ~ p(v | s, h): (B, M), (B, M) -> (B, D)."""
-        mean, precision = self.visible_given(h, s)
-        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
-        return mean + noise * precision.rsqrt()
+        mean, precision = self.visible_given(h, s, visible_precision)
+        return gaussian_draw(mean, precision.rsqrt(), generator)
 
     def reconstruction(self, v: torch.Tensor) -> torch.Tensor:
         """The visible mean given the expected spikes and slab products E[h s | v]."""
@@ -167,12 +183,15 @@ class SpikeSlabRBM(_RBM):
     def gibbs(
         self, v: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """k sweeps h ~ p(h | v), s ~ p(s | v, h), v ~ p(v | s, h) (k = 0 returns v)."""
+        """k sweeps h ~ p(h | v), s ~ p(s | v, h), v ~ p(v | s, h) (k = 0 returns v);
+        Lambda, which costs a D x D product, is computed once for the k sweeps."""
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
+            visible_precision = self.visible_precision
             for _ in range(k):
                 h = self.sample_hidden(v, generator)
-                v = self.sample_visible(h, self.sample_slab(v, h, generator), generator)
+                s = self.sample_slab(v, h, generator)
+                v = self.sample_visible(h, s, generator, visible_precision)
         return v
 
     def hidden_log_weights(self, h: torch.Tensor) -> torch.Tensor:
@@ -186,7 +205,7 @@ class SpikeSlabRBM(_RBM):
         reduce both to the M x M matrix K = I - U^T diag(1/d) U (Cholesky-factored).
         """
         alpha = self.alpha
-        d = self.visible_precision + h @ self.spike_penalty.T  # (B, D)
+        d = self._precision_given(h, self.visible_precision)  # (B, D)
         u = self.W[None] * (h / alpha.sqrt())[:, None, :]  # (B, D, M)
         scaled = u / d[:, :, None]
         eye = torch.eye(self.n_hidden, dtype=h.dtype, device=h.device)
@@ -196,9 +215,8 @@ class SpikeSlabRBM(_RBM):
         w = torch.linalg.solve_triangular(chol, r[:, :, None], upper=False).squeeze(2)
         quadratic = (m**2 / d).sum(1) + (w**2).sum(1)
         log_det = d.log().sum(1) + 2 * chol.diagonal(dim1=1, dim2=2).log().sum(1)
-        constant = 0.5 * self.n_visible * math.log(2 * math.pi)
-        slabs = 0.5 * (math.log(2 * math.pi) - self.log_alpha).sum()
-        return h @ self.c + constant + slabs + 0.5 * (quadratic - log_det)
+        constant = 0.5 * self.n_visible * math.log(2 * math.pi) + self._slab_log_normaliser()
+        return h @ self.c + constant + 0.5 * (quadratic - log_det)
 
     def base_density(self) -> DiagonalGaussian:
         """N(b, Lambda^-1), detached: the visible density with the spikes off and the

@@ -32,7 +32,13 @@ from torch.nn import functional as F
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyModel
-from ebmlab.energies.boltzmann import ENUMERATION_LIMIT, bernoulli_draw, binary_states
+from ebmlab.energies.boltzmann import (
+    ENUMERATION_LIMIT,
+    bernoulli_draw,
+    binary_states,
+    gaussian_draw,
+    register_log_sigma,
+)
 
 
 class ConditionalRBM(EnergyModel):
@@ -69,11 +75,7 @@ class ConditionalRBM(EnergyModel):
         self.B = nn.Parameter(torch.randn(n_hidden, order * n_visible) * init_std)
         self.b = nn.Parameter(torch.zeros(n_visible))
         self.c = nn.Parameter(torch.zeros(n_hidden))
-        log_sigma = torch.zeros(n_visible)
-        if learn_sigma:
-            self.log_sigma = nn.Parameter(log_sigma)
-        else:
-            self.register_buffer("log_sigma", log_sigma)
+        register_log_sigma(self, n_visible, 1.0, learn_sigma)
 
     @property
     def sigma(self) -> torch.Tensor:
@@ -135,16 +137,17 @@ class ConditionalRBM(EnergyModel):
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             b_t, c_t = self.dynamic_biases(history)
+            sigma = self.sigma
             for _ in range(k):
-                h = bernoulli_draw(torch.sigmoid(c_t + (v / self.sigma) @ self.W), generator)
-                mean = b_t + self.sigma * F.linear(h, self.W)
-                noise = torch.randn(mean.shape, generator=generator, dtype=v.dtype, device=v.device)
-                v = mean + self.sigma * noise
+                h = bernoulli_draw(torch.sigmoid(c_t + (v / sigma) @ self.W), generator)
+                v = gaussian_draw(b_t + sigma * F.linear(h, self.W), sigma, generator)
         return v
 
-    def _hidden_terms(self, history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _hidden_terms(
+        self, history: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """log weights c_t^T h + (b_t / sigma)^T W h + |W h|^2 / 2 of every hidden state
-        (B, 2^M), with the states (2^M, M)."""
+        (B, 2^M), with the states (2^M, M) and the visible biases b_t (B, D)."""
         if self.n_hidden > ENUMERATION_LIMIT:
             raise ArgumentError(
                 f"exact conditional quantities enumerate the hidden units; use at most "
@@ -154,11 +157,11 @@ class ConditionalRBM(EnergyModel):
         b_t, c_t = self.dynamic_biases(history)
         wh = states @ self.W.T  # (2^M, D)
         terms = c_t @ states.T + (b_t / self.sigma) @ wh.T + 0.5 * (wh**2).sum(1)
-        return terms, states
+        return terms, states, b_t
 
     def log_partition(self, history: torch.Tensor) -> torch.Tensor:
         """Exact log Z(x) of each history (B, n D) -> (B,), enumerating the hidden units."""
-        terms, _ = self._hidden_terms(history)
+        terms = self._hidden_terms(history)[0]
         normaliser = self.log_sigma.sum() + 0.5 * self.n_visible * math.log(2 * math.pi)
         return torch.logsumexp(terms, 1) + normaliser
 
@@ -169,9 +172,9 @@ class ConditionalRBM(EnergyModel):
     def predict(self, history: torch.Tensor) -> torch.Tensor:
         """The exact conditional mean E[v_t | x] = b_t + sigma * (W E[h | x]) of the next
         frame after each history (B, n D) -> (B, D)."""
-        terms, states = self._hidden_terms(history)
+        terms, states, b_t = self._hidden_terms(history)
         expected_h = torch.softmax(terms, 1) @ states
-        return F.linear(history, self.A, self.b) + self.sigma * F.linear(expected_h, self.W)
+        return b_t + self.sigma * F.linear(expected_h, self.W)
 
     def generate(
         self,

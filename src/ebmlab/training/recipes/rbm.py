@@ -79,6 +79,7 @@ MODELS = [
     "dbm",
 ]
 BINARY = ("bernoulli", "subspace", "classification", "dbn", "dbm")
+REAL = ("gaussian", "spike_slab")  # standardised grey levels
 OBJECTIVES = ["discriminative", "generative", "hybrid"]
 
 
@@ -220,7 +221,7 @@ class RBMTask(Task):
             self.dbm = DBMLearning(self.model, self.n_chains, config.k)
             self.pretrained = not config.pretrain_epochs
             visible_biases = base_rate_logits(self.train.x)
-        elif config.model in ("gaussian", "spike_slab"):
+        elif config.model in REAL:
             self.train, self.val, self.test = standardised([self.train, self.val, self.test])
             real = GaussianBernoulliRBM if config.model == "gaussian" else SpikeSlabRBM
             self.model = real(d, config.n_hidden)
@@ -358,7 +359,7 @@ class RBMTask(Task):
     @property
     def value_range(self) -> tuple[float, float]:
         """Pixel range of the visible vectors as displayed."""
-        if self.config.model in ("gaussian", "spike_slab"):
+        if self.config.model in REAL:
             return float(self.train.x.min()), float(self.train.x.max())
         return 0.0, 1.0
 
