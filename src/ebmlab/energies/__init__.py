@@ -30,6 +30,7 @@ from ebmlab.energies.boltzmann import (
 )
 from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy
 from ebmlab.energies.conv import ConvEnergy, ConvNet, ImageEnergy
+from ebmlab.energies.gated import GatedRBM
 from ebmlab.energies.mlp import FeedForward, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.energies.resnet import SNResNet, WideResNet
 from ebmlab.energies.spike_slab import SpikeSlabRBM
@@ -65,6 +66,7 @@ __all__ = [
     "EnergyModel",
     "FeedForward",
     "Funnel",
+    "GatedRBM",
     "Gaussian",
     "GaussianBernoulliRBM",
     "GaussianMixture",

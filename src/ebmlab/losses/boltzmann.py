@@ -4,7 +4,9 @@
 with log Z summed over all 2^D states (Tomczak 2024, eqs. 6.32 and 6.41), so autograd
 gives the exact gradient. :func:`classification_rbm_loss` trains a classification RBM
 discriminatively, generatively or by their hybrid (Larochelle & Bengio 2008), and
-:func:`conditional_cd_loss` a conditional RBM on sequences (Taylor et al. 2007).
+:func:`conditional_cd_loss` the RBMs of one variable given another: the conditional RBM
+on sequences (Taylor et al. 2007) and the gated RBM on image pairs (Memisevic & Hinton
+2010).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import BoltzmannMachine, ClassificationRBM, binary_states
+from ebmlab.energies.gated import GatedRBM
 from ebmlab.energies.temporal import ConditionalRBM
 from ebmlab.partition.exact import MAX_ENUMERATION_BITS
 
@@ -55,15 +58,17 @@ def classification_rbm_loss(
 
 
 def conditional_cd_loss(
-    model: ConditionalRBM,
+    model: ConditionalRBM | GatedRBM,
     v: torch.Tensor,
-    history: torch.Tensor,
+    condition: torch.Tensor,
     *,
     k: int = 1,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """CD-k surrogate of -log p(v | x) for a conditional RBM (Taylor et al. 2007, eq. 4):
-    mean F(v | x) - mean F(v' | x), where v' runs k Gibbs steps from v with its history
-    x held fixed, so its gradient is CD's estimate of the conditional likelihood's."""
-    negatives = model.gibbs(v, history, k, generator)
-    return (model.free_energy(v, history) - model.free_energy(negatives, history)).mean()
+    """CD-k surrogate of -log p(v | condition) for a conditional RBM (Taylor et al. 2007,
+    eq. 4) given its histories, or a gated RBM (Memisevic & Hinton 2010) given its
+    inputs: mean F(v | condition) - mean F(v' | condition), where v' runs k Gibbs steps
+    from v with the condition held fixed, so its gradient is CD's estimate of the
+    conditional likelihood's."""
+    negatives = model.gibbs(v, condition, k, generator)
+    return (model.free_energy(v, condition) - model.free_energy(negatives, condition)).mean()
