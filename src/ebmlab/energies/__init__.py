@@ -30,6 +30,7 @@ from ebmlab.energies.boltzmann import (
 )
 from ebmlab.energies.classifier import ClassConditionalEnergy, ClassifierEnergy
 from ebmlab.energies.conv import ConvEnergy, ConvNet, ImageEnergy
+from ebmlab.energies.conv_rbm import ConvolutionalRBM
 from ebmlab.energies.gated import GatedRBM
 from ebmlab.energies.mlp import FeedForward, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.energies.resnet import SNResNet, WideResNet
@@ -56,6 +57,7 @@ __all__ = [
     "ConditionalRBM",
     "ConvEnergy",
     "ConvNet",
+    "ConvolutionalRBM",
     "DeepBeliefNetwork",
     "DeepBoltzmannMachine",
     "DiagonalGaussian",

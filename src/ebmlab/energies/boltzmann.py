@@ -132,17 +132,22 @@ class _RBM(EnergyModel):
 
     Subclasses define ``hidden_logits(v)``, ``joint_energy(v, h)``, the free energy
     given the hidden logits, ``visible_mean(h)`` = E[v | h] and ``sample_visible(h)``;
-    ``energy(v)`` is the free energy F(v) and ``energy(v, h)`` the joint energy.
+    ``energy(v)`` is the free energy F(v) and ``energy(v, h)`` the joint energy. The
+    parameters are a dense weight matrix W (D x M) and biases b (D) and c (M) unless a
+    subclass lays them out otherwise in ``init_parameters``.
     """
 
     def __init__(self, n_visible: int, n_hidden: int, init_std: float) -> None:
         super().__init__()
         self.n_visible = _checks.positive_int("n_visible", n_visible)
         self.n_hidden = _checks.positive_int("n_hidden", n_hidden)
-        _checks.positive("init_std", init_std, allow_zero=True)
-        self.W = nn.Parameter(torch.randn(n_visible, n_hidden) * init_std)
-        self.b = nn.Parameter(torch.zeros(n_visible))
-        self.c = nn.Parameter(torch.zeros(n_hidden))
+        self.init_parameters(_checks.positive("init_std", init_std, allow_zero=True))
+
+    def init_parameters(self, init_std: float) -> None:
+        """Create W (D x M) with N(0, init_std^2) entries, and zero biases b and c."""
+        self.W = nn.Parameter(torch.randn(self.n_visible, self.n_hidden) * init_std)
+        self.b = nn.Parameter(torch.zeros(self.n_visible))
+        self.c = nn.Parameter(torch.zeros(self.n_hidden))
 
     def energy(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         if h is not None:

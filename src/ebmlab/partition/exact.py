@@ -96,6 +96,7 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
       its non-zero couplings when that is narrower than the model, else enumeration of
       all 2^D states (:func:`boltzmann_log_partition`);
     - :class:`~ebmlab.energies.DeepBoltzmannMachine`: enumeration of the first hidden layer;
+    - :class:`~ebmlab.energies.ConvolutionalRBM`: its dense RBM (``as_rbm``), as above;
     - :class:`~ebmlab.energies.SubspaceRBM`: enumeration of the products h_j s_jk (or of x
       when it is shorter);
     - :class:`~ebmlab.energies.ClassificationRBM`: a sum over labels of Bernoulli RBMs
@@ -113,9 +114,12 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
         GaussianBernoulliRBM,
         SubspaceRBM,
     )
+    from ebmlab.energies.conv_rbm import ConvolutionalRBM
     from ebmlab.energies.spike_slab import SpikeSlabRBM
     from ebmlab.partition.quadrature import quadrature_log_partition
 
+    if isinstance(model, ConvolutionalRBM):
+        model = model.as_rbm()
     if isinstance(model, SpikeSlabRBM):
         return _spike_enumeration(model)
     if isinstance(model, GaussianBernoulliRBM | CategoricalRBM):

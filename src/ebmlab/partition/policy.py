@@ -24,6 +24,7 @@ from ebmlab.energies.boltzmann import (
     GaussianBernoulliRBM,
     SubspaceRBM,
 )
+from ebmlab.energies.conv_rbm import ConvolutionalRBM
 from ebmlab.energies.spike_slab import SpikeSlabRBM
 from ebmlab.partition.ais import ais, raise_, rbm_ais
 from ebmlab.partition.elimination import elimination_order
@@ -50,6 +51,9 @@ def enumeration_bits(model) -> int | None:
     elimination if smaller; 0 for a closed form, None where neither applies."""
     if isinstance(model, AnalyticEnergy):
         return 0
+    if isinstance(model, ConvolutionalRBM):
+        bits = min(model.n_visible, model.n_hidden)
+        return model.n_hidden if model.visible == "gaussian" else bits
     if isinstance(model, GaussianBernoulliRBM | CategoricalRBM | SpikeSlabRBM):
         return model.n_hidden
     if isinstance(model, SubspaceRBM):
@@ -80,8 +84,8 @@ def log_partition(
 
     Args:
         model: an ebmlab energy with a known structure: the Boltzmann family (Bernoulli,
-            Gaussian, spike-and-slab, categorical, subspace and classification RBMs,
-            Boltzmann machines,
+            Gaussian, spike-and-slab, categorical, subspace, classification and
+            convolutional RBMs, the last through its dense view, Boltzmann machines,
             DBMs) or an analytic density.
         method: ``exact`` (enumeration, elimination or closed form), ``ais``, ``raise``
             (reverse AIS, Burda et al. 2015), ``bethe``, ``trw`` (an upper bound),
@@ -103,6 +107,8 @@ def log_partition(
     """
     _checks.one_of("method", method, METHODS)
     name = type(model).__name__
+    if isinstance(model, ConvolutionalRBM):
+        model = model.as_rbm()
     if method == "auto":
         bits = enumeration_bits(model)
         if bits is None:

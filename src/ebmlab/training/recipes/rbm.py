@@ -10,6 +10,9 @@
 - ``spike_slab``: the µ-ssRBM (Courville et al. 2011) on standardised grey levels, with
   ``n_hidden`` spike-and-slab pairs, CD through the free energy; its log Z is exact by
   enumerating the spikes, else AIS from N(b, Lambda^-1) with HMC transitions;
+- ``conv``: a convolutional RBM (Lee et al. 2009) on binarised images with ``n_hidden``
+  filters of ``filter_size`` pixels square and one visible bias per pixel, CD through
+  the free energy; its log Z goes through the dense view (exact or AIS);
 - ``subspace``: the subspace RBM (eqs. 6.44-6.47) with ``n_hidden`` gates of
   ``n_subspace`` units each, CD through the free energy;
 - ``classification``: the joint RBM over images and labels (Larochelle & Bengio 2008),
@@ -50,6 +53,7 @@ from ebmlab.energies import (
     BernoulliRBM,
     CategoricalRBM,
     ClassificationRBM,
+    ConvolutionalRBM,
     DeepBeliefNetwork,
     DeepBoltzmannMachine,
     GaussianBernoulliRBM,
@@ -73,12 +77,13 @@ MODELS = [
     "categorical",
     "gaussian",
     "spike_slab",
+    "conv",
     "subspace",
     "classification",
     "dbn",
     "dbm",
 ]
-BINARY = ("bernoulli", "subspace", "classification", "dbn", "dbm")
+BINARY = ("bernoulli", "conv", "subspace", "classification", "dbn", "dbm")
 REAL = ("gaussian", "spike_slab")  # standardised grey levels
 OBJECTIVES = ["discriminative", "generative", "hybrid"]
 
@@ -92,9 +97,11 @@ class RBMConfig:
             reads grey levels or real values.
         data_root: directory holding published data sets (else $EBMLAB_DATA).
         model: Bernoulli, categorical (17 grey levels), Gaussian-Bernoulli,
-            spike-and-slab, subspace or classification RBM, deep belief network or deep
-            Boltzmann machine.
-        n_hidden: hidden units (of the first hidden layer for dbn and dbm).
+            spike-and-slab, convolutional, subspace or classification RBM, deep belief
+            network or deep Boltzmann machine.
+        n_hidden: hidden units (of the first hidden layer for dbn and dbm; filters for
+            conv).
+        filter_size: side of the square filters (conv).
         n_hidden2: units of the second hidden layer (dbn, dbm).
         n_subspace: subspace units per gate (subspace).
         k: Gibbs steps per update (CD-k or PCD-k).
@@ -122,6 +129,7 @@ class RBMConfig:
     n_hidden: int = 16
     n_hidden2: int = 16
     n_subspace: int = 1
+    filter_size: int = 5
     k: int = 5
     persistent: bool = True
     n_chains: int = 100
@@ -144,6 +152,7 @@ class RBMConfig:
         _checks.positive_int("n_hidden", self.n_hidden)
         _checks.positive_int("n_hidden2", self.n_hidden2)
         _checks.positive_int("n_subspace", self.n_subspace)
+        _checks.positive_int("filter_size", self.filter_size)
         enumerated = {
             "gaussian": ("hidden units", self.n_hidden),
             "dbm": ("hidden units", self.n_hidden),
@@ -238,6 +247,11 @@ class RBMTask(Task):
         elif config.model == "subspace":
             self.model = SubspaceRBM(d, config.n_hidden, config.n_subspace)
             visible_biases = base_rate_logits(self.train.x)
+        elif config.model == "conv":
+            shape = self.train.image_shape
+            self.model = ConvolutionalRBM(shape, config.n_hidden, config.filter_size,
+                                          visible_bias="pixel")  # fmt: skip
+            visible_biases = base_rate_logits(self.train.x).view(shape)
         else:
             self.model = BernoulliRBM(d, config.n_hidden)
             visible_biases = base_rate_logits(self.train.x)
@@ -341,10 +355,20 @@ class RBMTask(Task):
         return self.model.gibbs(start, steps, generator)
 
     def filters(self) -> torch.Tensor:
-        """The first layer's weights, one column per hidden unit (D x M)."""
+        """The first layer's weights, one column per hidden unit (D x M), or per filter
+        of a convolutional RBM (C r r x K)."""
         if self.dbm is not None:
             return self.model.W1
+        if isinstance(self.model, ConvolutionalRBM):
+            return self.model.filter_images().T
         return self.model.W.flatten(1)  # a subspace RBM's D x M x K as D x (M K)
+
+    @property
+    def filter_shape(self) -> tuple[int, ...]:
+        """The shape of one filter as an image."""
+        if isinstance(self.model, ConvolutionalRBM):
+            return self.model.W.shape[1:]
+        return self.train.image_shape
 
     def images(self, v: torch.Tensor, soft: bool = False) -> torch.Tensor:
         """Visible vectors as pixel intensities in [0, 1] (grey level / 16 for categorical
@@ -370,7 +394,7 @@ class RBMTask(Task):
         image_grid(
             filters,
             run.path / "filters.png",
-            image_shape=shape,
+            image_shape=self.filter_shape,
             value_range=(lo, hi),
             title="filters (first-layer weights)",
         )
@@ -592,8 +616,8 @@ def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
 register(
     Recipe[RBMConfig, RBMTask](
         name="rbm",
-        help="RBMs (bernoulli, categorical, gaussian, spike_slab, subspace, classification), "
-        "DBNs and DBMs",
+        help="RBMs (bernoulli, categorical, gaussian, spike_slab, conv, subspace, "
+        "classification), DBNs and DBMs",
         config_cls=RBMConfig,
         build=build,
         evaluate=evaluate,
