@@ -20,7 +20,11 @@ from ebmlab.partition.exact import (
     exact_log_partition,
     rbm_log_partition,
 )
-from ebmlab.partition.plefka import plefka_log_partition
+from ebmlab.partition.plefka import (
+    plefka_free_energy,
+    plefka_log_partition,
+    plefka_magnetisations,
+)
 from ebmlab.partition.policy import enumeration_bits, log_partition
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition, quadrature_sample
 from ebmlab.partition.smc import smc
@@ -47,7 +51,9 @@ __all__ = [
     "pairwise_marginals",
     "perturb_and_map_log_partition",
     "perturbed_map",
+    "plefka_free_energy",
     "plefka_log_partition",
+    "plefka_magnetisations",
     "quadrature_log_partition",
     "quadrature_sample",
     "raise_",

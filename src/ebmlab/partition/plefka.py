@@ -35,28 +35,37 @@ ORDERS = (1, 2, 3)
 _CLAMP = 1e-12  # magnetisations are kept in [_CLAMP, 1 - _CLAMP] for the entropy
 
 
-def _entropy(m: torch.Tensor) -> torch.Tensor:
-    m = m.clamp(_CLAMP, 1 - _CLAMP)
-    return -(m * m.log() + (1 - m) * (1 - m).log()).sum()
+def plefka_free_energy(
+    m: torch.Tensor, fields: torch.Tensor, couplings: torch.Tensor, edges: torch.Tensor, order: int
+) -> torch.Tensor:
+    """S(m) + U(m), the negative Gibbs free energy of the expansion to ``order`` at
+    magnetisations m (..., n): (...). Its maximum over m is the estimate of log Z, and
+    at that maximum its gradient in the fields and couplings is the estimate's
+    (Gabrié, Tramel & Krzakala 2015, eq. 7), so autograd through it with m held fixed
+    gives the gradient of the approximate log Z."""
+    clamped = m.clamp(_CLAMP, 1 - _CLAMP)
+    entropy = -(clamped * clamped.log() + (1 - clamped) * (1 - clamped).log()).sum(-1)
+    return entropy + _interaction(m, fields, couplings, edges, order)
 
 
 def _interaction(
     m: torch.Tensor, fields: torch.Tensor, couplings: torch.Tensor, edges: torch.Tensor, order: int
 ) -> torch.Tensor:
-    """U(m): the terms of the expansion besides the entropy, up to ``order``."""
+    """U(m): the terms of the expansion besides the entropy, up to ``order``, for
+    magnetisations (..., n) -> (...)."""
     i, j = edges[:, 0], edges[:, 1]
-    value = fields @ m + (couplings * m[i] * m[j]).sum()
+    value = m @ fields + (couplings * m[..., i] * m[..., j]).sum(-1)
     if order >= 2:
         v = m * (1 - m)
-        value = value + 0.5 * (couplings**2 * v[i] * v[j]).sum()
+        value = value + 0.5 * (couplings**2 * v[..., i] * v[..., j]).sum(-1)
     if order >= 3:
         w = m * (1 - m) * (0.5 - m)
-        value = value + (2.0 / 3.0) * (couplings**3 * w[i] * w[j]).sum()
+        value = value + (2.0 / 3.0) * (couplings**3 * w[..., i] * w[..., j]).sum(-1)
     return value
 
 
-def _has_triangle(edges: torch.Tensor) -> bool:
-    """Whether some three sites are coupled in a cycle."""
+def has_triangle(edges: torch.Tensor) -> bool:
+    """Whether some three sites of the graph ``edges`` (E, 2) are coupled in a cycle."""
     neighbours: dict[int, set[int]] = {}
     pairs = edges.tolist()
     for i, j in pairs:
@@ -71,21 +80,26 @@ def plefka_magnetisations(
     edges: torch.Tensor,
     order: int = 2,
     *,
+    init: torch.Tensor | None = None,
     damping: float = 0.5,
     max_iter: int = 2000,
     tol: float = 1e-10,
 ) -> tuple[torch.Tensor, dict]:
-    """The stationary magnetisations m (n,) of the order-``order`` free energy, by damped
-    iteration of m = sigmoid(dU/dm), and a report (iterations, last change, converged)."""
-    m = torch.sigmoid(fields)
+    """Stationary magnetisations of the order-``order`` free energy, by damped iteration
+    of m = sigmoid(dU/dm) from ``init`` (n,) or a batch of starts (P, n) (default: the
+    mean field of the fields alone), and a report (iterations, last change, converged).
+    ``tol=0`` runs exactly ``max_iter`` iterations without reading the change back."""
+    m = torch.sigmoid(fields) if init is None else init
     change, iterations = float("inf"), 0
     while iterations < max_iter and change >= tol:
         iterations += 1
         with torch.enable_grad():
             mg = m.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(_interaction(mg, fields, couplings, edges, order), mg)
+            energy = _interaction(mg, fields, couplings, edges, order).sum()
+            (grad,) = torch.autograd.grad(energy, mg)
         new = damping * m + (1 - damping) * torch.sigmoid(grad)
-        change = float((new - m).abs().max())
+        if tol > 0:
+            change = float((new - m).abs().max())
         m = new
     return m, {"iterations": iterations, "max_change": change, "converged": change < tol}
 
@@ -124,7 +138,7 @@ def plefka_log_partition(
     start = time.perf_counter()
     graph = model.as_rbm() if isinstance(model, DeepBoltzmannMachine) else model
     theta_i, theta_ij, edges = pairwise_potentials(graph, drop_zero=True)
-    if order == 3 and isinstance(model, BoltzmannMachine) and _has_triangle(edges):
+    if order == 3 and isinstance(model, BoltzmannMachine) and has_triangle(edges):
         raise ArgumentError(
             "order 3 needs a graph without triangles (its triangle terms are not part of "
             "this expansion); this Boltzmann machine has couplings around a triangle: use "
@@ -135,7 +149,7 @@ def plefka_log_partition(
         m, report = plefka_magnetisations(
             fields, couplings, edges, order, damping=damping, max_iter=max_iter, tol=tol
         )
-        value = float(_entropy(m) + _interaction(m, fields, couplings, edges, order))
+        value = float(plefka_free_energy(m, fields, couplings, edges, order))
     cost = {**report, "seconds": time.perf_counter() - start}
     method = {1: "mean_field", 2: "tap", 3: "tap3"}[order]
     lower = value if order == 1 else -float("inf")
