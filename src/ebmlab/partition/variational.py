@@ -28,6 +28,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT
 from ebmlab.partition.estimate import LogZEstimate
+from ebmlab.partition.graph_cut import max_attractive
 
 EULER_GAMMA = 0.5772156649015329
 
@@ -181,7 +182,10 @@ def perturbed_map(
     Bernoulli RBM: each unit's two states get independent standard Gumbel noise, and
     max_x (-E(x) + sum_i gamma_i(x_i)) is found by enumeration (a Boltzmann machine's
     2^D states; an RBM's smaller layer, the other layer's maximum being separable in
-    closed form given it), in chunks of ``MAP_CHUNK`` states.
+    closed form given it), in chunks of ``MAP_CHUNK`` states, or, for a model too wide
+    to enumerate whose couplings are all non-negative, by a minimum cut
+    (:func:`ebmlab.partition.graph_cut.max_attractive`; the noise only moves the fields,
+    so every perturbed copy stays attractive).
 
     Returns:
         (the maxima (n_samples,), the maximising states (n_samples, D) of a Boltzmann
@@ -194,13 +198,11 @@ def perturbed_map(
             f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
         )
     device = model.b.device
+    if _map_width(model) > ENUMERATION_LIMIT:
+        return _perturbed_cuts(model, n_samples, generator)
     with torch.no_grad():
         if isinstance(model, BoltzmannMachine):
             d = model.n_visible
-            if d > ENUMERATION_LIMIT:
-                raise ArgumentError(
-                    f"exact MAP enumerates 2^D states; D must be <= {ENUMERATION_LIMIT}, got {d}"
-                )
             states = binary_states(d, device=device).double()
             neg_energy = -model.energy(states.to(model.b.dtype)).double()
             g = _gumbel((n_samples, d, 2), generator, device)
@@ -212,11 +214,6 @@ def perturbed_map(
             maxima, best = scores.max(1)
             return maxima, states[best]
         W, b, c = model.W.detach().double(), model.b.detach().double(), model.c.detach().double()
-        if min(W.shape) > ENUMERATION_LIMIT:
-            raise ArgumentError(
-                "exact MAP enumerates the smaller layer; it must have at most "
-                f"{ENUMERATION_LIMIT} units, got {min(W.shape)}"
-            )
         swapped = W.shape[1] > W.shape[0]
         if swapped:  # enumerate the visible layer instead of the hidden one
             W, b, c = W.T, c, b
@@ -245,6 +242,35 @@ def perturbed_map(
         return maxima, torch.cat([visible, hidden], 1)
 
 
+def _map_width(model) -> int:
+    """The units exact MAP by enumeration would have to enumerate."""
+    from ebmlab.energies.boltzmann import BoltzmannMachine
+
+    return model.n_visible if isinstance(model, BoltzmannMachine) else min(model.W.shape)
+
+
+def _perturbed_cuts(
+    model, n_samples: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`perturbed_map` by one minimum cut per perturbed copy, for attractive models
+    too wide to enumerate."""
+    theta_i, theta_ij, edges = pairwise_potentials(model, drop_zero=True)
+    fields, couplings = theta_i[:, 1], theta_ij[:, 1, 1]
+    if (couplings < 0).any():
+        raise ArgumentError(
+            f"exact MAP enumerates at most {ENUMERATION_LIMIT} units (of the smaller layer "
+            "of an RBM); beyond that it uses graph cuts, which need non-negative couplings, "
+            f"but the smallest is {float(couplings.min()):.4g}"
+        )
+    g = _gumbel((n_samples, len(fields), 2), generator, fields.device)
+    shift = g[:, :, 1] - g[:, :, 0]
+    states = torch.stack([max_attractive(fields + row, couplings, edges) for row in shift])
+    i, j = edges[:, 0], edges[:, 1]
+    pairs = (couplings * states[:, i] * states[:, j]).sum(1)
+    maxima = states @ fields + pairs + (shift * states).sum(1) + g[:, :, 0].sum(1)
+    return maxima, states
+
+
 def perturb_and_map_log_partition(
     model,
     *,
@@ -264,7 +290,7 @@ def perturb_and_map_log_partition(
     maxima, _ = perturbed_map(model, n_samples, gen)
     cost = {
         "n_samples": n_samples,
-        "map_solver": "enumeration",
+        "map_solver": "enumeration" if _map_width(model) <= ENUMERATION_LIMIT else "graph cut",
         "seconds": time.perf_counter() - start,
     }
     return LogZEstimate(
