@@ -138,6 +138,18 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
         Trainer(NoisyRegression(), data(), config(), tmp_path).fit(resume=True)
 
 
+def test_resume_refuses_changed_data_unless_allowed(tmp_path, capsys):
+    Trainer(NoisyRegression(), data(), config(epochs=1), tmp_path).fit()
+    x, y = data()
+    changed = (x, y + 1e-3)
+    with pytest.raises(ValueError, match=r"training data changed.*--allow-data-change"):
+        Trainer(NoisyRegression(), changed, config(epochs=2), tmp_path).fit(resume=True)
+    Trainer(NoisyRegression(), data(), config(epochs=2), tmp_path).fit(resume=True)
+    allowed = config(epochs=3, allow_data_change=True)
+    Trainer(NoisyRegression(), changed, allowed, tmp_path).fit(resume=True)
+    assert "resuming on the new data" in capsys.readouterr().err
+
+
 def test_bad_config_and_data():
     with pytest.raises(ValueError, match="optimizer must be one of"):
         TrainerConfig(optimizer="adagrad")
@@ -267,3 +279,22 @@ def test_ema_follows_its_recursion_validates_with_it_and_resumes(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(trainer.ema.shadow, again.ema.shadow, strict=True))
     with pytest.raises(ValueError, match="ema"):
         TrainerConfig(ema=1.0)
+
+
+def test_fingerprints_of_rows_on_disk_see_a_rewritten_block(tmp_path, monkeypatch):
+    from ebmlab.data.encoding import EncodedRows, Encoding
+    from ebmlab.training import fingerprint
+
+    monkeypatch.setattr(fingerprint, "BLOCK_BYTES", 16)  # sample 64 blocks of 16 bytes
+    path = tmp_path / "rows.u8"
+    np.arange(64 * 100, dtype=np.uint8).tofile(path)
+    stored = np.memmap(path, dtype=np.uint8, mode="r+", shape=(100, 64))
+    rows = EncodedRows(stored, Encoding("raw", 0, 255, 255, 128), (64,))
+    before = fingerprint.data_fingerprint((rows,))
+    assert fingerprint.data_fingerprint((rows,)) == before
+    assert (
+        fingerprint.data_fingerprint((EncodedRows(stored, rows.encoding, (64,), np.arange(99)),))
+        != before
+    )
+    stored[0, :16] += 1  # the first sampled block
+    assert fingerprint.data_fingerprint((rows,)) != before

@@ -37,6 +37,7 @@ from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import load_newest_good, save_checkpoint
 from ebmlab.training.ema import WeightAverage
+from ebmlab.training.fingerprint import data_fingerprint
 from ebmlab.training.preemption import Preemption
 from ebmlab.training.run_dir import RunDirectory, RunDirectoryBusyError
 
@@ -127,6 +128,8 @@ class TrainerConfig:
         prefetch: batches each DataLoader worker loads ahead.
         ema: decay of a moving average of the weights used for evaluation (0: none).
         preempt_grace: seconds from SIGTERM/SIGINT to the checkpoint at most.
+        allow_data_change: resume even when the training data's fingerprint differs
+            from the one the checkpoint recorded (else the resume is refused).
     """
 
     CHOICES: ClassVar[dict[str, Sequence[str]]] = {
@@ -167,6 +170,7 @@ class TrainerConfig:
     prefetch: int = 2
     ema: float = 0.0
     preempt_grace: float = 30.0
+    allow_data_change: bool = False
 
     def __post_init__(self) -> None:
         _checks.positive_int("epochs", self.epochs)
@@ -305,6 +309,7 @@ class Trainer:
         if self.config.compile:
             compile_networks(task.model, self.config.compile_mode)
         self.train_data = tuple(t.to(self.device) for t in train_data)
+        self.data_fingerprint = data_fingerprint(train_data) if run_dir is not None else None
         # rows kept on disk are read by a DataLoader (workers, pinned memory); tensors
         # are indexed where they live
         self.streamed = any(isinstance(t, EncodedRows) for t in train_data)
@@ -357,6 +362,7 @@ class Trainer:
         rngs = distributed.all_objects(rng)
         return {
             "format": 1,
+            "data": self.data_fingerprint,
             "model": self.task.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             **({"grad_scaler": self.scaler.state_dict()} if self.scaler else {}),
@@ -379,6 +385,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a full training state of :meth:`state_dict` (onto this trainer's device)."""
+        self._check_data(state.get("data"))
         t = state["trainer"]
         saved_world = t.get("world_size", 1)
         if saved_world != self.world_size:
@@ -408,6 +415,21 @@ class Trainer:
                 torch.cuda.set_rng_state_all(rng["cuda"])
         else:  # another kind of generator: the run goes on, not bit for bit
             self.generator.manual_seed(distributed.rank_seed(self.config.seed) + self.step)
+
+    def _check_data(self, saved: str | None) -> None:
+        """Refuse to resume on training data whose fingerprint differs from the
+        checkpoint's, unless ``allow_data_change`` (then say so)."""
+        if saved is None or self.data_fingerprint is None or saved == self.data_fingerprint:
+            return
+        if not self.config.allow_data_change:
+            raise ArgumentError(
+                f"the training data changed since the checkpoint was written (fingerprint "
+                f"{saved[:12]}..., now {self.data_fingerprint[:12]}...); resume with "
+                "--allow-data-change to continue on the new data"
+            )
+        if self.main:
+            print("ebmlab: the training data changed since the checkpoint; resuming on the "
+                  "new data (--allow-data-change)", file=sys.stderr)  # fmt: skip
 
     def save(self, which: str = "last") -> None:
         """Write the training state to ``checkpoints/{which}.pt`` (rank 0; every rank must call
