@@ -10,8 +10,9 @@ pseudo-likelihood (which stays available as :meth:`BernoulliRBM.pseudo_likelihoo
 the partition function is exact (enumeration over the smaller layer) for small
 models and estimated by annealed importance sampling otherwise.
 :class:`GaussianBernoulliRBM` and :class:`SpikeSlabRBM` are the same estimator for
-real-valued (standardised) features, :class:`ClassificationRBM` a classifier that models
-p(x, y) with an exact p(y | x), and :class:`DBN` stacks Bernoulli RBMs greedily.
+real-valued (standardised) features and :class:`ConvolutionalRBM` for images;
+:class:`ClassificationRBM` is a classifier that models p(x, y) with an exact p(y | x),
+and :class:`DBN` stacks Bernoulli RBMs greedily.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, check_non_negative, valida
 
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import resolve_device
-from ebmlab.energies import boltzmann, spike_slab
+from ebmlab.energies import boltzmann, conv_rbm, spike_slab
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.losses import classification_rbm_loss
 from ebmlab.partition import LogZEstimate, log_partition
@@ -144,12 +145,16 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
 
     def _sync_attributes(self) -> None:
         rbm = self.rbm_
-        self.components_ = _numpy(rbm.W.T)
+        self.components_ = _numpy(self._components())
         self.intercept_hidden_ = _numpy(rbm.c)
         self.intercept_visible_ = _numpy(rbm.b)
         chains = self._cd.chains
         if chains is not None:
             self.h_samples_ = _numpy(rbm.sample_hidden(chains, self._generator))
+
+    def _components(self) -> torch.Tensor:
+        """The fitted weights as ``components_``: one row per hidden unit (M x D)."""
+        return self.rbm_.W.T
 
     def _step(self, batch: torch.Tensor) -> None:
         self._cd.accumulate(batch, self._generator)
@@ -300,6 +305,76 @@ class BernoulliRBM(_RBMEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True
         return tags
+
+
+class ConvolutionalRBM(BernoulliRBM):
+    """Convolutional RBM (Lee et al. 2009) as a feature extractor for images in [0, 1],
+    trained by (persistent) CD through its free energy.
+
+    The arguments are :class:`BernoulliRBM`'s (without ``centering`` and
+    ``matmul_dtype``), with ``n_components`` filters of ``filter_size`` pixels square
+    over images of ``image_shape`` ((C, H, W) or (H, W); by default a square grey image,
+    or a 1-pixel-high row when the number of features is not a square) and one visible
+    bias per pixel. ``transform`` gives the feature maps p(h = 1 | v), flattened
+    (n_samples, K H' W'); ``components_`` holds the filters (K, C r r); ``score_samples``
+    scores through the model's dense view (exact or AIS).
+    """
+
+    def __init__(
+        self,
+        n_components: int = 8,
+        *,
+        filter_size: int = 5,
+        image_shape: tuple[int, ...] | None = None,
+        learning_rate: float = 0.05,
+        batch_size: int = 10,
+        n_iter: int = 10,
+        verbose: int = 0,
+        random_state: int | np.random.RandomState | None = None,
+        k: int = 1,
+        persistent: bool = True,
+        n_chains: int | None = None,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        lr_decay: bool = False,
+        dtype: str = "float32",
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(
+            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
+            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
+            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
+            lr_decay=lr_decay, dtype=dtype, device=device,
+        )  # fmt: skip
+        self.filter_size = filter_size
+        self.image_shape = image_shape
+
+    def _shape(self, n_features: int) -> tuple[int, ...]:
+        if self.image_shape is not None:
+            return tuple(self.image_shape)
+        side = round(n_features**0.5)
+        return (side, side) if side * side == n_features else (1, n_features)
+
+    def _build(self, data: torch.Tensor) -> conv_rbm.ConvolutionalRBM:
+        """Filters N(0, 0.1^2); visible biases at the log-odds of the pixel means."""
+        shape = self._shape(data.shape[1])
+        if int(np.prod(shape)) != data.shape[1]:
+            raise ArgumentError(
+                f"image_shape {shape} holds {int(np.prod(shape))} pixels, but X has "
+                f"{data.shape[1]} features"
+            )
+        rbm = conv_rbm.ConvolutionalRBM(
+            shape, self.n_components, self.filter_size, visible_bias="pixel", init_std=0.0
+        )
+        with torch.no_grad():
+            rbm.W.normal_(0.0, 0.1, generator=self._generator)
+            self._base_biases = boltzmann.base_rate_logits(data)
+            rbm.b.copy_(self._base_biases.view(rbm.b.shape))
+        return rbm
+
+    def _components(self) -> torch.Tensor:
+        """The filters, one row per filter (K x C r r)."""
+        return self.rbm_.filter_images()
 
 
 class _RealRBMEstimator(_RBMEstimator):

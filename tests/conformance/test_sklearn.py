@@ -16,6 +16,9 @@ ESTIMATORS = {
         4, n_iter=2, random_state=0, device=device
     ),
     "spike_slab_rbm": lambda device: sk.SpikeSlabRBM(4, n_iter=2, random_state=0, device=device),
+    "convolutional_rbm": lambda device: sk.ConvolutionalRBM(
+        3, filter_size=2, image_shape=(2, 4), n_iter=2, random_state=0, device=device
+    ),
     "classification_rbm": lambda device: sk.ClassificationRBM(
         4, n_iter=2, random_state=0, device=device
     ),

@@ -14,6 +14,7 @@ from ebmlab.partition import (
 )
 from ebmlab.sklearn import BernoulliRBM as SkRBM
 from ebmlab.sklearn import ClassificationRBM as SkClassificationRBM
+from ebmlab.sklearn import ConvolutionalRBM as SkConvolutionalRBM
 from ebmlab.sklearn import GaussianBernoulliRBM as SkGaussianRBM
 from ebmlab.sklearn import SpikeSlabRBM as SkSpikeSlabRBM
 
@@ -162,6 +163,25 @@ def test_spike_slab_estimator_extracts_features_and_scores_exactly():
     assert exact.method == "enumeration"
     scores = model.score_samples(pipe[0].transform(x[400:405]))
     assert np.isfinite(scores).all() and scores.shape == (5,)
+
+
+def test_convolutional_estimator_extracts_features_and_scores():
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    digits = load_digits()
+    x, y = digits.data[:600] / 16, digits.target[:600]
+    pipe = make_pipeline(
+        SkConvolutionalRBM(n_components=4, filter_size=5, n_iter=5, random_state=0),
+        LogisticRegression(max_iter=1000),
+    ).fit(x[:400], y[:400])
+    model = pipe[0]
+    assert model.components_.shape == (4, 25) and model.transform(x[:3]).shape == (3, 64)
+    assert pipe.score(x[400:], y[400:]) > 0.6  # 4 maps of 4 x 4 as features
+    assert np.isfinite(model.score_samples(x[400:405])).all()
+    with pytest.raises(ValueError, match=r"image_shape \(7, 7\) holds 49 pixels"):
+        SkConvolutionalRBM(image_shape=(7, 7)).fit(x)
 
 
 def test_drop_in_attributes_and_methods():
