@@ -149,6 +149,17 @@ class _RBM(EnergyModel):
         self.b = nn.Parameter(torch.zeros(self.n_visible))
         self.c = nn.Parameter(torch.zeros(self.n_hidden))
 
+    @classmethod
+    def from_parameters(cls, W: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+        """An RBM of this class built as ``cls(D, M)`` (a Bernoulli RBM, or a
+        Gaussian-Bernoulli one with sigma = 1) holding copies of W (D x M), b and c,
+        detached, on W's device and in its dtype."""
+        rbm = cls(*W.shape).to(W)
+        with torch.no_grad():
+            for param, value in ((rbm.W, W), (rbm.b, b), (rbm.c, c)):
+                param.copy_(value)
+        return rbm
+
     def energy(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
         if h is not None:
             return self.joint_energy(v, h)
@@ -191,15 +202,6 @@ class BernoulliRBM(_RBM):
 
     def __init__(self, n_visible: int, n_hidden: int, init_std: float = 0.01) -> None:
         super().__init__(n_visible, n_hidden, init_std)
-
-    @staticmethod
-    def from_parameters(W: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> BernoulliRBM:
-        """A Bernoulli RBM holding copies of W (D x M), b and c, detached, in W's dtype."""
-        rbm = BernoulliRBM(*W.shape).to(W.dtype)
-        with torch.no_grad():
-            for param, value in ((rbm.W, W), (rbm.b, b), (rbm.c, c)):
-                param.copy_(value)
-        return rbm
 
     def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(v, h) = -v^T W h - b^T v - c^T h (eq. 6.33)."""

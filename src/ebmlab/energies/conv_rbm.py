@@ -166,12 +166,8 @@ class ConvolutionalRBM(_RBM):
             weights = self.dense_weights()
             b = self._visible_bias().expand(self.image_shape).flatten()
             c = self.c.repeat_interleave(positions)
-            if self.visible == "binary":
-                return BernoulliRBM.from_parameters(weights, b, c)
-            rbm = GaussianBernoulliRBM(self.n_visible, self.n_hidden).to(weights)
-            for param, value in ((rbm.W, weights), (rbm.b, b), (rbm.c, c)):
-                param.copy_(value)
-        return rbm
+        dense = BernoulliRBM if self.visible == "binary" else GaussianBernoulliRBM
+        return dense.from_parameters(weights, b, c)
 
     def filter_images(self) -> torch.Tensor:
         """The filters as flat images (K, C r r), for pictures."""

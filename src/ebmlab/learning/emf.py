@@ -19,12 +19,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
 from ebmlab.learning.chains import PersistentChains, random_rows
-from ebmlab.partition.plefka import (
-    ORDERS,
-    has_triangle,
-    plefka_free_energy,
-    plefka_magnetisations,
-)
+from ebmlab.partition.plefka import check_order, plefka_free_energy, plefka_magnetisations
 from ebmlab.partition.variational import pairwise_potentials
 
 
@@ -60,17 +55,12 @@ class EMFLearning(PersistentChains):
             )
         super().__init__(True, n_particles)
         self.model = model
-        self.order = _checks.one_of("order", order, ORDERS)
         self.n_iter = _checks.positive_int("n_iter", n_iter)
         self.damping = _checks.probability("damping", damping)
         if damping >= 1:
             raise ArgumentError(f"damping must be below 1, got {damping}")
         self.edges = pairwise_potentials(model)[2]
-        if order == 3 and isinstance(model, BoltzmannMachine) and has_triangle(self.edges):
-            raise ArgumentError(
-                "order 3 needs a graph without triangles; a fully connected Boltzmann "
-                "machine has them: use order 2"
-            )
+        self.order = check_order(model, self.edges, order)
 
     def potentials(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The fields (n,) and couplings (E,) of the model's pairwise form, differentiable

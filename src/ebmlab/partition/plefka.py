@@ -64,7 +64,7 @@ def _interaction(
     return value
 
 
-def has_triangle(edges: torch.Tensor) -> bool:
+def _has_triangle(edges: torch.Tensor) -> bool:
     """Whether some three sites of the graph ``edges`` (E, 2) are coupled in a cycle."""
     neighbours: dict[int, set[int]] = {}
     pairs = edges.tolist()
@@ -72,6 +72,21 @@ def has_triangle(edges: torch.Tensor) -> bool:
         neighbours.setdefault(i, set()).add(j)
         neighbours.setdefault(j, set()).add(i)
     return any(neighbours[i] & neighbours[j] for i, j in pairs)
+
+
+def check_order(model, edges: torch.Tensor, order: int) -> int:
+    """Return ``order`` if the expansion to it is complete on ``model``'s graph: order 3
+    is refused on a Boltzmann machine with a triangle (an RBM, bipartite, has none)."""
+    from ebmlab.energies.boltzmann import BoltzmannMachine
+
+    _checks.one_of("order", order, ORDERS)
+    if order == 3 and isinstance(model, BoltzmannMachine) and _has_triangle(edges):
+        raise ArgumentError(
+            "order 3 needs a graph without triangles (its triangle terms are not part of "
+            "this expansion); this Boltzmann machine has couplings around a triangle: use "
+            "order 2, or bethe_log_partition"
+        )
+    return order
 
 
 def plefka_magnetisations(
@@ -128,7 +143,7 @@ def plefka_log_partition(
     Returns:
         The estimate; ``cost`` reports the iterations and whether they converged.
     """
-    from ebmlab.energies.boltzmann import BoltzmannMachine, DeepBoltzmannMachine
+    from ebmlab.energies.boltzmann import DeepBoltzmannMachine
 
     _checks.one_of("order", order, ORDERS)
     _checks.probability("damping", damping)
@@ -138,12 +153,7 @@ def plefka_log_partition(
     start = time.perf_counter()
     graph = model.as_rbm() if isinstance(model, DeepBoltzmannMachine) else model
     theta_i, theta_ij, edges = pairwise_potentials(graph, drop_zero=True)
-    if order == 3 and isinstance(model, BoltzmannMachine) and has_triangle(edges):
-        raise ArgumentError(
-            "order 3 needs a graph without triangles (its triangle terms are not part of "
-            "this expansion); this Boltzmann machine has couplings around a triangle: use "
-            "order 2, or bethe_log_partition"
-        )
+    check_order(model, edges, order)
     fields, couplings = theta_i[:, 1] - theta_i[:, 0], theta_ij[:, 1, 1]
     with torch.no_grad():
         m, report = plefka_magnetisations(
