@@ -43,6 +43,13 @@ def positive_int(name: str, value: int, *, allow_zero: bool = False) -> int:
     return value
 
 
+def positive_ints(name: str, value: Sequence[int]) -> tuple[int, ...]:
+    """Return ``value`` as a tuple if it is a sequence of ints >= 1 (layer widths)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ArgumentError(f"{name} must be a sequence of integers >= 1, got {value!r}")
+    return tuple(positive_int(name, v) for v in value)
+
+
 def probability(name: str, value: float) -> float:
     """Return ``value`` if it lies in [0, 1]."""
     positive(name, value, allow_zero=True)

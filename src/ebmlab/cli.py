@@ -37,14 +37,14 @@ from ebmlab.devices import resolve_device
 from ebmlab.partition.binary_products import quantized_available
 from ebmlab.training import (
     CheckpointError,
+    CheckpointWriteError,
     DivergenceError,
     RunDirectory,
     Trainer,
     TrainerConfig,
     distributed,
-    load_checkpoint,
 )
-from ebmlab.training.checkpoint import previous_path
+from ebmlab.training.checkpoint import load_newest_good, previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
 from ebmlab.training.run_dir import write_json
 
@@ -324,7 +324,11 @@ def load_run(
     settings = {**stored["config"], **stored["trainer"], "device": device}
     setup = recipe.build(*recipe.configs(settings))
     target = resolve_device(device)
-    state = load_checkpoint(run.checkpoints / f"{checkpoint}.pt", map_location=target)
+    # a run still training may be between writes: a damaged file gives way to the one
+    # it replaced, so readers only ever see a complete checkpoint
+    state, used, problem = load_newest_good(run.checkpoints / f"{checkpoint}.pt", target)
+    if problem:
+        print(f"ebmlab: {problem}; reading {used.name} instead", file=sys.stderr)
     setup.task.to(target)
     setup.train_data = tuple(t.to(target) for t in setup.train_data)
     setup.task.model.load_state_dict(state["model"])
@@ -332,6 +336,7 @@ def load_run(
         setup.task.model.load_state_dict(state["ema"]["average"], strict=False)
     setup.task.load_state_dict(state["task"])
     setup.task.model.eval()
+    setup.step = state["trainer"]["step"]
     return recipe, setup, run
 
 
@@ -340,7 +345,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     options = {"ood_data": args.ood_data} if args.ood_data else {}
     if options and "ood_data" not in inspect.signature(recipe.evaluate).parameters:
         raise ArgumentError(f"recipe {recipe.name!r} does not take --ood-data")
-    result = {"checkpoint": args.checkpoint, **recipe.evaluate(setup, run, **options)}
+    result = {
+        "checkpoint": args.checkpoint,
+        "step": setup.step,
+        **recipe.evaluate(setup, run, **options),
+    }
     write_json(run.path / "evaluation.json", result)
     print(json.dumps(result, indent=2, default=str))
     return 0
@@ -429,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except DivergenceError as err:
+    except (DivergenceError, CheckpointWriteError) as err:
         print(f"ebmlab: {err}", file=sys.stderr)
         return 1
 

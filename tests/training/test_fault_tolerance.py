@@ -5,7 +5,9 @@ exactly as an uninterrupted run; damaged checkpoints fall back to the previous o
 run directory has one writer at a time."""
 
 import contextlib
+import errno
 import json
+import math
 import os
 import signal
 import socket
@@ -17,7 +19,9 @@ import pytest
 import torch
 
 from ebmlab.cli import main
-from ebmlab.training import CheckpointError, load_checkpoint
+from ebmlab.training import CheckpointError, RunDirectory, Trainer, checkpoint, load_checkpoint
+from ebmlab.training.recipes import get_recipe
+from ebmlab.training.trainer import RESEED
 
 ARGS = [
     "--epochs",
@@ -237,3 +241,126 @@ def test_a_stale_lock_is_taken_over_with_a_warning_and_released(tmp_path, capsys
     assert main(["train", "density", "--out", str(run), *ARGS, "--epochs", "1"]) == 0
     assert f"taking over the lock of {run} from pid {gone.pid}" in capsys.readouterr().err
     assert not (run / ".lock").exists()
+
+
+PLANTED = {
+    "density": {"hidden": 16, "depth": 2, "sampler_steps": 5, "buffer_size": 200,
+                "quadrature_points": 16, "batch_size": 100},
+    "jem": {"arch": "mlp", "hidden": (32,), "sampler_steps": 3, "buffer_size": 60,
+            "batch_size": 32},
+    "rbm": {"n_hidden": 8, "batch_size": 50},
+}  # fmt: skip
+
+
+def runaway_chains(task):
+    """The chains a checkpoint will carry and a state they can run off to: the buffer's
+    Langevin chains far past the data (finite, so the sampler still starts from them),
+    or non-finite persistent Gibbs chains."""
+    if hasattr(task, "buffer"):
+        return task.buffer.buffer, 1e30
+    return task.cd.chains, math.nan
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_a_planted_divergence_restarts_with_reset_chains_and_a_fresh_stream(tmp_path, name):
+    """Five chains run off by the checkpoint at step 2 and the energy blows up at
+    step 3 (a weight turns infinite): the run reloads step 2, resets exactly those
+    chains, reseeds its stream, halves the learning rate and finishes finite."""
+    recipe = get_recipe(name)
+    config, trainer_config = recipe.configs(
+        {**PLANTED[name], "max_steps": 6, "checkpoint_every": 2, "divergence_restarts": 1,
+         "progress": False, "seed": 3}
+    )  # fmt: skip
+    setup = recipe.build(config, trainer_config)
+    task, step, calls = setup.task, setup.task.training_step, []
+
+    def planted(batch, generator):
+        calls.append(1)
+        if len(calls) == 3:
+            with torch.no_grad():
+                next(task.model.parameters()).view(-1)[0] = math.inf
+        result = step(batch, generator)
+        if len(calls) == 2:
+            chains, value = runaway_chains(task)
+            chains[:5] = value
+        return result
+
+    task.training_step = planted
+    trainer = Trainer(task, setup.train_data, trainer_config, tmp_path / name)
+    summary = trainer.fit()
+    assert summary["status"] == "max_steps" and summary["step"] == 6 and summary["restarts"] == 1
+    records = RunDirectory(tmp_path / name).read_metrics()
+    restart = [r for r in records if r["split"] == "restart"]
+    assert restart == [{"split": "restart", "epoch": 0, "step": 2, "lr_scale": 0.5,
+                        "chains_reset": 5}]  # fmt: skip
+    assert trainer.generator.initial_seed() == 3 + RESEED
+    assert all(torch.isfinite(p).all() for p in task.model.parameters())
+    chains, _ = runaway_chains(task)
+    assert torch.isfinite(chains).all() and chains.abs().max() < 1e3
+
+
+def disk_fills_at(monkeypatch, nth):
+    """Checkpoint writes fail with ENOSPC from the ``nth`` on, as on a full disk, until
+    the returned callable frees the space."""
+    real, calls, full = checkpoint._write_temporary, [], [True]
+
+    def write(data, path):
+        if path.suffix == ".pt":
+            calls.append(1)
+            if len(calls) >= nth and full[0]:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(data, path)
+
+    monkeypatch.setattr(checkpoint, "_write_temporary", write)
+    return lambda: full.clear() or full.append(False)
+
+
+def test_a_full_disk_stops_training_with_the_previous_checkpoint_intact(
+    tmp_path, monkeypatch, capsys, uninterrupted
+):
+    run = tmp_path / "full-disk"
+    free = disk_fills_at(monkeypatch, 3)
+    assert main(["train", "density", "--out", str(run), *ARGS]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "training stopped at step 15" in err
+    assert "No space left on device" in err and "still the last complete checkpoint" in err
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["trainer"]["step"] == 10
+    assert not list((run / "checkpoints").glob(".*.tmp"))
+    free()
+    assert train(run, "--resume").wait(timeout=300) == 0
+    assert_same_parameters(run, uninterrupted)
+
+
+def test_a_full_disk_can_be_recorded_and_trained_through(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "go-on"
+    disk_fills_at(monkeypatch, 2)
+    args = ["--on-save-error", "continue", "--max-steps", "12"]
+    assert main(["train", "density", "--out", str(run), *ARGS, *args]) == 0
+    assert "training goes on (on_save_error = continue)" in capsys.readouterr().err
+    failed = [r for r in RunDirectory(run).read_metrics() if r["split"] == "save_failed"]
+    assert [r["step"] for r in failed] == [10, 12]
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["trainer"]["step"] == 5
+
+
+def test_evaluate_and_sample_during_training_read_complete_checkpoints(tmp_path, capsys):
+    """Readers race a writer that replaces last.pt at every step: each reads a whole
+    checkpoint (verified against its checksum) and reports its step."""
+    run = tmp_path / "busy"
+    cmd = [sys.executable, "-m", "ebmlab", "train", "rbm", "--out", str(run), "--epochs", "50",
+           "--n-hidden", "8", "--checkpoint-every", "1", "--no-progress"]  # fmt: skip
+    writer = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_step(run, writer, 1)
+        steps = []
+        for _ in range(3):
+            assert main(["evaluate", str(run)]) == 0
+            steps.append(json.loads((run / "evaluation.json").read_text())["step"])
+            out = tmp_path / "sample.png"
+            assert main(["sample", str(run), "--n", "4", "--steps", "2", "--out", str(out)]) == 0
+        assert writer.poll() is None, "training ended before the readers were done"
+    finally:
+        writer.kill()
+        writer.wait()
+    assert steps == sorted(steps) and steps[-1] > steps[0] >= 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "instead" not in err  # no fallback was ever needed

@@ -48,6 +48,24 @@ class PersistentChains:
         if self.persistent:
             self.chains = negatives if dtype is None else negatives.to(dtype)
 
+    def reset_diverged(self, data: torch.Tensor, generator: torch.Generator | None) -> int:
+        """Restart at random rows of ``data`` every chain with a non-finite state and
+        return how many: recovery after a divergence, between updates. Chains kept as
+        a tuple of layers (a deep Boltzmann machine's) all restart at the next update
+        when any of them diverged."""
+        if self.chains is None:
+            return 0
+        layers = self.chains if isinstance(self.chains, tuple) else (self.chains,)
+        bad = ~torch.stack([s.flatten(1).isfinite().all(1) for s in layers]).all(0)
+        n = int(bad.sum())
+        if n and isinstance(self.chains, tuple):
+            self.chains = None
+        elif n:
+            fresh = random_rows(data, self.chains.shape[0], generator).to(self.chains.dtype)
+            rows = bad.view(-1, *([1] * (fresh.ndim - 1)))
+            self.chains = torch.where(rows, fresh, self.chains)
+        return n
+
 
 def random_rows(data: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
     """``n`` rows of ``data`` drawn uniformly with replacement, as a new tensor."""

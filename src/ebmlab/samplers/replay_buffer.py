@@ -206,6 +206,20 @@ class ReplayBuffer:
         """Write moved chains back into their slots."""
         self.buffer[slots] = x.detach().to(self.buffer.dtype)
 
+    def reset_diverged(
+        self, generator: torch.Generator | None = None, bound: float | None = None
+    ) -> int:
+        """Redraw from ``init_fn`` every chain with a non-finite entry or, given ``bound``,
+        an entry beyond +-bound, and return how many were redrawn. Meant for recovery
+        after a divergence, between steps: it reads the count back from the device."""
+        flat = self.buffer.flatten(1)
+        bad = ~flat.isfinite().all(1)
+        if bound is not None:
+            bad |= flat.abs().gt(_checks.positive("bound", bound)).any(1)
+        draws = self.init_fn(self.capacity, generator).to(self.buffer.device, self.buffer.dtype)
+        self.buffer = _select(bad.long(), [self.buffer, draws])
+        return int(bad.sum())
+
     def state_dict(self) -> dict[str, Any]:
         """The chains, for a checkpoint."""
         return {"buffer": self.buffer.clone()}

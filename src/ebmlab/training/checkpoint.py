@@ -34,6 +34,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt, truncated or contains disallowed objects."""
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, quota, I/O error); the file at its
+    path is still the last complete checkpoint."""
+
+
 def _write_temporary(data: bytes, path: Path) -> str:
     """``data`` in a flushed temporary file beside ``path``; returns its name."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -73,12 +78,24 @@ def save_checkpoint(
 ) -> Path:
     """Write ``state`` to ``path`` atomically (temp file + fsync + rename) with its
     checksum file; ``keep_previous`` first keeps the checkpoint being replaced as
-    NAME-1.pt. ``path`` exists throughout, for readers such as ``ebmlab evaluate``."""
+    NAME-1.pt. ``path`` exists throughout, for readers such as ``ebmlab evaluate``.
+    A failed write (a full disk) raises :class:`CheckpointWriteError` and leaves the
+    previous checkpoint in place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save({**state, "format": FORMAT}, buffer)
-    data = buffer.getvalue()
+    try:
+        _replace_atomically(buffer.getvalue(), path, keep_previous)
+    except OSError as err:
+        raise CheckpointWriteError(
+            f"could not write checkpoint {path} ({err.strerror or err}); the file there is "
+            "still the last complete checkpoint"
+        ) from err
+    return path
+
+
+def _replace_atomically(data: bytes, path: Path, keep_previous: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _write_temporary(data, path)
     if keep_previous and path.is_file():
         _keep_copy(path, previous_path(path))
@@ -95,7 +112,6 @@ def save_checkpoint(
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-    return path
 
 
 def _read_verified(path: Path) -> bytes:

@@ -33,9 +33,10 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.data.encoding import EncodedRows
 from ebmlab.devices import move_to, resolve_device
+from ebmlab.samplers.base import NonFiniteChainError
 from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
-from ebmlab.training.checkpoint import load_newest_good, save_checkpoint
+from ebmlab.training.checkpoint import CheckpointWriteError, load_newest_good, save_checkpoint
 from ebmlab.training.ema import WeightAverage
 from ebmlab.training.fingerprint import data_fingerprint
 from ebmlab.training.preemption import Preemption
@@ -59,6 +60,7 @@ OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 }
 SCHEDULES = ("constant", "cosine", "linear")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+RESEED = 7_919  # seed offset per divergence restart: a fresh stream on every rank
 
 
 def compile_networks(model: nn.Module, mode: str = "default") -> None:
@@ -128,6 +130,8 @@ class TrainerConfig:
         prefetch: batches each DataLoader worker loads ahead.
         ema: decay of a moving average of the weights used for evaluation (0: none).
         preempt_grace: seconds from SIGTERM/SIGINT to the checkpoint at most.
+        on_save_error: when a checkpoint cannot be written (a full disk): stop with the
+            previous checkpoint intact, or record it in metrics.jsonl and go on.
         allow_data_change: resume even when the training data's fingerprint differs
             from the one the checkpoint recorded (else the resume is refused).
     """
@@ -137,6 +141,7 @@ class TrainerConfig:
         "lr_schedule": SCHEDULES,
         "monitor_mode": ("min", "max"),
         "compile_mode": COMPILE_MODES,
+        "on_save_error": ("stop", "continue"),
     }
 
     epochs: int = 10
@@ -170,6 +175,7 @@ class TrainerConfig:
     prefetch: int = 2
     ema: float = 0.0
     preempt_grace: float = 30.0
+    on_save_error: str = "stop"
     allow_data_change: bool = False
 
     def __post_init__(self) -> None:
@@ -245,6 +251,12 @@ class Task:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the state of :meth:`state_dict`."""
         return None
+
+    def on_restart(self, generator: torch.Generator) -> dict[str, float]:
+        """After a divergence restart reloaded the last good checkpoint: reset the state
+        that ran away (chains that are non-finite or out of bounds), and return counts
+        for the restart's record in ``metrics.jsonl``."""
+        return {}
 
     def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
         """Measurements of the trained model for the run's summary, when affordable
@@ -439,9 +451,22 @@ class Trainer:
         for name, p in self.task.model.named_parameters():
             self._check(f"parameter '{name}'", 0.0 if torch.isfinite(p).all() else math.nan)
         state = self.state_dict()
+        failure = None
         if self.main:
-            save_checkpoint(state, self.run.checkpoints / f"{which}.pt", which == "last")
-        distributed.barrier()
+            try:
+                save_checkpoint(state, self.run.checkpoints / f"{which}.pt", which == "last")
+            except CheckpointWriteError as err:
+                failure = err
+        if not distributed.any_true(failure is not None):
+            return
+        message = str(failure or "rank 0 could not write a checkpoint")
+        if self.config.on_save_error == "stop":
+            raise CheckpointWriteError(f"training stopped at step {self.step}: {message}")
+        self._log({"split": "save_failed", "epoch": self.epoch, "step": self.step,
+                   "checkpoint": which})  # fmt: skip
+        if self.main:
+            print(f"ebmlab: {message}; training goes on (on_save_error = continue)",
+                  file=sys.stderr)  # fmt: skip
 
     def resume(self) -> None:
         """Continue from ``checkpoints/last.pt`` of the run directory."""
@@ -531,7 +556,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)  # a parameter the step leaves alone stays still
         try:
             result = self.task.training_step(batch, self.generator)
-        except DivergenceError as err:
+        except (DivergenceError, NonFiniteChainError) as err:  # a chain ran off: diverged
             failure = err
         if distributed.any_true(failure is not None):
             reasons = [str(e) for e in distributed.all_objects(failure) if e is not None]
@@ -693,7 +718,10 @@ class Trainer:
         return True
 
     def _restart_after(self, err: DivergenceError) -> bool:
-        """Opt-in recovery: reload the last good checkpoint with a lower learning rate."""
+        """Opt-in recovery, the remedy the JEM authors advise for runs that diverge
+        (Grathwohl et al. 2019): reload the last good checkpoint, lower the learning
+        rate, draw a fresh random stream (the same noise would lead to the same blow-up)
+        and let the task reset chains that ran away (:meth:`Task.on_restart`)."""
         c = self.config
         if (
             self.restarts >= c.divergence_restarts
@@ -705,7 +733,13 @@ class Trainer:
         restarts = self.restarts + 1
         self.resume()
         self.lr_scale, self.restarts = scale, restarts
-        self._log({"split": "restart", "epoch": self.epoch, "step": self.step, "lr_scale": scale})
+        self.generator.manual_seed(distributed.rank_seed(c.seed + RESEED * restarts))
+        counts = distributed.all_objects(self.task.on_restart(self.generator))
+        reset = {k: sum(c[k] for c in counts) for k in counts[0]}  # totals over ranks
+        self._log(
+            {"split": "restart", "epoch": self.epoch, "step": self.step, "lr_scale": scale,
+             **reset}
+        )  # fmt: skip
         if self.main:
             print(
                 f"ebmlab: {err}; restarting from step {self.step} with learning rate x{scale:g}",

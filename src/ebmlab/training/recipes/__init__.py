@@ -25,7 +25,10 @@ from ebmlab.training.trainer import Task, TrainerConfig
 
 class BufferTask(Task):
     """A task whose negatives live in a replay buffer, this rank's share of the chains;
-    the buffer is the task's checkpointed state."""
+    the buffer is the task's checkpointed state. ``chain_bound`` is the magnitude past
+    which a chain counts as diverged, reset after a divergence restart."""
+
+    chain_bound: float | None = None
 
     def _replay_buffer(
         self, size: int, init: Callable[..., torch.Tensor], reinit_prob: float, seed: int
@@ -36,6 +39,9 @@ class BufferTask(Task):
             reinit_prob,
             torch.Generator().manual_seed(distributed.rank_seed(seed)),
         )
+
+    def on_restart(self, generator: torch.Generator) -> dict[str, float]:
+        return {"chains_reset": self.buffer.reset_diverged(generator, self.chain_bound)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"buffer": self.buffer.state_dict()}
@@ -50,10 +56,12 @@ TaskT = TypeVar("TaskT", bound=Task)
 
 @dataclass
 class Setup(Generic[TaskT]):
-    """What a recipe builds: the task and the tensors it trains on."""
+    """What a recipe builds: the task and the tensors it trains on; ``step`` is the
+    training step of the checkpoint restored into it, if any."""
 
     task: TaskT
     train_data: tuple[torch.Tensor, ...]
+    step: int | None = None
 
 
 @dataclass(frozen=True)

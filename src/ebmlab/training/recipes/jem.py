@@ -182,8 +182,7 @@ class JEMConfig:
         _checks.choices(self)
         _checks.probability("dropout", self.dropout)
         _checks.positive_int("crop_pad", self.crop_pad, allow_zero=True)
-        for width in self.hidden:
-            _checks.positive_int("hidden", width)
+        _checks.positive_ints("hidden", self.hidden)
         _checks.positive_int("conv_width", self.conv_width)
         _checks.positive_int("sampler_steps", self.sampler_steps)
         _checks.positive("step_size", self.step_size)
@@ -252,6 +251,7 @@ class JEMTask(BufferTask):
         self.buffer = self._replay_buffer(
             config.buffer_size, self.init_fn, config.reinit_prob, seed
         )
+        self.chain_bound = 10 * max(abs(v) for v in self.train.value_range)  # far off the data
         self.sampler = Langevin(
             config.step_size,
             config.noise,

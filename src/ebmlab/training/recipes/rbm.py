@@ -292,6 +292,12 @@ class RBMTask(Task):
             return StepResult(torch.tensor(error), {"reconstruction_error": error}, True)
         return cd_step(self.cd, x, generator)
 
+    def on_restart(self, generator: torch.Generator) -> dict[str, float]:
+        rule = self.dbm or self.cd
+        if rule is None:
+            return {}
+        return {"chains_reset": rule.reset_diverged(self.train.x, generator)}
+
     def log_partition(
         self, method: str = "auto", generator: torch.Generator | None = None
     ) -> LogZEstimate:
@@ -524,6 +530,11 @@ class DBNTask(RBMTask):
         with torch.no_grad():
             codes = self.model.up(batch[0], self.layer)
         return cd_step(self.cds[self.layer], codes, generator)
+
+    def on_restart(self, generator: torch.Generator) -> dict[str, float]:
+        with torch.no_grad():
+            codes = self.model.up(self.train.x, self.layer)
+        return {"chains_reset": self.cds[self.layer].reset_diverged(codes, generator)}
 
     def on_epoch_end(
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator

@@ -65,8 +65,7 @@ class StructuredConfig:
         _checks.positive_int("n_sequences", self.n_sequences)
         _checks.positive("embed_init", self.embed_init, allow_zero=True)
         _checks.positive_int("gibbs_sweeps", self.gibbs_sweeps)
-        for width in self.hidden:
-            _checks.positive_int("hidden", width)
+        _checks.positive_ints("hidden", self.hidden)
         _checks.positive_int("embed_dim", self.embed_dim)
         _checks.positive("margin", self.margin, allow_zero=True)
         _checks.positive("beta", self.beta)
