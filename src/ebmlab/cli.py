@@ -180,6 +180,13 @@ def _build_parser() -> _Parser:
             default=1,
             help="data-parallel processes on this machine (launched as with torchrun)",
         )
+        p.add_argument(
+            "--max-restarts",
+            type=int,
+            default=0,
+            help="with --nproc: when a process dies, restart all from the last checkpoint, "
+            "at most this many times",
+        )
         _add_dataclass_options(p, recipe.config_cls, set())
         _add_dataclass_options(
             p,
@@ -229,11 +236,9 @@ def _configs(
             settings.update(tomllib.loads(path.read_text()))
         except tomllib.TOMLDecodeError as err:
             raise ArgumentError(f"--config file {path} is not valid TOML: {err}") from err
-    flags = {
-        k: v
-        for k, v in vars(args).items()
-        if k not in ("command", "recipe", "out", "config", "resume", "auto_resume", "nproc", "argv")
-    }
+    launcher = ("command", "recipe", "out", "config", "resume", "auto_resume", "nproc",
+                "max_restarts", "argv")  # fmt: skip
+    flags = {k: v for k, v in vars(args).items() if k not in launcher}
     settings.update(flags)
     return recipe.configs(settings)
 
@@ -254,8 +259,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     _checks.positive_int("--nproc", args.nproc)
     recipe = get_recipe(args.recipe)
     run = RunDirectory(args.out)
+    _checks.positive_int("--max-restarts", args.max_restarts, allow_zero=True)
     saved = run.last.is_file() or previous_path(run.last).is_file()
-    args.resume = args.resume or (args.auto_resume and saved)
+    # processes restarted by torchrun after one of them died continue from the checkpoint
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    args.resume = args.resume or ((args.auto_resume or restarted) and saved)
     config, trainer_config = _configs(recipe, args, run)
     launched = "WORLD_SIZE" in os.environ
     device = resolve_device(trainer_config.device)
@@ -265,7 +273,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "are present; use --nproc <= that, or --device cpu"
         )
     if args.nproc > 1 and not launched:
-        return launch(args.nproc, args.argv)
+        return launch(args.nproc, args.argv, args.max_restarts)
     distributed.init(device)  # before the recipe builds its per-rank state
     if launched and args.nproc not in (1, int(os.environ["WORLD_SIZE"])):
         raise ArgumentError(
@@ -285,10 +293,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     return trainer.preemption.exit_status if summary["status"] == "interrupted" else 0
 
 
-def launch(nproc: int, argv: list[str]) -> int:
+def launch(nproc: int, argv: list[str], max_restarts: int = 0) -> int:
     """Run ``ebmlab <argv>`` in ``nproc`` processes on this machine, like
-    ``torchrun --standalone --nproc-per-node nproc -m ebmlab <argv>``; returns the exit
-    status (the first failing process's, or 0)."""
+    ``torchrun --standalone --nproc-per-node nproc --max-restarts N -m ebmlab <argv>``;
+    returns the exit status (the first failing process's, or 0)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -300,7 +308,7 @@ def launch(nproc: int, argv: list[str]) -> int:
         run_id=f"ebmlab-{os.getpid()}",
         rdzv_backend="c10d",
         rdzv_endpoint="localhost:0",
-        max_restarts=0,
+        max_restarts=max_restarts,
         monitor_interval=0.1,
     )
     try:

@@ -58,34 +58,83 @@ def train(out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=ENV, timeout=300, capture_output=True, text=True)
 
 
-def test_jem_with_two_processes_resumes_exactly_and_loads_as_one(tmp_path):
-    full = train(tmp_path / "full", "--nproc", "2", "--max-steps", "6")
-    assert full.returncode == 0, full.stderr
-    assert json.loads(full.stdout)["step"] == 6  # one summary: only rank 0 prints
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """Six JEM steps in two processes, uninterrupted."""
+    out = tmp_path_factory.mktemp("jem2") / "full"
+    result = train(out, "--nproc", "2", "--max-steps", "6")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["step"] == 6  # one summary: only rank 0 prints
+    return out
+
+
+def test_jem_with_two_processes_resumes_exactly_and_loads_as_one(tmp_path, full):
     part = train(tmp_path / "part", "--nproc", "2", "--max-steps", "3")
     assert part.returncode == 0, part.stderr
     resumed = train(tmp_path / "part", "--nproc", "2", "--max-steps", "6", "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    a = load_checkpoint(tmp_path / "full" / "checkpoints" / "last.pt")
+    a = load_checkpoint(full / "checkpoints" / "last.pt")
     b = load_checkpoint(tmp_path / "part" / "checkpoints" / "last.pt")
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     # each rank's share of the replay buffer is saved, merged in rank order (26 + 25 chains)
     assert a["task"]["buffer"]["buffer"].shape == (51, 64)
     assert torch.equal(a["task"]["buffer"]["buffer"], b["task"]["buffer"]["buffer"])
     assert [len(r["generator"]) for r in a["rng_by_rank"]] == [len(a["rng"]["generator"])] * 2
-    records = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").open()]
+    records = [json.loads(line) for line in (full / "metrics.jsonl").open()]
     steps = [r["step"] for r in records if r["split"] == "train"]
     assert steps == sorted(set(steps))  # written once, by rank 0
     # a single process cannot resume it exactly, and says so
-    single = train(tmp_path / "full", "--max-steps", "9", "--resume")
+    single = train(full, "--max-steps", "9", "--resume")
     assert single.returncode == 2
     assert "resume with --nproc 2" in single.stderr
     # but evaluation tools load the merged state as one process
     out = tmp_path / "grid.png"
-    cmd = [sys.executable, "-m", "ebmlab", "sample", str(tmp_path / "full"), "--n", "4",
+    cmd = [sys.executable, "-m", "ebmlab", "sample", str(full), "--n", "4",
            "--steps", "2", "--out", str(out)]  # fmt: skip
     subprocess.run(cmd, check=True, env=ENV, timeout=120, capture_output=True)
     assert out.is_file()
+
+
+KILL_RANK_1 = """
+import os, signal, sys
+from ebmlab.cli import main
+from ebmlab.training import Trainer
+
+step = Trainer._train_step
+
+
+def dying(self, batch, weight):  # rank 1 dies in step 5 of the first attempt
+    first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+    if self.step == 4 and os.environ["RANK"] == "1" and first:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(self, batch, weight)
+
+
+Trainer._train_step = dying
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_rank_killed_under_torchrun_restarts_all_from_the_last_checkpoint(tmp_path, full):
+    """torchrun --max-restarts 1 restarts both ranks after rank 1 is killed; they resume
+    from step 3's checkpoint (one step of work lost) and end where the uninterrupted run
+    ends, to float rounding."""
+    script = tmp_path / "dying.py"
+    script.write_text(KILL_RANK_1)
+    run = tmp_path / "restarted"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "--max-restarts=1", "--monitor-interval=0.1", str(script), "train", "jem",
+           "--out", str(run), *JEM, "--max-steps", "6"]  # fmt: skip
+    result = subprocess.run(cmd, env=ENV, timeout=300, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "Signals.SIGKILL" in result.stderr or "-9" in result.stderr  # rank 1 did die
+    a = load_checkpoint(full / "checkpoints" / "last.pt")
+    b = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert b["trainer"]["step"] == 6
+    for k in a["model"]:
+        torch.testing.assert_close(b["model"][k], a["model"][k], rtol=1e-5, atol=1e-6)
+    steps = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").open())]
+    assert steps == sorted(steps)  # the lost step's records were dropped on resume
 
 
 @pytest.mark.parametrize("nproc", ["0", "-2"])

@@ -55,7 +55,17 @@ def init(device: torch.device | None = None) -> None:
 
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # torchrun's agent keeps one key-value store across the restarts of its workers
+        # (--max-restarts): each attempt's keys get their own prefix, or a restarted rank
+        # would read the address of a process that died with the previous attempt
+        store, rank, world = next(dist.rendezvous("env://"))
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo",
+            store=dist.PrefixStore(f"ebmlab/attempt_{attempt}", store),
+            rank=rank,
+            world_size=world,
+        )
     backend_device = device if dist.get_backend() == "nccl" else torch.device("cpu")
     _joined.update(rank=dist.get_rank(), world=dist.get_world_size(), device=backend_device)
 
