@@ -37,3 +37,27 @@ def bfloat16_anywhere(monkeypatch):
     from ebmlab import hardware
 
     monkeypatch.setattr(hardware, "reduced_precision", lambda device, dtype: dtype)
+
+
+FAULTS: list[tuple[str, str, str]] = []  # (scenario, outcome checked, result) as tests end
+
+
+def pytest_runtest_logreport(report):
+    """Record the result of every fault-injection scenario (tests marked ``fault``)."""
+    fault = dict(report.user_properties).get("fault")
+    if fault and (report.when == "call" or report.outcome != "passed"):
+        FAULTS.append((*fault, report.outcome))
+
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("fault")
+    if marker:
+        item.user_properties.append(("fault", tuple(marker.args)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fault-injection table: each scenario, the outcome checked, and its result."""
+    if FAULTS:
+        terminalreporter.section("fault injection")
+        for scenario, checked, result in FAULTS:
+            terminalreporter.write_line(f"{result:>7}  {scenario}: {checked}")

@@ -114,6 +114,25 @@ def tensor(
     return value
 
 
+def rows_of(name: str, x: Any, width: int) -> torch.Tensor:
+    """Return ``x`` if it is a batch (B, ...) of ``width`` values a row; reads shapes
+    only, so it is cheap enough for every sampler step."""
+    if not isinstance(x, torch.Tensor) or x.ndim < 2 or math.prod(x.shape[1:]) != width:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ArgumentError(f"{name} must be a batch (B, ...) of {width} values a row, got {shape}")
+    return x
+
+
+def finite_parameters(name: str, model: Any) -> Any:
+    """Return ``model`` if every floating parameter and buffer of it (an ``nn.Module``)
+    is finite; other objects pass. Reads the values: call it before work, not per step."""
+    if isinstance(model, torch.nn.Module):
+        for what, t in [*model.named_parameters(), *model.named_buffers()]:
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise ArgumentError(f"{name} has NaN or infinite values in {what!r}")
+    return model
+
+
 def callable_(name: str, value: Any) -> Callable[..., Any]:
     """Return ``value`` if it can be called."""
     if not callable(value):

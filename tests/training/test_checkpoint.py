@@ -57,6 +57,10 @@ def test_truncated_checkpoint_is_a_clear_error_and_old_one_survives_failed_write
     assert not list(tmp_path.glob(".*tmp"))
 
 
+@pytest.mark.fault(
+    "corrupt checkpoint (one flipped byte)",
+    "refused by the SHA-256 check",
+)
 def test_checksum_catches_a_flipped_byte_that_unpickling_would_miss(tmp_path):
     path = tmp_path / "c.pt"
     save_checkpoint({"w": torch.zeros(1000)}, path)
@@ -67,6 +71,10 @@ def test_checksum_catches_a_flipped_byte_that_unpickling_would_miss(tmp_path):
         load_checkpoint(path)
 
 
+@pytest.mark.fault(
+    "damaged last checkpoint",
+    "the previous one is loaded and the damage named",
+)
 def test_previous_checkpoint_is_kept_and_used_when_the_last_is_damaged(tmp_path):
     path = tmp_path / "last.pt"
     save_checkpoint({"step": 1}, path, keep_previous=True)
@@ -82,6 +90,10 @@ def test_previous_checkpoint_is_kept_and_used_when_the_last_is_damaged(tmp_path)
     assert load_newest_good(path)[0]["step"] == 1
 
 
+@pytest.mark.fault(
+    "checkpoint of another format",
+    "format 1 loads as it is; a newer format is refused by number",
+)
 def test_format_versions(tmp_path):
     legacy = tmp_path / "legacy.pt"
     torch.save({"step": 3}, legacy)  # format 1: no format key, no checksum file

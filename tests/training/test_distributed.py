@@ -42,6 +42,10 @@ def test_two_processes_match_one_on_the_same_global_batches(tmp_path):
     torch.testing.assert_close(torch.tensor(one["losses"]), torch.tensor(two["losses"]))
 
 
+@pytest.mark.fault(
+    "divergence on one rank of two",
+    "every rank stops with that rank's message",
+)
 def test_a_fault_on_one_rank_stops_every_rank_with_its_message(tmp_path):
     result = run_worker(tmp_path / "fault.pt", 2, "--diverge-on-rank", "1")
     assert result["error"].startswith("training diverged at step 2: planted fault on rank 1")
@@ -115,6 +119,10 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.fault(
+    "a rank killed under torchrun --max-restarts 1",
+    "all ranks resume from the last checkpoint and end on the uninterrupted run, to float rounding",
+)
 def test_a_rank_killed_under_torchrun_restarts_all_from_the_last_checkpoint(tmp_path, full):
     """torchrun --max-restarts 1 restarts both ranks after rank 1 is killed; they resume
     from step 3's checkpoint (one step of work lost) and end where the uninterrupted run

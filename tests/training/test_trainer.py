@@ -138,6 +138,10 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
         Trainer(NoisyRegression(), data(), config(), tmp_path).fit(resume=True)
 
 
+@pytest.mark.fault(
+    "changed data on resume",
+    "refused with a clear message unless --allow-data-change",
+)
 def test_resume_refuses_changed_data_unless_allowed(tmp_path, capsys):
     Trainer(NoisyRegression(), data(), config(epochs=1), tmp_path).fit()
     x, y = data()

@@ -210,7 +210,7 @@ class BernoulliRBM(_RBM):
 
     def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
         """c + v^T W, the log-odds of p(h = 1 | v) (eq. 6.38)."""
-        return F.linear(v.flatten(1), self.W.T, self.c)
+        return F.linear(_checks.rows_of("v", v, self.W.shape[0]).flatten(1), self.W.T, self.c)
 
     def visible_logits(self, h: torch.Tensor) -> torch.Tensor:
         """b + W h, the log-odds of p(v = 1 | h) (eq. 6.39)."""

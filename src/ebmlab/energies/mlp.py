@@ -286,9 +286,11 @@ class MLPEnergy(EnergyModel):
         self.net = FeedForward([dim, *hidden, 1], activation, spectral_norm)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
+        _checks.rows_of("x", x, self.dim)
         return self.net(x).squeeze(-1)
 
     def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _checks.rows_of("x", x, self.dim)
         return self.net.value_and_input_grad(x, _scalar_head, self.grad_dtype)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ebmlab import _checks
+from ebmlab.samplers.base import where_rows
 
 
 class PersistentChains:
@@ -62,8 +63,7 @@ class PersistentChains:
             self.chains = None
         elif n:
             fresh = random_rows(data, self.chains.shape[0], generator).to(self.chains.dtype)
-            rows = bad.view(-1, *([1] * (fresh.ndim - 1)))
-            self.chains = torch.where(rows, fresh, self.chains)
+            self.chains = where_rows(bad, fresh, self.chains)
         return n
 
 

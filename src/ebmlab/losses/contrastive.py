@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ebmlab import _checks
 from ebmlab.energies.base import EnergyLike, as_energy_fn
 
 
@@ -31,6 +32,9 @@ def contrastive_divergence_loss(
     The penalty (Du & Mordatch 2019) keeps energies near zero so that their
     difference, not their level, carries the signal. Returns ``(loss, metrics)``.
     """
+    _checks.tensor("x_data", x_data, min_ndim=2, floating=True, finite=True)
+    _checks.tensor("x_sample", x_sample, min_ndim=2, floating=True, finite=True)
+    _checks.positive("l2", l2, allow_zero=True)
     fn = as_energy_fn(energy)
     e_data = fn(x_data)
     e_sample = fn(x_sample.detach())

@@ -17,6 +17,8 @@ the others (LeCun et al. 2006). Every loss is a function of energies only:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.nn import functional as F
 
@@ -36,8 +38,8 @@ def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
 
 
 def _pair(e_correct: torch.Tensor, e_offending: torch.Tensor) -> None:
-    _checks.tensor("e_correct", e_correct, ndim=1, floating=True)
-    _checks.tensor("e_offending", e_offending, ndim=1, floating=True)
+    _checks.tensor("e_correct", e_correct, ndim=1, floating=True, finite=True)
+    _checks.tensor("e_offending", e_offending, ndim=1, floating=True, finite=True)
     if e_correct.shape != e_offending.shape:
         raise ArgumentError(
             f"e_correct and e_offending must have the same shape, got {tuple(e_correct.shape)} "
@@ -47,7 +49,7 @@ def _pair(e_correct: torch.Tensor, e_offending: torch.Tensor) -> None:
 
 def _table(energies: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Check (B, K) energies and (B,) targets; return the energies of the targets."""
-    _checks.tensor("energies", energies, ndim=2, floating=True)
+    _checks.tensor("energies", energies, ndim=2, floating=True, finite=True)
     _checks.tensor("target", target, ndim=1)
     if target.shape[0] != energies.shape[0]:
         raise ArgumentError(f"target must have {energies.shape[0]} entries, got {target.shape[0]}")
@@ -63,7 +65,7 @@ def _table(energies: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def energy_loss(e_correct: torch.Tensor, *, reduction: str = "mean") -> torch.Tensor:
     """L = E(W, Y^i, X^i) (§2.2.1). Pulls down the correct answer only; it can collapse
     to a flat energy surface unless the architecture makes other energies rise."""
-    _checks.tensor("e_correct", e_correct, ndim=1, floating=True)
+    _checks.tensor("e_correct", e_correct, ndim=1, floating=True, finite=True)
     return _reduce(e_correct, reduction)
 
 
@@ -167,6 +169,11 @@ def nll_loss(
     """
     e_correct = _table(energies, target)
     _checks.positive("beta", beta)
+    if math.log(energies.shape[1]) / beta > torch.finfo(energies.dtype).max:
+        raise ArgumentError(
+            f"beta ({beta!r}) is too small: the free energy's (1/beta) log K term "
+            f"overflows {energies.dtype}"
+        )
     free_energy = -torch.logsumexp(-beta * energies, 1) / beta
     return _reduce(e_correct - free_energy, reduction)
 

@@ -29,8 +29,10 @@ def nce_loss(
     ``noise_log_prob`` maps samples to log q(x) (e.g. a Gaussian's ``log_prob``);
     ``log_normalizer`` is the learnable scalar c.
     """
-    _checks.tensor("x_data", x_data, min_ndim=2, floating=True)
-    _checks.tensor("x_noise", x_noise, min_ndim=2, floating=True)
+    _checks.tensor("x_data", x_data, min_ndim=2, floating=True, finite=True)
+    _checks.tensor("x_noise", x_noise, min_ndim=2, floating=True, finite=True)
+    _checks.tensor("log_normalizer", log_normalizer, ndim=0, floating=True, finite=True)
+    _checks.callable_("noise_log_prob", noise_log_prob)
     fn = as_energy_fn(energy)
     nu = x_noise.shape[0] / x_data.shape[0]
 

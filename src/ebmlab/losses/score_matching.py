@@ -38,7 +38,7 @@ def score_matching_loss(
     energy: EnergyLike, x: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Exact score matching, J = mean(1/2 |grad E|^2 - tr grad^2 E), for flat x (B, D)."""
-    _checks.tensor("x", x, ndim=2, floating=True)
+    _checks.tensor("x", x, ndim=2, floating=True, finite=True)
     xg, grad = _input_and_grad(energy, x)
     trace = x.new_zeros(x.shape[0])
     for i in range(x.shape[1]):
@@ -56,7 +56,7 @@ def sliced_score_matching_loss(
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Sliced score matching with Rademacher projections v: mean(-v^T H v + 1/2 (v^T grad E)^2)."""
-    _checks.tensor("x", x, min_ndim=2, floating=True)
+    _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
     _checks.positive_int("n_projections", n_projections)
     xs = x.repeat(n_projections, *([1] * (x.ndim - 1)))
     xg, grad = _input_and_grad(energy, xs)
@@ -81,7 +81,7 @@ def denoising_score_matching_loss(
     each level drawn uniformly per example. The energy must then accept the noisy input
     only; a noise-conditional energy would take sigma too.
     """
-    _checks.tensor("x", x, min_ndim=2, floating=True)
+    _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
     levels = torch.as_tensor(
         [sigmas] if isinstance(sigmas, int | float) else list(sigmas), dtype=x.dtype
     )

@@ -118,6 +118,7 @@ def ais(
     energy needs ``base`` (an analytic energy with ``sample`` and ``log_partition``,
     e.g. a Gaussian) and an MCMC ``kernel`` from ebmlab.samplers.
     """
+    _checks.finite_parameters("energy", energy)
     from ebmlab.energies.boltzmann import BernoulliRBM, DeepBoltzmannMachine
 
     if isinstance(energy, BernoulliRBM | DeepBoltzmannMachine) and base is None and kernel is None:
@@ -203,6 +204,7 @@ def rbm_ais(
     hold (v, h2) with h1 summed out, as in Salakhutdinov & Hinton (2009); the base rates
     of h2 are those of the mean-field posteriors of ``data``.
     """
+    _checks.finite_parameters("rbm", rbm)
     _checks.positive_int("n_chains", n_chains)
     gen = _checks.generator("generator", generator, energy_device(rbm))
     betas = _schedule(n_temperatures, schedule)
@@ -363,6 +365,7 @@ def raise_(
     average: with AIS it sandwiches the truth. A DBM runs as in :func:`rbm_ais`; its
     ``samples`` are the stacked states (v, h2).
     """
+    _checks.finite_parameters("rbm", rbm)
     _checks.positive_int("n_chains", n_chains)
     gen = _checks.generator("generator", generator, energy_device(rbm))
     betas = _schedule(n_temperatures, schedule)

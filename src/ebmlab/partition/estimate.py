@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from ebmlab._checks import ArgumentError
+
 
 @dataclass(frozen=True)
 class LogZEstimate:
@@ -24,6 +26,14 @@ class LogZEstimate:
     upper: float = math.inf
     method: str = ""
     cost: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """No silent NaN: an estimate that came out NaN is refused where it is made."""
+        if math.isnan(self.log_z):
+            raise ArgumentError(
+                f"log Z by {self.method or 'this method'} came out NaN: the energy gives NaN "
+                "on some states (check its parameters and inputs)"
+            )
 
     def interval(self, k: float = 3.0) -> tuple[float, float]:
         """log_z +/- k stderr, intersected with the bounds."""

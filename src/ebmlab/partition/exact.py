@@ -60,6 +60,7 @@ def enumerate_log_partition(
 
     States are passed to the energy in ``dtype``.
     """
+    _checks.finite_parameters("energy", energy)
     _checks.positive_int("n_bits", n_bits)
     _check_bits(n_bits, "every state")
     fn = as_energy_fn(energy)
@@ -72,6 +73,7 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
     With h enumerated: log Z = logsumexp_h [c.h + sum_i softplus(b_i + W_i. h)];
     with v enumerated: log Z = logsumexp_v [-F(v)]. Costs 2^min(D, M) terms.
     """
+    _checks.finite_parameters("rbm", rbm)
     W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
     if rbm.n_hidden > rbm.n_visible:  # enumerate v instead: swap the layers' roles
         W, b, c = W.T, c, b
@@ -104,6 +106,7 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     - analytic energies (Gaussians, mixtures, ...): their closed form;
     - any energy on R or R^2 given ``bounds``: quadrature with an error estimate.
     """
+    _checks.finite_parameters("model", model)
     from ebmlab.energies.analytic import AnalyticEnergy
     from ebmlab.energies.boltzmann import (
         BernoulliRBM,
@@ -155,6 +158,7 @@ def boltzmann_log_partition(bm) -> LogZEstimate:
     elimination on the graph of its non-zero couplings, costing about D 2^(w + 1) for an
     elimination width w (a chain: w = 1; an L x L grid: w = L), or enumeration of all
     2^D states."""
+    _checks.finite_parameters("bm", bm)
     theta_i, theta_ij, edges = pairwise_potentials(bm, drop_zero=True)
     _, width = elimination_order(bm.n_visible, edges)
     if width + 1 >= bm.n_visible:

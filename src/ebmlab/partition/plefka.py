@@ -143,6 +143,7 @@ def plefka_log_partition(
     Returns:
         The estimate; ``cost`` reports the iterations and whether they converged.
     """
+    _checks.finite_parameters("model", model)
     from ebmlab.energies.boltzmann import DeepBoltzmannMachine
 
     _checks.one_of("order", order, ORDERS)

@@ -65,6 +65,7 @@ def quadrature_log_partition(
     energy: EnergyLike, bounds: Bounds, n_points: int = 512, *, chunk: int = 65536
 ) -> LogZEstimate:
     """log Z over the box ``bounds`` ((low, high) per dimension, 1 or 2 dimensions)."""
+    _checks.finite_parameters("energy", energy)
     _check_bounds(bounds, n_points)
     fn = as_energy_fn(energy)
     start = time.perf_counter()

@@ -93,6 +93,7 @@ def smc(
         max_stages: a stage limit per run; exceeding it is an error.
         generator: randomness, on the base's device.
     """
+    _checks.finite_parameters("energy", energy)
     _checks.positive_int("n_particles", n_particles)
     if n_particles < 2:
         raise ArgumentError(f"n_particles must be at least 2, got {n_particles}")

@@ -39,6 +39,7 @@ def pairwise_potentials(
     """(theta_i (n, 2), theta_ij (E, 2, 2), edges (E, 2)) of a BoltzmannMachine or
     BernoulliRBM, in float64 on the model's device; with ``drop_zero`` only the edges of
     non-zero couplings (a sparse model's graph)."""
+    _checks.finite_parameters("model", model)
     from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
 
     with torch.no_grad():
@@ -284,6 +285,7 @@ def perturb_and_map_log_partition(
     ``n_samples`` perturbations (:func:`perturbed_map`) and reported with its standard
     error.
     """
+    _checks.finite_parameters("model", model)
     _checks.positive_int("n_samples", n_samples)
     gen = _checks.generator("generator", generator, model.b.device)
     start = time.perf_counter()

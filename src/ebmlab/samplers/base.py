@@ -214,7 +214,10 @@ class Sampler(Generic[S]):
         kept: list[torch.Tensor] = []
         watch = _FiniteWatch(x0)
         with frozen_parameters(energy):
-            state = self.begin_warmup(self.init(x0, fn), burn_in)
+            try:
+                state = self.begin_warmup(self.init(x0, fn), burn_in)
+            except ArgumentError as err:  # the energy's own check, put in the caller's terms
+                raise ArgumentError(f"x0 does not fit the energy: {err}") from err
             for _ in range(burn_in):
                 state = self.step(state, fn, gen)
                 watch.update(state)

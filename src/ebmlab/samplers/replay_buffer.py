@@ -18,6 +18,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import move_to
+from ebmlab.samplers.base import where_rows
 
 InitFn = Callable[[int, torch.Generator | None], torch.Tensor]
 
@@ -217,7 +218,7 @@ class ReplayBuffer:
         if bound is not None:
             bad |= flat.abs().gt(_checks.positive("bound", bound)).any(1)
         draws = self.init_fn(self.capacity, generator).to(self.buffer.device, self.buffer.dtype)
-        self.buffer = _select(bad.long(), [self.buffer, draws])
+        self.buffer = where_rows(bad, draws, self.buffer)
         return int(bad.sum())
 
     def state_dict(self) -> dict[str, Any]:
