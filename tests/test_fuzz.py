@@ -20,7 +20,15 @@ from hypothesis import strategies as st
 from ebmlab import losses, partition, samplers, sklearn
 from ebmlab.conformance import simulated_device, to_device
 from ebmlab.data import load_dataset
-from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
+from ebmlab.energies import (
+    BernoulliRBM,
+    BoltzmannMachine,
+    ClassificationRBM,
+    ConditionalRBM,
+    Gaussian,
+    MLPEnergy,
+    NoiseConditionalEnergy,
+)
 
 EXAMPLES: Counter = Counter()  # generated inputs per group and outcome, read by the last test
 TIME_BOX = 20.0  # seconds one call may take
@@ -173,6 +181,34 @@ def test_samplers(data, name, h, k):
     holds("samplers", call, SAMPLER_ARGS)
 
 
+DISCRETE = {
+    "Gibbs": lambda rbm, h: samplers.Gibbs(),
+    "Gibbs-random-scan": lambda rbm, h: samplers.Gibbs("random"),
+    "BlockGibbs": lambda rbm, h: samplers.BlockGibbs(rbm),
+    "DiscreteLangevin": lambda rbm, h: samplers.DiscreteLangevin(h),
+    "GibbsWithGradients": lambda rbm, h: samplers.GibbsWithGradients(),
+}
+
+
+@fuzz(200)
+@given(
+    data=st.data(),
+    name=st.sampled_from(sorted(DISCRETE)),
+    h=mostly(0.5, FLOATS),
+    n_steps=mostly(3, INTS),
+)
+def test_discrete_samplers(data, name, h, n_steps):
+    rbm = BernoulliRBM(4, 3)
+    valid = torch.bernoulli(torch.full((6, 4), 0.5), generator=torch.Generator().manual_seed(0))
+    x0 = data.draw(mostly(valid, tensors()))
+    seed = data.draw(mostly(0, st.sampled_from([None, -1, "seed", 1.5])))
+
+    def call():
+        return DISCRETE[name](rbm, h).run(rbm, x0, n_steps, generator=seed)
+
+    holds("samplers", call, [*SAMPLER_ARGS, "model", "binary", "0/1", "states"])
+
+
 @fuzz(100)
 @given(data=st.data(), name=st.sampled_from(sorted(SAMPLERS)), moved=st.sampled_from(["x0", "gen"]))
 def test_samplers_refuse_another_device(data, name, moved):
@@ -208,17 +244,31 @@ ENERGY_LOSSES = {
         f, x, scale=h, n_negatives=k, w=h, generator=0),
     "nce": lambda f, x, y, h, k: losses.nce_loss(
         f, torch.tensor(h), x, y, lambda z: -(z**2).sum(-1) / 2),
+    "recovery_likelihood": lambda f, x, y, h, k: losses.diffusion_recovery_likelihood_loss(
+        NoiseConditionalEnergy(2, 2, hidden=(4,)), x, [h, 0.1], langevin_steps=k,
+        generator=0),
+}  # fmt: skip
+BINARY_LOSSES = {
+    "energy": lambda m, v, y, h, k: losses.energy_loss(v[:, 0] if v.ndim == 2 else v),
+    "exact_nll": lambda m, v, y, h, k: losses.exact_nll(BoltzmannMachine(4), v),
+    "pseudo_likelihood": lambda m, v, y, h, k: losses.pseudo_likelihood_loss(m, v),
+    "probability_flow": lambda m, v, y, h, k: losses.minimum_probability_flow_loss(m, v),
+    "classification_rbm": lambda m, v, y, h, k: losses.classification_rbm_loss(
+        ClassificationRBM(4, 3, 2), v, y, alpha=h, k=k, generator=0),
+    "conditional_cd": lambda m, v, y, h, k: losses.conditional_cd_loss(
+        ConditionalRBM(4, 3, 1), v, v, k=k, generator=0),
 }  # fmt: skip
 LOSS_ARGS = ["e_correct", "e_offending", "energies", "target", "margin", "delta", "gamma", "beta",
              "reduction", "x", "x_data", "x_sample", "x_noise", "l2", "sigmas", "scale",
              "n_projections", "n_negatives", "w", "log_normalizer", "energy", "shape",
+             "langevin_steps", "step_scale", "model",
              "non-finite", "finite"]  # fmt: skip
 
 
 @fuzz(700)
 @given(
     data=st.data(),
-    kind=st.sampled_from(["pair", "table", "energy"]),
+    kind=st.sampled_from(["pair", "table", "energy", "binary"]),
     h=mostly(0.5, FLOATS),
     k=mostly(2, INTS),
 )
@@ -241,11 +291,30 @@ def test_losses(data, kind, h, k):
             **({"beta": h} if loss is not losses.perceptron_loss else {}),
         }
         holds("losses", lambda: loss(energies, target, **options), LOSS_ARGS)
-    else:
+    elif kind == "energy":
         name = data.draw(st.sampled_from(sorted(ENERGY_LOSSES)))
         f = MLPEnergy(2, hidden=(4,))
         x, y = well_formed(data.draw), well_formed(data.draw)
         holds("losses", lambda: ENERGY_LOSSES[name](f, x, y, h, k), LOSS_ARGS)
+    else:
+        name = data.draw(st.sampled_from(sorted(BINARY_LOSSES)))
+        rbm = BernoulliRBM(4, 3)
+        valid = torch.bernoulli(torch.full((6, 4), 0.5), generator=torch.Generator().manual_seed(1))
+        v = data.draw(mostly(valid, tensors()))
+        y = data.draw(mostly(torch.tensor([0, 1, 1, 0, 1, 0]), tensors(max_ndim=1)))
+        names = [
+            *LOSS_ARGS,
+            "v",
+            "data",
+            "y",
+            "alpha",
+            "k",
+            "condition",
+            "0/1",
+            "binary",
+            "history",
+        ]
+        holds("losses", lambda: BINARY_LOSSES[name](rbm, v, y, h, k), names)
 
 
 def small_rbm(draw) -> BernoulliRBM:
@@ -267,12 +336,16 @@ ESTIMATORS = {
         Gaussian(torch.zeros(2), torch.eye(2)), [(-h, h), (-3, 3)], k),
     "enumerate": lambda m, h, k: partition.enumerate_log_partition(
         lambda v: m.free_energy(v), k),
+    "auto": lambda m, h, k: partition.log_partition(m, n_chains=k, n_temperatures=k, generator=0),
+    "smc": lambda m, h, k: partition.smc(
+        Gaussian(torch.zeros(2), torch.eye(2) * h), Gaussian(torch.zeros(2), torch.eye(2)),
+        samplers.MALA(0.5), n_particles=k, n_runs=2, generator=0),
     "ais-gaussian": lambda m, h, k: partition.ais(
         Gaussian(torch.zeros(2), torch.eye(2) * h), n_chains=k, n_temperatures=k, generator=0),
 }  # fmt: skip
 ESTIMATOR_ARGS = ["model", "rbm", "n_chains", "n_temperatures", "damping", "max_iter", "order",
                   "n_samples", "bounds", "n_points", "n_bits", "energy", "base", "cov",
-                  "non-finite", "x", "v"]  # fmt: skip
+                  "non-finite", "x", "v", "method", "n_particles", "covariance"]  # fmt: skip
 
 
 @fuzz(300)
@@ -321,6 +394,8 @@ ESTIMATOR_CLASSES = {
     "SpikeSlabRBM": lambda h, k: sklearn.SpikeSlabRBM(k, learning_rate=h, n_iter=1),
     "ClassificationRBM": lambda h, k: sklearn.ClassificationRBM(k, learning_rate=h, n_iter=1),
     "DBN": lambda h, k: sklearn.DBN((k,), learning_rate=h, n_iter=1),
+    "ConvolutionalRBM": lambda h, k: sklearn.ConvolutionalRBM(
+        k, filter_size=2, image_shape=(4, 5), learning_rate=h, n_iter=1),
 }  # fmt: skip
 
 
@@ -337,7 +412,7 @@ def test_sklearn_estimators(data, name, h, k):
     y = np.arange(len(x)) % 2 if x.ndim else np.zeros(1)
     names = ["X", "y", "n_components", "n_hidden", "hidden_layers", "learning_rate", "n_iter",
              "input", "array", "samples", "features", "finite", "NaN", "infinity", "dimension",
-             "values in", "classes", "class"]  # fmt: skip
+             "values in", "classes", "class", "filter_size", "image_shape"]  # fmt: skip
 
     def call():
         estimator = ESTIMATOR_CLASSES[name](h, k)

@@ -123,6 +123,22 @@ def rows_of(name: str, x: Any, width: int) -> torch.Tensor:
     return x
 
 
+def class_indices(name: str, y: Any, n: int, num_classes: int) -> torch.Tensor:
+    """Return ``y`` if it holds ``n`` integer class indices in [0, num_classes)."""
+    if (
+        not isinstance(y, torch.Tensor)
+        or y.shape != (n,)
+        or y.is_floating_point()
+        or y.is_complex()
+        or (n and not bool(((y >= 0) & (y < num_classes)).all()))
+    ):
+        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ArgumentError(
+            f"{name} must be ({n},) integer class indices in [0, {num_classes}), got {shape}"
+        )
+    return y
+
+
 def finite_parameters(name: str, model: Any) -> Any:
     """Return ``model`` if every floating parameter and buffer of it (an ``nn.Module``)
     is finite; other objects pass. Reads the values: call it before work, not per step."""

@@ -106,6 +106,7 @@ class ConditionalRBM(EnergyModel):
 
     def dynamic_biases(self, history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """b_t = b + A x and c_t = c + B x for histories (B, n D): (B, D) and (B, M)."""
+        _checks.rows_of("history", history, self.A.shape[1])
         return F.linear(history, self.A, self.b), F.linear(history, self.B, self.c)
 
     def hidden_logits(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:

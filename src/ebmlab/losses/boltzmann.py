@@ -25,6 +25,8 @@ def exact_nll(bm: BoltzmannMachine, data: torch.Tensor) -> torch.Tensor:
     """mean E(data) + log Z, differentiable in the parameters (2^D states enumerated)."""
     if bm.n_visible > MAX_ENUMERATION_BITS:
         raise ArgumentError(f"exact_nll enumerates 2^D states; D must be <= {MAX_ENUMERATION_BITS}")
+    _checks.tensor("data", data, min_ndim=2, floating=True, finite=True)
+    _checks.rows_of("data", data, bm.n_visible)
     states = binary_states(bm.n_visible).to(bm.b.dtype)
     return bm.energy(data).mean() + torch.logsumexp(-bm.energy(states), 0)
 
@@ -47,6 +49,10 @@ def classification_rbm_loss(
     """
     _checks.one_of("mode", mode, ["discriminative", "generative", "hybrid"])
     _checks.positive("alpha", alpha, allow_zero=True)
+    _checks.positive_int("k", k)
+    _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
+    _checks.rows_of("x", x, model.n_visible)
+    _checks.class_indices("y", y, x.shape[0], model.num_classes)
     loss = model.W.new_zeros(())
     if mode != "generative":
         loss = loss + torch.nn.functional.cross_entropy(model.class_scores(x), y)
@@ -70,5 +76,12 @@ def conditional_cd_loss(
     inputs: mean F(v | condition) - mean F(v' | condition), where v' runs k Gibbs steps
     from v with the condition held fixed, so its gradient is CD's estimate of the
     conditional likelihood's."""
+    _checks.tensor("v", v, ndim=2, floating=True, finite=True)
+    _checks.tensor("condition", condition, min_ndim=2, floating=True, finite=True)
+    _checks.positive_int("k", k)
+    if condition.shape[0] != v.shape[0]:
+        raise ArgumentError(
+            f"condition must have one row per row of v ({v.shape[0]}), got {condition.shape[0]}"
+        )
     negatives = model.gibbs(v, condition, k, generator)
     return (model.free_energy(v, condition) - model.free_energy(negatives, condition)).mean()
