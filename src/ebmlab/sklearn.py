@@ -12,7 +12,8 @@ models and estimated by annealed importance sampling otherwise.
 :class:`GaussianBernoulliRBM` and :class:`SpikeSlabRBM` are the same estimator for
 real-valued (standardised) features and :class:`ConvolutionalRBM` for images;
 :class:`ClassificationRBM` is a classifier that models p(x, y) with an exact p(y | x),
-and :class:`DBN` stacks Bernoulli RBMs greedily.
+:class:`DBN` stacks Bernoulli RBMs greedily, and :class:`GatedRBM` turns pairs of images
+into features of the transformation between them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from sklearn.utils.validation import check_is_fitted, check_non_negative, valida
 
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import resolve_device
-from ebmlab.energies import boltzmann, conv_rbm, spike_slab
+from ebmlab.energies import boltzmann, conv_rbm, gated, spike_slab
 from ebmlab.learning.rbm import ContrastiveDivergence
-from ebmlab.losses import classification_rbm_loss
+from ebmlab.losses import classification_rbm_loss, conditional_cd_loss
 from ebmlab.partition import LogZEstimate, log_partition
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -773,3 +774,136 @@ class DBN(TransformerMixin, BaseEstimator):
             for rbm in reversed(self.rbms_[:-1]):
                 h = rbm.rbm_.sample_visible(h, gen)
         return _numpy(h)
+
+
+class GatedRBM(TransformerMixin, BaseEstimator):
+    """Factored gated RBM on pairs (Memisevic & Hinton 2010): a transformer whose
+    features say how one image follows from another.
+
+    Each row of X is a pair: the input x (its first ``n_input`` values; default half the
+    row) and then the output y, with values in [0, 1]. :meth:`fit` trains p(y | x) by
+    CD-k with Adam; :meth:`transform` gives the mapping units' probabilities p(h | x, y),
+    so a ``Pipeline`` of this and a classifier learns to name transformations (shifts,
+    rotations) from few labels; :meth:`analogy` applies each pair's transformation to
+    new inputs; :meth:`score_samples` is the exact log p(y | x), for up to
+    ``ENUMERATION_LIMIT`` mapping units.
+
+    Args: ``n_components`` mapping units, ``n_factors``, ``n_input``, ``learning_rate``
+    (Adam's), ``batch_size``, ``n_iter`` epochs, ``k`` Gibbs steps, ``init_std`` of the
+    filters, ``random_state``, ``verbose``, ``dtype`` and ``device`` as for
+    :class:`BernoulliRBM`. The fitted energy is ``model_``
+    (:class:`ebmlab.energies.GatedRBM`).
+    """
+
+    def __init__(
+        self,
+        n_components: int = 64,
+        *,
+        n_factors: int = 200,
+        n_input: int | None = None,
+        learning_rate: float = 0.01,
+        batch_size: int = 100,
+        n_iter: int = 10,
+        k: int = 1,
+        init_std: float = 0.3,
+        random_state: int | np.random.RandomState | None = None,
+        verbose: int = 0,
+        dtype: str = "float32",
+        device: str = "cpu",
+    ) -> None:
+        self.n_components = n_components
+        self.n_factors = n_factors
+        self.n_input = n_input
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.n_iter = n_iter
+        self.k = k
+        self.init_std = init_std
+        self.random_state = random_state
+        self.verbose = verbose
+        self.dtype = dtype
+        self.device = device
+
+    def _pairs(self, X, reset: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validated rows split into (outputs y, inputs x), as tensors."""
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+        data = _to_tensor(self, X, unit_interval=True)
+        if reset:
+            n_input = data.shape[1] // 2 if self.n_input is None else self.n_input
+            if (
+                isinstance(n_input, bool)
+                or not isinstance(n_input, int | np.integer)
+                or not (1 <= n_input < data.shape[1])
+            ):
+                raise ArgumentError(
+                    f"n_input must split each row of {data.shape[1]} values into an input "
+                    f"and an output (1 <= n_input < {data.shape[1]}), got {n_input!r}"
+                )
+            self.n_input_ = int(n_input)
+        return data[:, self.n_input_ :], data[:, : self.n_input_]
+
+    def fit(self, X, y=None) -> GatedRBM:
+        """Train p(output | input) on the pairs X for ``n_iter`` epochs of CD-k."""
+        _check_numbers(self, ("n_components", "n_factors", "batch_size", "n_iter", "k"),
+                       ("learning_rate",), ("init_std",))  # fmt: skip
+        outputs, inputs = self._pairs(X, reset=True)
+        rng = check_random_state(self.random_state)
+        gen = torch.Generator(outputs.device).manual_seed(int(rng.randint(2**31 - 1)))
+        torch_rng = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)))
+        model = gated.GatedRBM(inputs.shape[1], outputs.shape[1], self.n_components,
+                               self.n_factors, init_std=0.0)  # fmt: skip
+        with torch.no_grad():
+            for filters in (model.U, model.V, model.W):
+                filters.copy_(torch.randn(filters.shape, generator=torch_rng) * self.init_std)
+        self.model_ = model.to(outputs.device, _DTYPES[self.dtype])
+        self.model_.fit_biases(outputs, inputs)
+        optimizer = torch.optim.Adam(self.model_.parameters(), lr=self.learning_rate)
+        for epoch in range(self.n_iter):
+            perm = torch.randperm(len(outputs), generator=gen, device=outputs.device)
+            for idx in perm.split(self.batch_size):
+                optimizer.zero_grad()
+                conditional_cd_loss(self.model_, outputs[idx], inputs[idx], k=self.k,
+                                    generator=gen).backward()  # fmt: skip
+                optimizer.step()
+            if self.verbose:
+                print(f"[GatedRBM] iteration {epoch + 1}/{self.n_iter}")
+        self.model_.requires_grad_(False)
+        return self
+
+    def transform(self, X) -> np.ndarray:
+        """Mapping-unit probabilities p(h = 1 | x, y) of each pair, (n_samples, n_components)."""
+        check_is_fitted(self)
+        outputs, inputs = self._pairs(X, reset=False)
+        return _numpy(self.model_.hidden_probs(outputs, inputs))
+
+    def analogy(self, X, new_inputs) -> np.ndarray:
+        """p(y* = 1 | h, x*): each pair's transformation (h = p(h | x, y)) applied to the
+        new input in the same row of ``new_inputs`` (n_samples, n_input)."""
+        check_is_fitted(self)
+        outputs, inputs = self._pairs(X, reset=False)
+        new = np.asarray(new_inputs, dtype=_NUMPY[self.dtype])
+        if new.shape != (len(outputs), self.n_input_) or not np.isfinite(new).all():
+            raise ArgumentError(
+                f"new_inputs must be finite ({len(outputs)}, {self.n_input_}), one input per "
+                f"pair, got shape {new.shape}"
+            )
+        new_x = torch.from_numpy(new).to(outputs.device)
+        return _numpy(self.model_.analogy(outputs, inputs, new_x))
+
+    def score_samples(self, X) -> np.ndarray:
+        """Exact log p(y | x) of each pair, the mapping units enumerated (their number
+        must be at most ``ENUMERATION_LIMIT``)."""
+        check_is_fitted(self)
+        outputs, inputs = self._pairs(X, reset=False)
+        if self.n_components > boltzmann.ENUMERATION_LIMIT:
+            raise ArgumentError(
+                f"score_samples enumerates the mapping units: n_components must be at most "
+                f"{boltzmann.ENUMERATION_LIMIT}, got {self.n_components}"
+            )
+        model = copy.deepcopy(self.model_).double()
+        return _numpy(model.log_likelihood(outputs.double(), inputs.double()))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        return tags
