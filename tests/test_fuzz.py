@@ -394,6 +394,7 @@ ESTIMATOR_CLASSES = {
     "SpikeSlabRBM": lambda h, k: sklearn.SpikeSlabRBM(k, learning_rate=h, n_iter=1),
     "ClassificationRBM": lambda h, k: sklearn.ClassificationRBM(k, learning_rate=h, n_iter=1),
     "DBN": lambda h, k: sklearn.DBN((k,), learning_rate=h, n_iter=1),
+    "GatedRBM": lambda h, k: sklearn.GatedRBM(k, n_factors=k, learning_rate=h, n_iter=1),
     "ConvolutionalRBM": lambda h, k: sklearn.ConvolutionalRBM(
         k, filter_size=2, image_shape=(4, 5), learning_rate=h, n_iter=1),
 }  # fmt: skip
@@ -412,7 +413,8 @@ def test_sklearn_estimators(data, name, h, k):
     y = np.arange(len(x)) % 2 if x.ndim else np.zeros(1)
     names = ["X", "y", "n_components", "n_hidden", "hidden_layers", "learning_rate", "n_iter",
              "input", "array", "samples", "features", "finite", "NaN", "infinity", "dimension",
-             "values in", "classes", "class", "filter_size", "image_shape"]  # fmt: skip
+             "values in", "classes", "class", "filter_size", "image_shape", "n_factors",
+             "n_input"]  # fmt: skip
 
     def call():
         estimator = ESTIMATOR_CLASSES[name](h, k)

@@ -23,6 +23,9 @@ ESTIMATORS = {
         4, n_iter=2, random_state=0, device=device
     ),
     "dbn": lambda device: sk.DBN((6, 3), n_iter=2, random_state=0, device=device),
+    "gated_rbm": lambda device: sk.GatedRBM(
+        4, n_factors=6, n_iter=2, batch_size=10, random_state=0, device=device
+    ),
 }
 
 
