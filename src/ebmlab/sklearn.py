@@ -19,6 +19,7 @@ into features of the transformation between them.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -69,6 +70,19 @@ def _to_tensor(est: BaseEstimator, X: np.ndarray, unit_interval: bool) -> torch.
         check_non_negative(X, f"{type(est).__name__} (expects values in [0, 1])")
     tensor = torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[est.dtype]))
     return tensor.to(resolve_device(est.device))
+
+
+def _epochs(
+    est: BaseEstimator, n: int, generator: torch.Generator
+) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
+    """``n_iter`` epochs of a fit: each epoch's number and its mini-batches of row indices
+    (a fresh permutation of ``n`` rows, drawn on the generator's device); with
+    ``verbose`` a line after each epoch."""
+    for epoch in range(est.n_iter):
+        perm = torch.randperm(n, generator=generator, device=generator.device)
+        yield epoch, perm.split(est.batch_size)
+        if est.verbose:
+            print(f"[{type(est).__name__}] iteration {epoch + 1}/{est.n_iter}")
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -167,16 +181,12 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self._check_params()
         data = self._check_X(X, reset=True)
         self._init_model(data)
-        n = data.shape[0]
-        for epoch in range(self.n_iter):
+        for epoch, batches in _epochs(self, data.shape[0], self._generator):
             if self.lr_decay:
                 for group in self._optimizer.param_groups:
                     group["lr"] = self.learning_rate * (1 - epoch / self.n_iter)
-            perm = torch.randperm(n, generator=self._generator, device=data.device)
-            for idx in perm.split(self.batch_size):
+            for idx in batches:
                 self._step(data.index_select(0, idx))
-            if self.verbose:
-                print(f"[{type(self).__name__}] iteration {epoch + 1}/{self.n_iter}")
         self._sync_attributes()
         return self
 
@@ -613,12 +623,9 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         X, labels = self._check_Xy(X, y, reset=True)
         self._init_model(X)
         self._train_X, self._train_y = X, labels  # each label's base rates, for AIS
-        for epoch in range(self.n_iter):
-            order = torch.randperm(len(X), generator=self._generator, device=X.device)
-            for idx in order.split(self.batch_size):
+        for _, batches in _epochs(self, len(X), self._generator):
+            for idx in batches:
                 self._step(X[idx], labels[idx])
-            if self.verbose:
-                print(f"[ClassificationRBM] iteration {epoch + 1}/{self.n_iter}")
         self._sync_attributes()
         return self
 
@@ -849,24 +856,20 @@ class GatedRBM(TransformerMixin, BaseEstimator):
         outputs, inputs = self._pairs(X, reset=True)
         rng = check_random_state(self.random_state)
         gen = torch.Generator(outputs.device).manual_seed(int(rng.randint(2**31 - 1)))
-        torch_rng = torch.Generator().manual_seed(int(rng.randint(2**31 - 1)))
         model = gated.GatedRBM(inputs.shape[1], outputs.shape[1], self.n_components,
-                               self.n_factors, init_std=0.0)  # fmt: skip
-        with torch.no_grad():
-            for filters in (model.U, model.V, model.W):
-                filters.copy_(torch.randn(filters.shape, generator=torch_rng) * self.init_std)
+                               self.n_factors)  # fmt: skip
         self.model_ = model.to(outputs.device, _DTYPES[self.dtype])
+        with torch.no_grad():  # the filters drawn from this estimator's own stream
+            for filters in (self.model_.U, self.model_.V, self.model_.W):
+                filters.normal_(0.0, self.init_std, generator=gen)
         self.model_.fit_biases(outputs, inputs)
         optimizer = torch.optim.Adam(self.model_.parameters(), lr=self.learning_rate)
-        for epoch in range(self.n_iter):
-            perm = torch.randperm(len(outputs), generator=gen, device=outputs.device)
-            for idx in perm.split(self.batch_size):
+        for _, batches in _epochs(self, len(outputs), gen):
+            for idx in batches:
                 optimizer.zero_grad()
                 conditional_cd_loss(self.model_, outputs[idx], inputs[idx], k=self.k,
                                     generator=gen).backward()  # fmt: skip
                 optimizer.step()
-            if self.verbose:
-                print(f"[GatedRBM] iteration {epoch + 1}/{self.n_iter}")
         self.model_.requires_grad_(False)
         return self
 

@@ -59,9 +59,11 @@ class PersistentChains:
         layers = self.chains if isinstance(self.chains, tuple) else (self.chains,)
         bad = ~torch.stack([s.flatten(1).isfinite().all(1) for s in layers]).all(0)
         n = int(bad.sum())
-        if n and isinstance(self.chains, tuple):
+        if not n:
+            return 0
+        if isinstance(self.chains, tuple):
             self.chains = None
-        elif n:
+        else:
             fresh = random_rows(data, self.chains.shape[0], generator).to(self.chains.dtype)
             self.chains = where_rows(bad, fresh, self.chains)
         return n

@@ -734,8 +734,8 @@ class Trainer:
         self.resume()
         self.lr_scale, self.restarts = scale, restarts
         self.generator.manual_seed(distributed.rank_seed(c.seed + RESEED * restarts))
-        counts = distributed.all_objects(self.task.on_restart(self.generator))
-        reset = {k: sum(c[k] for c in counts) for k in counts[0]}  # totals over ranks
+        per_rank = distributed.all_objects(self.task.on_restart(self.generator))
+        reset = {k: sum(counts[k] for counts in per_rank) for k in per_rank[0]}  # totals
         self._log(
             {"split": "restart", "epoch": self.epoch, "step": self.step, "lr_scale": scale,
              **reset}

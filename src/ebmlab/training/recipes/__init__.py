@@ -22,13 +22,16 @@ from ebmlab.training import distributed
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import Task, TrainerConfig
 
+RUNAWAY = 10.0  # a chain farther out than this many times the data's extent has diverged
+
 
 class BufferTask(Task):
     """A task whose negatives live in a replay buffer, this rank's share of the chains;
-    the buffer is the task's checkpointed state. ``chain_bound`` is the magnitude past
-    which a chain counts as diverged, reset after a divergence restart."""
+    the buffer is the task's checkpointed state. ``data_extent`` is the largest magnitude
+    of the data; after a divergence restart, chains beyond ``RUNAWAY`` times it (or
+    non-finite) are redrawn."""
 
-    chain_bound: float | None = None
+    data_extent: float | None = None
 
     def _replay_buffer(
         self, size: int, init: Callable[..., torch.Tensor], reinit_prob: float, seed: int
@@ -41,7 +44,8 @@ class BufferTask(Task):
         )
 
     def on_restart(self, generator: torch.Generator) -> dict[str, float]:
-        return {"chains_reset": self.buffer.reset_diverged(generator, self.chain_bound)}
+        bound = None if self.data_extent is None else RUNAWAY * self.data_extent
+        return {"chains_reset": self.buffer.reset_diverged(generator, bound)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"buffer": self.buffer.state_dict()}

@@ -182,7 +182,7 @@ class DensityTask(BufferTask):
             return torch.stack([x0 + (x1 - x0) * u[:, 0], y0 + (y1 - y0) * u[:, 1]], 1)
 
         self.buffer = self._replay_buffer(config.buffer_size, init, config.reinit_prob, seed)
-        self.chain_bound = 10 * max(abs(b) for b in (x0, x1, y0, y1))  # far off the data
+        self.data_extent = max(abs(b) for b in (x0, x1, y0, y1))
         self.init = init
         self.sampler = Langevin(config.step_size)
         self.val = load_dataset(config.data, "val").x

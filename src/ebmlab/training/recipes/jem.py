@@ -251,7 +251,7 @@ class JEMTask(BufferTask):
         self.buffer = self._replay_buffer(
             config.buffer_size, self.init_fn, config.reinit_prob, seed
         )
-        self.chain_bound = 10 * max(abs(v) for v in self.train.value_range)  # far off the data
+        self.data_extent = max(abs(v) for v in self.train.value_range)
         self.sampler = Langevin(
             config.step_size,
             config.noise,
