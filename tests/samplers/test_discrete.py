@@ -114,8 +114,8 @@ def test_gibbs_with_gradients_changes_one_site_per_step():
     nxt = sampler.step(state, bm, torch.Generator().manual_seed(0))
     changed = (nxt.x != x0).sum(1)
     assert set(changed.tolist()) <= {0, 1}
-    assert nxt.accept_prob.shape == (32,)
-    assert ((nxt.accept_prob >= 0) & (nxt.accept_prob <= 1)).all()
+    assert nxt.info.accept_prob.shape == (32,)
+    assert ((nxt.info.accept_prob >= 0) & (nxt.info.accept_prob <= 1)).all()
     torch.testing.assert_close(changed == 1, nxt.accepted.bool())
 
 

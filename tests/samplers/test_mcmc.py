@@ -8,7 +8,7 @@ import torch
 from ebmlab.energies import DiagonalGaussian, Gaussian, energy_and_grad
 from ebmlab.samplers import HMC, MALA, NUTS, AdaptiveHMC, MetropolisHastings
 from ebmlab.samplers.diagnostics import effective_sample_size
-from ebmlab.samplers.hmc import leapfrog
+from ebmlab.samplers.integrators import leapfrog
 from ebmlab.testing import assert_mean_close
 
 MEAN = torch.tensor([1.0, -1.0])

@@ -5,6 +5,7 @@ from ebmlab.samplers.base import (
     Sampler,
     SamplerState,
     SampleRun,
+    StepInfo,
     frozen_parameters,
 )
 from ebmlab.samplers.discrete import DiscreteLangevin, GibbsWithGradients
@@ -41,6 +42,7 @@ __all__ = [
     "SampleRun",
     "Sampler",
     "SamplerState",
+    "StepInfo",
     "UnderdampedLangevin",
     "anneal",
     "frozen_parameters",

@@ -4,9 +4,11 @@ A sampler draws x ~ exp(-E(x)) / Z for any energy callable ``x -> (B,)``; each
 batch row is an independent chain. ``init(x0, energy)`` makes the first state, which
 caches the energy and gradient at x0 (Langevin leaves them to its first step: see
 :meth:`SamplerState.evaluated`); ``step(state, energy, generator)`` returns the next
-state. ``sample`` and ``run`` loop over steps, and while they
-run the parameters of an ``nn.Module`` energy are excluded from autograd (no
-parameter gradients are built), then restored.
+state, whose ``info`` (:class:`StepInfo`) says what that step did in each chain:
+its acceptance probability, whether it diverged, the energy it started from.
+``sample`` and ``run`` loop over steps (``run(..., trace=True)`` stacks every step's
+info), and while they run the parameters of an ``nn.Module`` energy are excluded from
+autograd (no parameter gradients are built), then restored.
 """
 
 from __future__ import annotations
@@ -36,6 +38,50 @@ K = TypeVar("K", bound="Sampler")
 
 
 @dataclass(frozen=True)
+class StepInfo:
+    """What one step did in each chain, as (B,) tensors on the chains' device.
+
+    ``accept_prob`` is the Metropolis acceptance probability min(1, exp(log ratio))
+    of the step's proposal (1 for moves that are always taken: unadjusted Langevin,
+    Gibbs; NUTS's mean over the trajectory's new points, as in Stan);
+    ``divergent`` flags a diverging trajectory (Hamiltonian samplers); ``energy`` is
+    the energy E(x) of the chains at the step's start.
+    """
+
+    accept_prob: torch.Tensor
+    divergent: torch.Tensor
+    energy: torch.Tensor
+
+    @classmethod
+    def of(
+        cls,
+        energy: torch.Tensor,
+        accept_prob: torch.Tensor | None = None,
+        divergent: torch.Tensor | None = None,
+    ) -> StepInfo:
+        """Info of a step from ``energy``: acceptance 1 and no divergence unless given."""
+        energy = energy.detach()
+        return cls(
+            torch.ones_like(energy) if accept_prob is None else accept_prob.detach(),
+            torch.zeros_like(energy, dtype=torch.bool) if divergent is None else divergent,
+            energy,
+        )
+
+    @classmethod
+    def metropolis(
+        cls, energy: torch.Tensor, log_ratio: torch.Tensor, divergent: torch.Tensor | None = None
+    ) -> StepInfo:
+        """Info of a Metropolis-Hastings step with log acceptance ratio ``log_ratio``
+        (NaN counts as 0)."""
+        prob = log_ratio.detach().clamp(max=0).exp().nan_to_num(0.0)
+        return cls.of(energy, prob, divergent)
+
+    def first(self, n: int) -> StepInfo:
+        """The info of the first ``n`` chains (parallel tempering's cold replicas)."""
+        return StepInfo(self.accept_prob[:n], self.divergent[:n], self.energy[:n])
+
+
+@dataclass(frozen=True)
 class SamplerState:
     """Chains' positions with their cached energy and gradient, and running counts.
 
@@ -45,6 +91,7 @@ class SamplerState:
     ``grad`` is ``None`` for samplers that never use it. ``energy`` and ``grad`` are
     both ``None`` while they are left for later: a Langevin step needs the gradient at
     its start only, so it evaluates it there and n steps cost n gradients, not n + 1.
+    ``info`` describes the step that made this state (``None`` before the first).
     """
 
     x: torch.Tensor
@@ -54,6 +101,7 @@ class SamplerState:
     divergent: torch.Tensor
     n_grad_evals: int = 0
     t: int = 0
+    info: StepInfo | None = None
 
     @classmethod
     def start(
@@ -65,7 +113,7 @@ class SamplerState:
     ) -> SamplerState:
         """A fresh state at ``x`` with zero counts."""
         zeros = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-        return cls(x, energy, grad, zeros, zeros.clone(), n_grad_evals, 0)
+        return cls(x, energy, grad, zeros, zeros.clone(), n_grad_evals, 0, None)
 
     def replace(self: S, **changes: Any) -> S:
         """A copy of the state with the given fields changed (states are immutable)."""
@@ -82,11 +130,18 @@ class SamplerState:
 
 @dataclass
 class SampleRun:
-    """Result of :meth:`Sampler.run`: kept states ``samples`` (T, B, ...) and ``info``."""
+    """Result of :meth:`Sampler.run`.
+
+    ``samples`` holds the kept states (T, B, ...), ``final`` the last state, ``info``
+    the run's summary (acceptance rate and divergences of the kept steps, gradient
+    evaluations, steps). With ``run(..., trace=True)``, ``trace`` maps each
+    :class:`StepInfo` field to a (burn_in + n_steps, B) tensor, one row per step.
+    """
 
     samples: torch.Tensor
     final: SamplerState
     info: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, torch.Tensor] | None = None
 
 
 def check_device(energy: Any, x: torch.Tensor, name: str = "x0") -> None:
@@ -198,10 +253,24 @@ class Sampler(Generic[S]):
         burn_in: int = 0,
         thin: int | None = None,
         generator: torch.Generator | int | None = None,
+        trace: bool = False,
     ) -> SampleRun:
         """Run ``burn_in + n_steps`` steps; keep every ``thin``-th of the last ``n_steps``.
 
-        Without ``thin`` only the final state is kept (``samples`` has T = 1).
+        Args:
+            energy: an energy callable x -> (B,) or an ``nn.Module``.
+            x0: starting chains (B, ...), one row per chain.
+            n_steps: steps after burn-in.
+            burn_in: steps first, in which adaptive samplers tune; their states are
+                not kept.
+            thin: keep every ``thin``-th state of the ``n_steps``; without it only the
+                final state is kept (``samples`` has T = 1).
+            generator: a ``torch.Generator`` on x0's device, or an int seed.
+            trace: also stack every step's :class:`StepInfo` into ``SampleRun.trace``
+                (per-step acceptance, divergences and energies, burn-in included).
+
+        Returns:
+            A :class:`SampleRun`.
         """
         _checks.tensor("x0", x0, min_ndim=2, floating=True, finite=True)
         _checks.positive_int("n_steps", n_steps, allow_zero=True)
@@ -212,6 +281,7 @@ class Sampler(Generic[S]):
         check_device(energy, x0)
         fn = as_energy_fn(energy)
         kept: list[torch.Tensor] = []
+        infos: list[StepInfo] = []
         watch = _FiniteWatch(x0)
         with frozen_parameters(energy):
             try:
@@ -221,11 +291,15 @@ class Sampler(Generic[S]):
             for _ in range(burn_in):
                 state = self.step(state, fn, gen)
                 watch.update(state)
+                if trace:
+                    infos.append(state.info)
             state = self.end_warmup(state)
             warm = state
             for i in range(n_steps):
                 state = self.step(state, fn, gen)
                 watch.update(state)
+                if trace:
+                    infos.append(state.info)
                 if thin is not None and (i + 1) % thin == 0:
                     kept.append(state.x)
         watch.check(state.t)
@@ -238,7 +312,15 @@ class Sampler(Generic[S]):
             "n_grad_evals": int(state.n_grad_evals * x0.shape[0]),
             "n_steps": state.t,
         }
-        return SampleRun(samples=samples, final=state, info=info)
+        traced = None
+        if trace:
+            traced = {
+                f.name: torch.stack([getattr(i, f.name) for i in infos])
+                if infos
+                else x0.new_zeros((0, x0.shape[0]))
+                for f in dataclasses.fields(StepInfo)
+            }
+        return SampleRun(samples=samples, final=state, info=info, trace=traced)
 
     def sample(
         self,
@@ -288,15 +370,23 @@ def where_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torc
 
 def metropolis_update(
     state: S,
-    ok: torch.Tensor,
     proposal: torch.Tensor,
     energy: torch.Tensor,
     grad: torch.Tensor,
+    log_ratio: torch.Tensor | None,
+    generator: torch.Generator | None,
     **changes: Any,
 ) -> S:
-    """The state after a Metropolis test: the proposal with its energy and gradient in the
-    chains where ``ok``, one gradient evaluation and one step counted; ``changes`` sets
-    further fields."""
+    """The state after a Metropolis test of ``proposal`` (with its ``energy`` and
+    ``grad``) at log acceptance ratio ``log_ratio`` per chain (``None``: every proposal
+    is taken); one gradient evaluation and one step counted, the step's
+    :class:`StepInfo` recorded; ``changes`` sets further fields."""
+    if log_ratio is None:
+        ok = torch.ones_like(energy, dtype=torch.bool)
+        info = StepInfo.of(state.energy)
+    else:
+        ok = accept(log_ratio, generator)
+        info = StepInfo.metropolis(state.energy, log_ratio)
     return state.replace(
         x=where_rows(ok, proposal, state.x),
         energy=torch.where(ok, energy, state.energy),
@@ -304,5 +394,6 @@ def metropolis_update(
         accepted=state.accepted + ok,
         n_grad_evals=state.n_grad_evals + 1,
         t=state.t + 1,
+        info=info,
         **changes,
     )

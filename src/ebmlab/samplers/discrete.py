@@ -21,28 +21,18 @@ for a categorical site Delta_{i,k} = g_{i,c} - g_{i,k}, c being the current valu
   ``adjusted=True`` adds the Metropolis-Hastings test (DMALA).
 
 A step costs one energy-and-gradient evaluation, at the proposal, which the next
-step reuses when the proposal is accepted. ``accept_prob`` holds each chain's
-acceptance probability of the last step.
+step reuses when the proposal is accepted. The state's ``info.accept_prob`` holds each
+chain's acceptance probability of the last step.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, accept, metropolis_update
-
-
-@dataclass(frozen=True)
-class DiscreteState(SamplerState):
-    """Chains with their cached energy and gradient, and the last step's acceptance
-    probability per chain."""
-
-    accept_prob: torch.Tensor | None = None
+from ebmlab.samplers.base import Sampler, SamplerState, metropolis_update
 
 
 def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -152,38 +142,31 @@ class _OneHotSites:
         return (log_p * back_to.flatten(1, -2)).sum((1, 2))
 
 
-class _DiscreteSampler(Sampler[DiscreteState]):
+class _DiscreteSampler(Sampler[SamplerState]):
     def __init__(self, one_hot: bool) -> None:
         if not isinstance(one_hot, bool):
             raise ArgumentError(f"one_hot must be a bool, got {one_hot!r}")
         self.one_hot = one_hot
         self.sites = _OneHotSites() if one_hot else _BinarySites()
 
-    def init(self, x0: torch.Tensor, energy: EnergyFn) -> DiscreteState:
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = _check_discrete(x0, self.one_hot)
         e, g = energy_and_grad(energy, x)
-        base = SamplerState.start(x, e, g, n_grad_evals=1)
-        return DiscreteState(**vars(base), accept_prob=torch.ones_like(e))
+        return SamplerState.start(x, e, g, n_grad_evals=1)
 
     def _metropolis(
         self,
-        state: DiscreteState,
+        state: SamplerState,
         proposal: torch.Tensor,
         log_q_ratio: torch.Tensor | None,
         e_new: torch.Tensor,
         g_new: torch.Tensor,
         generator: torch.Generator | None,
-    ) -> DiscreteState:
+    ) -> SamplerState:
         """Accept ``proposal`` per chain with probability min(1, exp(E(x) - E(x') +
         log q(x | x') - log q(x' | x))); ``log_q_ratio`` None accepts every proposal."""
-        if log_q_ratio is None:
-            ok = torch.ones_like(e_new, dtype=torch.bool)
-            prob = torch.ones_like(e_new)
-        else:
-            log_ratio = state.energy - e_new + log_q_ratio
-            ok = accept(log_ratio, generator)
-            prob = log_ratio.clamp(max=0).exp().nan_to_num(0.0)
-        return metropolis_update(state, ok, proposal, e_new, g_new, accept_prob=prob)
+        log_ratio = None if log_q_ratio is None else state.energy - e_new + log_q_ratio
+        return metropolis_update(state, proposal, e_new, g_new, log_ratio, generator)
 
 
 class GibbsWithGradients(_DiscreteSampler):
@@ -198,8 +181,8 @@ class GibbsWithGradients(_DiscreteSampler):
         super().__init__(one_hot)
 
     def step(
-        self, state: DiscreteState, energy: EnergyFn, generator: torch.Generator | None = None
-    ) -> DiscreteState:
+        self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> SamplerState:
         log_q = torch.log_softmax(self.sites.move_logits(state.x, state.grad), -1)
         move = _gumbel_argmax(log_q, generator)
         proposal, back = self.sites.apply(state.x, move)
@@ -227,8 +210,8 @@ class DiscreteLangevin(_DiscreteSampler):
         self.adjusted = adjusted
 
     def step(
-        self, state: DiscreteState, energy: EnergyFn, generator: torch.Generator | None = None
-    ) -> DiscreteState:
+        self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> SamplerState:
         alpha = self.step_size
         proposal, forward = self.sites.langevin(state.x, state.grad, alpha, generator)
         e_new, g_new = energy_and_grad(energy, proposal)

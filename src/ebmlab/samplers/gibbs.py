@@ -22,7 +22,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
 
 
 def _check_binary(x0: torch.Tensor) -> torch.Tensor:
@@ -104,7 +104,13 @@ class Gibbs(Sampler[SamplerState]):
                     _set_row(flat.t(), i, value)
             x = flat.view(shape)
             e = energy(x)
-        return state.replace(x=x, energy=e, accepted=state.accepted + 1, t=state.t + 1)
+        return state.replace(
+            x=x,
+            energy=e,
+            accepted=state.accepted + 1,
+            t=state.t + 1,
+            info=StepInfo.of(state.energy),
+        )
 
 
 def _set_row(x: torch.Tensor, i: int | torch.Tensor, value: torch.Tensor) -> None:
@@ -157,5 +163,10 @@ class BlockGibbs(Sampler[BlockGibbsState]):
             logits = self.model.hidden_logits(v)
             e = self.model.free_energy_from_logits(v, logits)
         return state.replace(
-            x=v, energy=e, hidden_logits=logits, accepted=state.accepted + 1, t=state.t + 1
+            x=v,
+            energy=e,
+            hidden_logits=logits,
+            accepted=state.accepted + 1,
+            t=state.t + 1,
+            info=StepInfo.of(state.energy),
         )

@@ -44,8 +44,9 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.adaptation import ChEESAdam, DualAveraging, MassWindows
-from ebmlab.samplers.base import Sampler, SamplerState, accept, per_chain, where_rows
+from ebmlab.samplers.adaptation import ChEESAdam, TunedState, WarmupTuning
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, accept, where_rows
+from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
 
 
 @dataclass(frozen=True)
@@ -60,29 +61,6 @@ class Trajectory:
     divergent: torch.Tensor
 
 
-def leapfrog(
-    energy: EnergyFn,
-    x: torch.Tensor,
-    p: torch.Tensor,
-    grad: torch.Tensor,
-    step_size: torch.Tensor,
-    n_steps: int,
-    inv_mass: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``n_steps`` leapfrog steps from (x, p) with cached ``grad``; returns (x, p, E, grad).
-
-    ``step_size`` is per chain (B,); exactly ``n_steps`` gradient evaluations.
-    """
-    eps = per_chain(step_size, x)
-    p = p - 0.5 * eps * grad
-    e = None
-    for i in range(n_steps):
-        x = x + eps * inv_mass * p
-        e, grad = energy_and_grad(energy, x)
-        p = p - (eps if i < n_steps - 1 else 0.5 * eps) * grad
-    return x, p, e, grad
-
-
 def halton(index: int, base: int = 2) -> float:
     """The ``index``-th (>= 1) element of the van der Corput / Halton sequence, in (0, 1)."""
     value, scale = 0.0, 1.0
@@ -91,10 +69,6 @@ def halton(index: int, base: int = 2) -> float:
         scale /= base
         value += digit * scale
     return value
-
-
-def _kinetic(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
-    return 0.5 * (p * p * inv_mass).flatten(1).sum(1)
 
 
 class HMC(Sampler[SamplerState]):
@@ -160,11 +134,10 @@ class HMC(Sampler[SamplerState]):
     ) -> Trajectory:
         """Draw a momentum and integrate; the proposal with its log acceptance ratio."""
         x0 = state.x
-        p0 = torch.randn(x0.shape, generator=generator, dtype=x0.dtype, device=x0.device)
-        p0 /= inv_mass.sqrt()
+        p0 = gaussian_noise(x0, generator) / inv_mass.sqrt()
         x, p, e, g = leapfrog(energy, x0, p0, state.grad, step_size, n_steps, inv_mass)
-        h0 = state.energy + _kinetic(p0, inv_mass)
-        h1 = e + _kinetic(p, inv_mass)
+        h0 = state.energy + kinetic_energy(p0, inv_mass)
+        h1 = e + kinetic_energy(p, inv_mass)
         log_ratio = h0 - h1
         divergent = ~torch.isfinite(h1) | (h1 - h0 > self.divergence_threshold)
         log_ratio = torch.where(divergent, torch.full_like(log_ratio, -math.inf), log_ratio)
@@ -180,6 +153,7 @@ class HMC(Sampler[SamplerState]):
             divergent=state.divergent + traj.divergent.long(),
             n_grad_evals=state.n_grad_evals + n_steps,
             t=state.t + 1,
+            info=StepInfo.metropolis(state.energy, traj.log_ratio, traj.divergent),
         )
 
     def step(
@@ -192,52 +166,11 @@ class HMC(Sampler[SamplerState]):
 
 
 @dataclass(frozen=True)
-class AdaptiveState(SamplerState):
-    """HMC state plus the tuning: step size, inverse mass, trajectory length, and the
-    adapters that move them during warm-up (:mod:`ebmlab.samplers.adaptation`)."""
+class AdaptiveState(TunedState):
+    """HMC's tuned state plus the trajectory length and its adapter."""
 
-    step_size: float = 0.1
-    inv_mass: torch.Tensor | None = None
     trajectory_length: float = 1.0
-    warmup_steps: int = 0
-    dual: DualAveraging | None = None
     chees: ChEESAdam = field(default_factory=ChEESAdam)
-
-
-@dataclass(frozen=True)
-class _ChainGroups:
-    """Which group each chain belongs to (``index``) and how many chains each group has
-    (``sizes``), fixed when a tempered kernel is made; warm-up steps use them often."""
-
-    index: torch.Tensor
-    sizes: torch.Tensor
-
-    @classmethod
-    def of(cls, labels: torch.Tensor) -> _ChainGroups:
-        """Chains with equal labels form a group."""
-        index = torch.unique(labels, return_inverse=True)[1]
-        return cls(index, torch.bincount(index))
-
-    def means(self, x: torch.Tensor) -> torch.Tensor:
-        """Mean of x over the chains of each group, (n_groups, ...)."""
-        sums = x.new_zeros((len(self.sizes), *x.shape[1:])).index_add_(0, self.index, x)
-        return sums / per_chain(self.sizes, sums)
-
-    def centred(self, x: torch.Tensor) -> torch.Tensor:
-        """x minus the mean of its group of chains."""
-        return x - self.means(x)[self.index]
-
-
-def _regularised_variance(x: torch.Tensor, groups: _ChainGroups | None) -> torch.Tensor:
-    """Cross-chain variance of x, shrunk towards 1e-3 as in Stan ((k / (k + 5)) var +
-    1e-3 (5 / (k + 5)) over k chains); per group of chains (per-chain rows) if given."""
-    if groups is None:
-        k = x.shape[0]
-        return (k / (k + 5)) * x.var(0) + 1e-3 * (5 / (k + 5))
-    counts = per_chain(groups.sizes.to(x.dtype), x)
-    centred = groups.centred(x)
-    var = groups.means(centred * centred) * counts / (counts - 1)
-    return ((counts / (counts + 5)) * var + 1e-3 * (5 / (counts + 5)))[groups.index]
 
 
 class AdaptiveHMC(HMC):
@@ -245,7 +178,9 @@ class AdaptiveHMC(HMC):
 
     Use with ``burn_in`` (a few hundred steps): ``sampler.sample(energy, x0, n, burn_in=500)``.
     Adaptation pools statistics across chains, so it works best with many chains
-    (the mass matrix is adapted only with at least 16 chains).
+    (the mass matrix is adapted only with at least 16 chains). The step size and mass
+    are tuned by a :class:`~ebmlab.samplers.adaptation.WarmupTuning` (``tuning``), the
+    trajectory length by ChEES here.
 
     Args:
         step_size: initial step size.
@@ -254,6 +189,7 @@ class AdaptiveHMC(HMC):
         max_leapfrog: cap on leapfrog steps per trajectory.
         adapt_mass: False switches off mass-matrix adaptation.
         adapt_length: False switches off trajectory-length adaptation.
+        divergence_threshold: energy error beyond which a trajectory is divergent.
     """
 
     def __init__(
@@ -269,55 +205,29 @@ class AdaptiveHMC(HMC):
     ) -> None:
         super().__init__(step_size, 1, jitter=0.0, divergence_threshold=divergence_threshold)
         self.trajectory_length = _checks.positive("trajectory_length", trajectory_length)
-        self.target_accept = _checks.probability("target_accept", target_accept)
         self.max_leapfrog = _checks.positive_int("max_leapfrog", max_leapfrog)
-        self.adapt_mass = adapt_mass
+        self.tuning = WarmupTuning(target_accept, adapt_mass)
         self.adapt_length = adapt_length
-        # when tempered: per-chain inverse temperatures, and the groups of chains of
-        # equal beta; None: all chains form one group
-        self.chain_betas: torch.Tensor | None = None
-        self.groups: _ChainGroups | None = None
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
-        base = super().init(x0, energy)
-        inv_mass = torch.ones(x0.shape[1:], dtype=x0.dtype, device=x0.device)
-        if self.chain_betas is not None:
-            if len(self.chain_betas) != len(x0):
-                raise ArgumentError(
-                    f"a tempered kernel for {len(self.chain_betas)} chains got x0 with {len(x0)}"
-                )
-            inv_mass = per_chain(1 / self.chain_betas, x0) * inv_mass
-        return AdaptiveState(
-            **{f: getattr(base, f) for f in SamplerState.__dataclass_fields__},
-            step_size=self.step_size,
-            inv_mass=inv_mass,
+        return self.tuning.initial(
+            super().init(x0, energy),
+            self.step_size,
+            AdaptiveState,
             trajectory_length=self.trajectory_length,
         )
 
     def begin_warmup(self, state: AdaptiveState, n_steps: int) -> AdaptiveState:
-        return self._restart_dual_averaging(state.replace(warmup_steps=n_steps))
+        return self.tuning.begin(state, n_steps)
 
-    def _restart_dual_averaging(self, state: AdaptiveState) -> AdaptiveState:
-        return state.replace(dual=DualAveraging.start(state.step_size, self.target_accept))
+    def end_warmup(self, state: AdaptiveState) -> AdaptiveState:
+        return self.tuning.finish(state)
 
     def tempered(self, beta: torch.Tensor) -> AdaptiveHMC:
         """This kernel for per-chain tempered energies beta E: chains of one beta get
         their own mass, 1 / beta at first (equivalent to HMC's step / sqrt(beta)), then
         adapted from their own variance."""
-        return self._with(chain_betas=beta, groups=_ChainGroups.of(beta))
-
-    def _smallest_group(self, x: torch.Tensor) -> int:
-        """The number of chains in the smallest group (all chains when untempered)."""
-        return len(x) if self.groups is None else int(self.groups.sizes.min())
-
-    def _centred(self, x: torch.Tensor) -> torch.Tensor:
-        """x minus the mean of its group of chains."""
-        return x - x.mean(0) if self.groups is None else self.groups.centred(x)
-
-    def end_warmup(self, state: AdaptiveState) -> AdaptiveState:
-        if state.warmup_steps == 0:
-            return state
-        return state.replace(step_size=state.dual.final_step_size, warmup_steps=0)
+        return self._with(tuning=self.tuning.tempered(beta))
 
     def _n_leapfrog(self, length: float, step_size: float) -> int:
         return max(1, min(self.max_leapfrog, math.ceil(length / step_size)))
@@ -332,28 +242,10 @@ class AdaptiveHMC(HMC):
         eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype, device=state.x.device)
         traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
         new = self._move(state, traj, n_steps, generator)
-        if state.t < state.warmup_steps:
-            accept_prob = traj.log_ratio.clamp(max=0).exp()
-            new = self._adapt(state, new, accept_prob)
-            if self.adapt_length:
-                new = self._adapt_length(state, new, traj, accept_prob, u)
-        return new
-
-    def _adapt(
-        self, old: AdaptiveState, new: AdaptiveState, accept_prob: torch.Tensor
-    ) -> AdaptiveState:
-        """One warm-up update of the step size and, in its windows, of the inverse mass."""
-        # dual averaging on the pooled acceptance probability (tempered: the lowest of the
-        # temperatures' means, so that no temperature falls below the target)
-        groups = self.groups
-        pooled = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
-        dual, step_size = new.dual.update(float(pooled))
-        new = new.replace(step_size=step_size, dual=dual)
-        windows = MassWindows(old.warmup_steps)
-        if self.adapt_mass and windows.due(new.t, self._smallest_group(old.x)):
-            new = self._restart_dual_averaging(
-                new.replace(inv_mass=_regularised_variance(new.x, groups))
-            )
+        warming = state.dual is not None and state.t < state.warmup_steps
+        new = self.tuning.update(state, new, new.info.accept_prob)
+        if warming and self.adapt_length:
+            new = self._adapt_length(state, new, traj, new.info.accept_prob, u)
         return new
 
     def _adapt_length(
@@ -370,7 +262,7 @@ class AdaptiveHMC(HMC):
         target the change in squared distance per gradient evaluation; without it the
         criterion is flat beyond its first maximum and T drifts to wasteful lengths.
         """
-        x0c, x1c = self._centred(old.x), self._centred(traj.x)
+        x0c, x1c = self.tuning.centred(old.x), self.tuning.centred(traj.x)
         diff = (x1c.flatten(1) ** 2).sum(1) - (x0c.flatten(1) ** 2).sum(1)
         velocity = (x1c * (old.inv_mass * traj.p)).flatten(1).sum(1)
         per_chain = diff * velocity * u * new.trajectory_length  # d (diff^2 / 4) / d log T

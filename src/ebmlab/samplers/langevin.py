@@ -25,7 +25,8 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, per_chain
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
+from ebmlab.samplers.integrators import euler_maruyama, gaussian_noise
 
 
 def _clip_rows(g: torch.Tensor, max_norm: float) -> torch.Tensor:
@@ -81,15 +82,17 @@ class Langevin(Sampler[SamplerState]):
     ) -> SamplerState:
         state = state.evaluated(energy)
         factor = 1.0 if self.schedule is None else float(self.schedule(state.t))
-        h = per_chain(self.step_size * factor, state.x)
+        h = self.step_size * factor
         sigma = (2 * h) ** 0.5 if self.noise_scale is None else self.noise_scale
         g = state.grad if self.grad_clip is None else _clip_rows(state.grad, self.grad_clip)
-        noise = torch.randn(
-            state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device
-        )
-        x = add_scaled(add_scaled(state.x, -h, g), sigma, noise, inplace=True)
+        x = euler_maruyama(state.x, g, h, sigma, gaussian_noise(state.x, generator))
         if self.clamp is not None:
             x = x.clamp(*self.clamp)
         return state.replace(
-            x=x, energy=None, grad=None, accepted=state.accepted + 1, t=state.t + 1
+            x=x,
+            energy=None,
+            grad=None,
+            accepted=state.accepted + 1,
+            t=state.t + 1,
+            info=StepInfo.of(state.energy),
         )

@@ -7,103 +7,91 @@ step-size bias of unadjusted Langevin: the chain targets exp(-E)/Z exactly.
 One gradient evaluation per step (at the proposal; reused when accepted).
 
 With ``target_accept`` the step size is tuned during burn-in by dual averaging
-(:class:`~ebmlab.samplers.adaptation.DualAveraging`) towards that mean acceptance
+(:class:`~ebmlab.samplers.adaptation.WarmupTuning`) towards that mean acceptance
 probability, pooled over chains; the optimal rate for MALA in high dimension is about
-0.574 (Roberts & Rosenthal 1998). After burn-in the averaged step size is kept.
+0.574 (Roberts & Rosenthal 1998). After burn-in the averaged step size is kept. With
+``adapt_mass`` as well, a diagonal inverse mass M^{-1} preconditions the proposal,
+x' = x - h M^{-1} grad E(x) + sqrt(2h M^{-1}) eps (Girolami & Calderhead 2011, eq. 10,
+with a constant metric), estimated from the chains' variance during burn-in.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.adaptation import DualAveraging
-from ebmlab.samplers.base import (
-    Sampler,
-    SamplerState,
-    accept,
-    add_scaled,
-    metropolis_update,
-    per_chain,
-)
+from ebmlab.samplers.adaptation import TunedState, WarmupTuning
+from ebmlab.samplers.base import Sampler, SamplerState, metropolis_update, per_chain
+from ebmlab.samplers.integrators import euler_maruyama, gaussian_noise
 
 
 def _log_q(
-    x_to: torch.Tensor, x_from: torch.Tensor, grad_from: torch.Tensor, h: torch.Tensor | float
+    x_to: torch.Tensor,
+    x_from: torch.Tensor,
+    grad_from: torch.Tensor,
+    h: torch.Tensor | float,
+    inv_mass: torch.Tensor,
 ) -> torch.Tensor:
-    diff = add_scaled(x_to - x_from, per_chain(h, x_to), grad_from).flatten(1)
-    return torch.linalg.vecdot(diff, diff) / (-4 * h)
+    """log q(x_to | x_from) up to a constant: -|x_to - x_from + h M^{-1} g|^2_M / (4h)."""
+    diff = (x_to - x_from + per_chain(h, x_to) * inv_mass * grad_from).flatten(1)
+    return torch.linalg.vecdot(diff, diff / inv_mass.expand_as(x_to).flatten(1)) / (-4 * h)
 
 
-@dataclass(frozen=True)
-class MALAState(SamplerState):
-    """MALA's chain state with its step size and, while it is tuned, its adapter."""
-
-    step_size: float | torch.Tensor = 0.1
-    warmup_steps: int = 0
-    dual: DualAveraging | None = None
-
-
-class MALA(Sampler[MALAState]):
+class MALA(Sampler[TunedState]):
     """Metropolis-adjusted Langevin with step size ``step_size`` (h).
 
     Args:
         step_size: h, or the starting point of its tuning.
         target_accept: tune h during burn-in towards this mean acceptance probability
             (None: keep h).
+        adapt_mass: also tune a diagonal inverse mass during burn-in (needs
+            ``target_accept``, and at least 16 chains).
     """
 
-    def __init__(self, step_size: float, *, target_accept: float | None = None) -> None:
+    def __init__(
+        self, step_size: float, *, target_accept: float | None = None, adapt_mass: bool = False
+    ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
-        if target_accept is not None:
-            _checks.probability("target_accept", target_accept)
-        self.target_accept = target_accept
+        if adapt_mass and target_accept is None:
+            raise ArgumentError("adapt_mass=True needs target_accept: the mass is tuned with h")
+        self.tuning = None if target_accept is None else WarmupTuning(target_accept, adapt_mass)
 
     def tempered(self, beta: torch.Tensor) -> MALA:
         """Step size / beta, matched to the tempered distributions' scale."""
-        if self.target_accept is not None:
+        if self.tuning is not None:
             raise ArgumentError("a MALA kernel that tunes its step size cannot be tempered")
         return self._rescaled("step_size", beta, 1.0)
 
-    def init(self, x0: torch.Tensor, energy: EnergyFn) -> MALAState:
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
         e, g = energy_and_grad(energy, x0)
-        base = SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
-        fields = {f: getattr(base, f) for f in SamplerState.__dataclass_fields__}
-        return MALAState(**fields, step_size=self.step_size)
+        start = SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
+        ones = torch.ones(x0.shape[1:], dtype=x0.dtype, device=x0.device)
+        if self.tuning is None:
+            fields = {f: getattr(start, f) for f in SamplerState.__dataclass_fields__}
+            return TunedState(**fields, step_size=self.step_size, inv_mass=ones)
+        return self.tuning.initial(start, self.step_size, TunedState)
 
-    def begin_warmup(self, state: MALAState, n_steps: int) -> MALAState:
-        if self.target_accept is None:
-            return state
-        dual = DualAveraging.start(float(state.step_size), self.target_accept)
-        return state.replace(warmup_steps=n_steps, dual=dual)
+    def begin_warmup(self, state: TunedState, n_steps: int) -> TunedState:
+        return state if self.tuning is None else self.tuning.begin(state, n_steps)
 
-    def end_warmup(self, state: MALAState) -> MALAState:
-        if state.dual is None:
-            return state
-        return state.replace(step_size=state.dual.final_step_size, warmup_steps=0, dual=None)
+    def end_warmup(self, state: TunedState) -> TunedState:
+        return state if self.tuning is None else self.tuning.finish(state)
 
     def step(
-        self, state: MALAState, energy: EnergyFn, generator: torch.Generator | None = None
-    ) -> MALAState:
-        h = state.step_size
-        hx = per_chain(h, state.x)
-        noise = torch.randn(
-            state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device
-        )
-        proposal = add_scaled(add_scaled(state.x, -hx, state.grad), (2 * hx) ** 0.5, noise)
+        self, state: TunedState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> TunedState:
+        h, m = state.step_size, state.inv_mass
+        noise = gaussian_noise(state.x, generator)
+        proposal = euler_maruyama(state.x, m * state.grad, h, (2 * h) ** 0.5, noise * m.sqrt())
         e_new, g_new = energy_and_grad(energy, proposal)
-        # log q(x' | x) = -|sqrt(2h) noise|^2 / (4h) = -|noise|^2 / 2
+        # log q(x' | x) = -|sqrt(2h) M^{-1/2} noise|^2_M / (4h) = -|noise|^2 / 2
         flat_noise = noise.flatten(1)
         log_q_forward = -0.5 * torch.linalg.vecdot(flat_noise, flat_noise)
-        log_ratio = state.energy - e_new + _log_q(state.x, proposal, g_new, h) - log_q_forward
-        ok = accept(log_ratio, generator)
-        new = metropolis_update(state, ok, proposal, e_new, g_new)
-        if state.dual is not None and state.t < state.warmup_steps:
-            rate = float(log_ratio.clamp(max=0).exp().mean())  # warm-up reads it back
-            dual, step_size = state.dual.update(rate)
-            new = new.replace(step_size=step_size, dual=dual)
-        return new
+        log_q_back = _log_q(state.x, proposal, g_new, h, m)
+        log_ratio = state.energy - e_new + log_q_back - log_q_forward
+        new = metropolis_update(state, proposal, e_new, g_new, log_ratio, generator)
+        if self.tuning is None:
+            return new
+        return self.tuning.update(state, new, new.info.accept_prob)

@@ -14,11 +14,13 @@ from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import (
     Sampler,
     SamplerState,
+    StepInfo,
     accept,
     add_scaled,
     per_chain,
     where_rows,
 )
+from ebmlab.samplers.integrators import gaussian_noise
 
 
 class MetropolisHastings(Sampler[SamplerState]):
@@ -40,16 +42,16 @@ class MetropolisHastings(Sampler[SamplerState]):
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
-        noise = torch.randn(
-            state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device
-        )
+        noise = gaussian_noise(state.x, generator)
         proposal = add_scaled(state.x, per_chain(self.scale, state.x), noise)
         with torch.no_grad():
             e_new = energy(proposal)
-        ok = accept(state.energy - e_new, generator)
+        log_ratio = state.energy - e_new
+        ok = accept(log_ratio, generator)
         return state.replace(
             x=where_rows(ok, proposal, state.x),
             energy=torch.where(ok, e_new, state.energy),
             accepted=state.accepted + ok,
             t=state.t + 1,
+            info=StepInfo.metropolis(state.energy, log_ratio),
         )

@@ -23,7 +23,8 @@ All chains double in lockstep: a chain that has stopped keeps its tree while the
 go on, so a step costs 2^d - 1 gradient evaluations per chain, d the largest depth
 among the chains. During burn-in the step size (dual averaging towards a mean
 acceptance statistic, the average of min(1, exp(H_0 - H)) over the new points, as in
-Stan) and the diagonal mass adapt as in :class:`~ebmlab.samplers.AdaptiveHMC`.
+Stan) and the diagonal mass adapt by the same
+:class:`~ebmlab.samplers.adaptation.WarmupTuning` as :class:`~ebmlab.samplers.AdaptiveHMC`.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import where_rows
-from ebmlab.samplers.hmc import AdaptiveHMC, AdaptiveState, _kinetic, leapfrog
+from ebmlab.energies.base import EnergyFn, energy_and_grad
+from ebmlab.samplers.adaptation import TunedState, WarmupTuning
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, where_rows
+from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
 
 
 @dataclass(frozen=True)
@@ -105,13 +107,14 @@ def _log_uniform(n: int, like: torch.Tensor, generator: torch.Generator | None) 
     return torch.rand(n, generator=generator, dtype=like.dtype, device=like.device).log()
 
 
-class NUTS(AdaptiveHMC):
+class NUTS(Sampler[TunedState]):
     """No-U-Turn Sampler with multinomial proposals, batched over chains.
 
     Use with ``burn_in`` (a few hundred steps) so that the step size and diagonal mass
     adapt: ``NUTS().sample(energy, x0, n, burn_in=500)``. A step moves a chain unless
     every point it drew was outweighed by the start; ``run(...).info["acceptance_rate"]``
-    is the fraction of steps that moved.
+    is the fraction of steps that moved, and each state's ``info.accept_prob`` the
+    acceptance statistic the step size is tuned on.
 
     Args:
         step_size: initial leapfrog step size.
@@ -130,25 +133,35 @@ class NUTS(AdaptiveHMC):
         adapt_mass: bool = True,
         divergence_threshold: float = 1000.0,
     ) -> None:
+        self.step_size = _checks.positive("step_size", step_size)
         self.max_depth = _checks.positive_int("max_depth", max_depth)
-        super().__init__(
-            step_size,
-            target_accept=target_accept,
-            max_leapfrog=2**max_depth - 1,
-            adapt_mass=adapt_mass,
-            adapt_length=False,
-            divergence_threshold=divergence_threshold,
-        )
+        self.tuning = WarmupTuning(target_accept, adapt_mass)
+        self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
+
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
+        e, g = energy_and_grad(energy, x0)
+        start = SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
+        return self.tuning.initial(start, self.step_size, TunedState)
+
+    def begin_warmup(self, state: TunedState, n_steps: int) -> TunedState:
+        return self.tuning.begin(state, n_steps)
+
+    def end_warmup(self, state: TunedState) -> TunedState:
+        return self.tuning.finish(state)
+
+    def tempered(self, beta: torch.Tensor) -> NUTS:
+        """This kernel for per-chain tempered energies beta E: each temperature's chains
+        get their own mass, 1 / beta at first, then adapted from their own variance."""
+        return self._with(tuning=self.tuning.tempered(beta))
 
     def step(
-        self, state: AdaptiveState, energy: EnergyFn, generator: torch.Generator | None = None
-    ) -> AdaptiveState:
+        self, state: TunedState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> TunedState:
         x0, inv_mass = state.x, state.inv_mass
         n = x0.shape[0]
-        p0 = torch.randn(x0.shape, generator=generator, dtype=x0.dtype, device=x0.device)
-        p0 /= inv_mass.sqrt()
+        p0 = gaussian_noise(x0, generator) / inv_mass.sqrt()
         start = _Point(x0, p0, state.energy, state.grad)
-        h0 = state.energy + _kinetic(p0, inv_mass)
+        h0 = state.energy + kinetic_energy(p0, inv_mass)
         left = right = proposal = start
         log_weight = x0.new_zeros(n)  # log sum of exp(H_0 - H) over the tree
         rho = p0
@@ -196,10 +209,9 @@ class NUTS(AdaptiveHMC):
             divergent=state.divergent + divergent.long(),
             n_grad_evals=state.n_grad_evals + n_grads,
             t=state.t + 1,
+            info=StepInfo.of(state.energy, accept_sum / n_points.clamp(min=1), divergent),
         )
-        if state.t < state.warmup_steps:
-            new = self._adapt(state, new, accept_sum / n_points.clamp(min=1))
-        return new
+        return self.tuning.update(state, new, new.info.accept_prob)
 
     def _subtree(
         self,
@@ -237,7 +249,7 @@ class NUTS(AdaptiveHMC):
             point = _Point(x, p, e, g).where(valid, point)  # chains that stopped stay put
             if i == 0:
                 start_p = point.p
-            log_w = torch.nan_to_num(h0 - e - _kinetic(p, inv_mass), nan=-math.inf)
+            log_w = torch.nan_to_num(h0 - e - kinetic_energy(p, inv_mass), nan=-math.inf)
             diverged = valid & (log_w < -self.divergence_threshold)
             accept_sum += torch.where(valid, log_w.clamp(max=0).exp(), 0.0)
             n_points += valid

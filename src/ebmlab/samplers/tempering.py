@@ -207,6 +207,7 @@ class ParallelTempering(Sampler[TemperingState]):
             last_end=last_end,
             round_trips=round_trips,
             t=state.t + 1,
+            info=replicas.info.first(n),
         )
         return self._retuned(state) if state.t in state.tune_at else state
 

@@ -6,9 +6,10 @@ The underdamped Langevin diffusion with unit mass and friction gamma,
 
 leaves exp(-E(x) - |v|^2 / 2) invariant. Splitting it into a kick B
 (v -= h/2 grad E), a drift A (x += h/2 v) and the exact Ornstein-Uhlenbeck step O
-(v = c v + sqrt(1 - c^2) xi, c = exp(-gamma h)) gives the schemes of Leimkuhler &
-Matthews (2013): BAOAB, whose configurational samples are exact for Gaussian
-targets and second-order accurate otherwise, and OBABO. Momentum persists between
+(v = c v + sqrt(1 - c^2) xi, c = exp(-gamma h) over a step h) gives the schemes of
+Leimkuhler & Matthews (2013), in :mod:`ebmlab.samplers.integrators`: BAOAB, whose
+configurational samples are exact for Gaussian targets and second-order accurate
+otherwise, and OBABO (half O steps around a velocity-Verlet step). Momentum persists between
 steps, so chains move ballistically for about 1 / gamma time units: the mixing of
 HMC with the cost of Langevin (one gradient per step, reused by the next step).
 
@@ -20,7 +21,6 @@ discretisation of the same diffusion in the velocity v = h p.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +28,8 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, per_chain
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, add_scaled, per_chain
+from ebmlab.samplers.integrators import baoab, gaussian_noise, obabo
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,6 @@ class KineticState(SamplerState):
     """Chains' positions, energies and gradients with their momenta (velocities)."""
 
     momentum: torch.Tensor | None = None
-
-
-def _noise(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
 
 
 class _Kinetic(Sampler[KineticState]):
@@ -68,6 +65,7 @@ class _Kinetic(Sampler[KineticState]):
             accepted=state.accepted + 1,
             n_grad_evals=state.n_grad_evals + 1,
             t=state.t + 1,
+            info=StepInfo.of(state.energy),
         )
 
 
@@ -93,28 +91,10 @@ class UnderdampedLangevin(_Kinetic):
     def step(
         self, state: KineticState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> KineticState:
-        h = per_chain(self.step_size, state.x)
-        c = (
-            torch.exp(-self.friction * h)
-            if isinstance(h, torch.Tensor)
-            else math.exp(-self.friction * h)
+        integrate = obabo if self.scheme == "obabo" else baoab
+        x, v, e, g = integrate(
+            energy, state.x, state.momentum, state.grad, self.step_size, self.friction, generator
         )
-        s = (1 - c * c) ** 0.5
-        v = state.momentum
-        if self.scheme == "obabo":
-            v = add_scaled(c * v, s, _noise(v, generator))
-            v = add_scaled(v, -h / 2, state.grad)
-            x = add_scaled(state.x, h, v)
-            e, g = energy_and_grad(energy, x)
-            v = add_scaled(v, -h / 2, g)
-            v = add_scaled(c * v, s, _noise(v, generator))
-        else:
-            v = add_scaled(v, -h / 2, state.grad)
-            x = add_scaled(state.x, h / 2, v)
-            v = add_scaled(c * v, s, _noise(v, generator))
-            x = add_scaled(x, h / 2, v)
-            e, g = energy_and_grad(energy, x)
-            v = add_scaled(v, -h / 2, g)
         return self._advanced(state, x, v, e, g)
 
 
@@ -152,6 +132,6 @@ class SGHMC(_Kinetic):
         eta = per_chain(self.learning_rate, state.x)
         sd = (2 * (self.momentum_decay - self.noise_estimate) * eta) ** 0.5
         v = add_scaled((1 - self.momentum_decay) * state.momentum, -eta, state.grad)
-        v = add_scaled(v, sd, _noise(v, generator), inplace=True)
+        v = add_scaled(v, sd, gaussian_noise(v, generator), inplace=True)
         x = state.x + v
         return self._advanced(state, x, v, *energy_and_grad(energy, x))

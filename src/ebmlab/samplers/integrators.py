@@ -1,0 +1,159 @@
+"""Integrators of the Langevin and Hamiltonian dynamics the samplers discretise.
+
+The samplers add what makes a kernel of these updates: a Metropolis test, adaptation,
+tree building. Every function is batched over chains (rows), takes step sizes as floats
+or per-chain ``(B,)`` tensors, and draws its noise from the generator it is given.
+
+- :func:`euler_maruyama`: x' = x - h grad E(x) + sigma eps, the overdamped Langevin
+  step (Roberts & Tweedie 1996; Tomczak 2024, eq. 6.24 with sigma free);
+- :func:`leapfrog`: the symplectic integrator of H(x, p) = E(x) + p^T M^{-1} p / 2
+  (Neal 2011, eqs. 5.18-5.20), with :func:`kinetic_energy`;
+- :func:`baoab` and :func:`obabo`: splittings of underdamped Langevin dynamics into
+  kicks (B), drifts (A) and an exact Ornstein-Uhlenbeck update of the momentum (O)
+  (Leimkuhler & Matthews 2013).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ebmlab.energies.base import EnergyFn, energy_and_grad
+from ebmlab.samplers.base import add_scaled, per_chain
+
+Step = float | torch.Tensor  # a step size: one float, or one per chain (B,)
+
+
+def gaussian_noise(like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Standard normal noise of ``like``'s shape, dtype and device."""
+    return torch.randn(like.shape, generator=generator, dtype=like.dtype, device=like.device)
+
+
+def euler_maruyama(
+    x: torch.Tensor, grad: torch.Tensor, step_size: Step, noise_scale: Step, noise: torch.Tensor
+) -> torch.Tensor:
+    """One overdamped Langevin step x - h grad + sigma noise.
+
+    Args:
+        x: chains (B, ...).
+        grad: grad E(x), x's shape.
+        step_size: h, a float or per chain (B,).
+        noise_scale: sigma (sqrt(2 h) for the unadjusted Langevin algorithm).
+        noise: standard normal draws, x's shape.
+
+    Returns:
+        The new chains, x's shape.
+    """
+    h, sigma = per_chain(step_size, x), per_chain(noise_scale, x)
+    return add_scaled(add_scaled(x, -h, grad), sigma, noise, inplace=True)
+
+
+def kinetic_energy(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
+    """p^T M^{-1} p / 2 per chain (B,), for momenta p (B, ...) and a diagonal inverse
+    mass broadcastable to them."""
+    return 0.5 * (p * p * inv_mass).flatten(1).sum(1)
+
+
+def leapfrog(
+    energy: EnergyFn,
+    x: torch.Tensor,
+    p: torch.Tensor,
+    grad: torch.Tensor,
+    step_size: Step,
+    n_steps: int,
+    inv_mass: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n_steps`` leapfrog steps from (x, p), reusing the gradient at x.
+
+    Args:
+        energy: E, a callable (B, ...) -> (B,).
+        x: positions (B, ...).
+        p: momenta, x's shape.
+        grad: grad E(x), x's shape (cached from the previous step).
+        step_size: epsilon, a float or per chain (B,); negative integrates backwards.
+        n_steps: leapfrog steps L >= 1.
+        inv_mass: diagonal inverse mass M^{-1}, broadcastable to x.
+
+    Returns:
+        (x, p, E(x), grad E(x)) at the end point, after exactly ``n_steps`` gradient
+        evaluations.
+    """
+    eps = per_chain(step_size, x)
+    p = p - 0.5 * eps * grad
+    e = None
+    for i in range(n_steps):
+        x = x + eps * inv_mass * p
+        e, grad = energy_and_grad(energy, x)
+        p = p - (eps if i < n_steps - 1 else 0.5 * eps) * grad
+    return x, p, e, grad
+
+
+def _ou_coefficients(step: Step, friction: float) -> tuple[Step, Step]:
+    """c = exp(-gamma h) and sqrt(1 - c^2): the O step's decay and noise scale."""
+    c = (
+        torch.exp(-friction * step)
+        if isinstance(step, torch.Tensor)
+        else math.exp(-friction * step)
+    )
+    return c, (1 - c * c) ** 0.5
+
+
+def baoab(
+    energy: EnergyFn,
+    x: torch.Tensor,
+    v: torch.Tensor,
+    grad: torch.Tensor,
+    step_size: Step,
+    friction: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One BAOAB step of underdamped Langevin dynamics with unit mass: half kick, half
+    drift, exact friction and noise, half drift, half kick. Its configurational
+    marginal is exact on Gaussians at any stable step (Leimkuhler & Matthews 2013).
+
+    Args:
+        energy: E, a callable (B, ...) -> (B,).
+        x: positions (B, ...).
+        v: velocities, x's shape.
+        grad: grad E(x), x's shape.
+        step_size: h, a float or per chain (B,).
+        friction: gamma > 0.
+        generator: source of the O step's noise.
+
+    Returns:
+        (x, v, E(x), grad E(x)) after the step: one gradient evaluation.
+    """
+    h = per_chain(step_size, x)
+    c, s = _ou_coefficients(h, friction)
+    v = add_scaled(v, -h / 2, grad)
+    x = add_scaled(x, h / 2, v)
+    v = add_scaled(c * v, s, gaussian_noise(v, generator))
+    x = add_scaled(x, h / 2, v)
+    e, g = energy_and_grad(energy, x)
+    v = add_scaled(v, -h / 2, g)
+    return x, v, e, g
+
+
+def obabo(
+    energy: EnergyFn,
+    x: torch.Tensor,
+    v: torch.Tensor,
+    grad: torch.Tensor,
+    step_size: Step,
+    friction: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One OBABO step: a half O step, a velocity-Verlet step, a half O step.
+
+    Arguments and returns as :func:`baoab`.
+    """
+    h = per_chain(step_size, x)
+    c, s = _ou_coefficients(h / 2, friction)
+    v = add_scaled(c * v, s, gaussian_noise(v, generator))
+    v = add_scaled(v, -h / 2, grad)
+    x = add_scaled(x, h, v)
+    e, g = energy_and_grad(energy, x)
+    v = add_scaled(v, -h / 2, g)
+    v = add_scaled(c * v, s, gaussian_noise(v, generator))
+    return x, v, e, g

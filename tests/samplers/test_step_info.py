@@ -1,0 +1,121 @@
+"""Every step reports what it did (acceptance, divergence, the energy it started from),
+and ``run(trace=True)`` stacks those reports; the integrators and the shared warm-up
+tuning behave as their papers say."""
+
+import math
+
+import pytest
+import torch
+
+from ebmlab.energies import BernoulliRBM, DiagonalGaussian, Gaussian
+from ebmlab.samplers import (
+    HMC,
+    MALA,
+    NUTS,
+    SGHMC,
+    AdaptiveHMC,
+    BlockGibbs,
+    DiscreteLangevin,
+    Gibbs,
+    GibbsWithGradients,
+    Langevin,
+    MetropolisHastings,
+    ParallelTempering,
+    StepInfo,
+    UnderdampedLangevin,
+)
+from ebmlab.samplers.integrators import obabo
+
+CONTINUOUS = {
+    "langevin": lambda: Langevin(0.05),
+    "mala": lambda: MALA(0.15),
+    "mala_tuned": lambda: MALA(0.15, target_accept=0.6, adapt_mass=True),
+    "hmc": lambda: HMC(0.2, 5),
+    "adaptive_hmc": lambda: AdaptiveHMC(),
+    "nuts": lambda: NUTS(max_depth=4),
+    "metropolis_hastings": lambda: MetropolisHastings(0.5),
+    "parallel_tempering": lambda: ParallelTempering(Langevin(0.05), [1.0, 0.5, 0.25]),
+    "underdamped": lambda: UnderdampedLangevin(0.2),
+    "sghmc": lambda: SGHMC(0.01),
+}
+BINARY = {
+    "gibbs": lambda model: Gibbs(),
+    "block_gibbs": lambda model: BlockGibbs(model),
+    "gibbs_with_gradients": lambda model: GibbsWithGradients(),
+    "dmala": lambda model: DiscreteLangevin(0.5),
+}
+
+
+def gaussian():
+    return Gaussian(torch.tensor([1.0, -1.0]), torch.tensor([[1.0, 0.8], [0.8, 1.5]]))
+
+
+def check_trace(sampler, energy, x0, burn_in=3, n=6):
+    run = sampler.run(energy, x0, n, burn_in=burn_in, thin=1, generator=2, trace=True)
+    b = x0.shape[0]
+    assert set(run.trace) == {"accept_prob", "divergent", "energy"}
+    for value in run.trace.values():
+        assert value.shape == (burn_in + n, b)
+    prob = run.trace["accept_prob"]
+    assert ((prob >= 0) & (prob <= 1)).all()
+    assert run.trace["divergent"].dtype == torch.bool
+    assert isinstance(run.final.info, StepInfo)
+    # the energy a step starts from is the energy of the state the previous step made
+    with torch.no_grad():
+        after = torch.stack([energy(x) for x in run.samples[:-1]])
+    torch.testing.assert_close(run.trace["energy"][burn_in + 1 :], after, rtol=1e-4, atol=1e-4)
+    return run
+
+
+@pytest.mark.parametrize("name", list(CONTINUOUS))
+def test_continuous_samplers_report_every_step(name):
+    x0 = torch.randn(32, 2, generator=torch.Generator().manual_seed(0))
+    check_trace(CONTINUOUS[name](), gaussian(), x0)
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_samplers_report_every_step(name):
+    torch.manual_seed(0)
+    model = BernoulliRBM(6, 4)
+    x0 = (torch.rand(16, 6, generator=torch.Generator().manual_seed(1)) < 0.5).float()
+    check_trace(BINARY[name](model), model, x0)
+
+
+def test_trace_agrees_with_the_run_summary_and_flags_divergences():
+    """Mean acceptance probability of the kept steps matches the fraction accepted;
+    a step far too large diverges, and the trace counts what the summary counts."""
+    x0 = torch.randn(256, 2, generator=torch.Generator().manual_seed(0))
+    run = MALA(0.5).run(gaussian(), x0, 200, burn_in=50, generator=1, trace=True)
+    kept = run.trace["accept_prob"][50:].mean()
+    assert abs(float(kept) - run.info["acceptance_rate"]) < 0.02
+    assert 0.2 < float(kept) < 0.95
+    run = HMC(50.0, 3, divergence_threshold=10.0).run(gaussian(), x0, 20, generator=1, trace=True)
+    assert run.info["n_divergent"] == int(run.trace["divergent"].sum()) > 0
+    assert (run.trace["accept_prob"][run.trace["divergent"]] == 0).all()
+    assert Langevin(0.05).run(gaussian(), x0, 5, generator=0).trace is None  # opt-in
+
+
+def test_obabo_applies_friction_gamma_per_step():
+    """On a flat energy an OBABO step leaves E[v' | v] = exp(-gamma h) v: two half O
+    steps make one step's worth of friction."""
+    x = torch.zeros(200_000, 1)
+    v = torch.ones_like(x)
+    zero = lambda z: z.sum(1) * 0.0  # noqa: E731 - a flat energy
+    _, v1, _, _ = obabo(zero, x, v, torch.zeros_like(x), 0.5, 2.0, torch.Generator().manual_seed(0))
+    # sd of the mean: sqrt(1 - exp(-2 gamma h)) / sqrt(n) < 0.003
+    assert abs(float(v1.mean()) - math.exp(-1.0)) < 0.01
+
+
+def test_mala_tunes_a_diagonal_mass_on_an_ill_conditioned_gaussian():
+    """With ``adapt_mass`` MALA's inverse mass learns the target's variances (scales
+    0.1 ... 10), and the preconditioned chains recover them."""
+    scales = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    target = DiagonalGaussian(torch.zeros(3, dtype=torch.float64), scales)
+    x0 = torch.randn(128, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    sampler = MALA(0.01, target_accept=0.574, adapt_mass=True)
+    run = sampler.run(target, x0, 300, burn_in=600, thin=1, generator=3)
+    ratio = run.final.inv_mass / scales**2
+    assert (ratio / ratio.mean() - 1).abs().max() < 0.3
+    assert torch.allclose(run.samples.reshape(-1, 3).std(0), scales, rtol=0.1)
+    with pytest.raises(ValueError, match="adapt_mass=True needs target_accept"):
+        MALA(0.1, adapt_mass=True)
