@@ -2,8 +2,10 @@
 override may inherit its base's), so that help() and the documentation site say what
 each does."""
 
+import dataclasses
 import importlib
 import inspect
+import re
 
 PACKAGES = [
     "ebmlab.energies",
@@ -56,3 +58,42 @@ def test_every_name_a_package_exports_exists():
         module = importlib.import_module(package)
         absent = [n for n in getattr(module, "__all__", []) if not hasattr(module, n)]
         assert not absent, (package, absent)
+
+
+def _undescribed(fn, doc: str) -> list[str]:
+    """Parameters of ``fn`` that ``doc`` never names."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name
+        for p in parameters
+        if p.name not in ("self", "cls")
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and not re.search(rf"(?<![\w]){re.escape(p.name)}(?![\w])", doc)
+    ]
+
+
+def test_every_parameter_of_the_api_is_described():
+    """Each parameter of a public function, method or constructor is named in its
+    docstring (a constructor's in the class docstring), so no argument is left for the
+    reader to guess."""
+    missing = []
+    for package in PACKAGES:
+        for name, obj in _public(package):
+            if not inspect.isclass(obj):
+                missing += [f"{name}({p})" for p in _undescribed(obj, obj.__doc__ or "")]
+                continue
+            init = vars(obj).get("__init__")
+            doc = (obj.__doc__ or "") + ((init.__doc__ or "") if init else "")
+            if init or dataclasses.is_dataclass(obj):
+                missing += [f"{name}({p})" for p in _undescribed(obj.__init__, doc)]
+            for member, value in vars(obj).items():
+                if member.startswith("_") or member in INHERITED_FROM_TORCH:
+                    continue
+                if inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)):
+                    method = getattr(obj, member)
+                    undescribed = _undescribed(method, inspect.getdoc(method) or "")
+                    missing += [f"{name}.{member}({p})" for p in undescribed]
+    assert not missing, f"{len(missing)} parameters undescribed: {missing}"

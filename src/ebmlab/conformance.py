@@ -151,7 +151,11 @@ class SimulatedDevice(TorchDispatchMode):
 
     @contextlib.contextmanager
     def no_sync(self, what: str = "this code") -> Iterator[None]:
-        """Forbid host synchronisation inside (e.g. around one sampler step)."""
+        """Forbid host synchronisation inside (e.g. around one sampler step).
+
+        Args:
+            what: a few words naming the operation, for the error message.
+        """
         self.strict += 1
         self._what = what
         try:
@@ -160,7 +164,11 @@ class SimulatedDevice(TorchDispatchMode):
             self.strict -= 1
 
     def read_back(self, what: object) -> None:
-        """Count a host synchronisation; inside no_sync, it is a violation."""
+        """Count a host synchronisation; inside no_sync, it is a violation.
+
+        Args:
+            what: a few words naming the operation, for the error message.
+        """
         self.host_syncs += 1
         if self.strict:
             raise DeviceViolationError(f"host synchronisation in {self._what}: {what}")
@@ -266,7 +274,11 @@ def to_device(value: Any) -> Any:
 
 
 def cpu_value(t: torch.Tensor) -> torch.Tensor:
-    """The CPU values behind a simulated device tensor (a plain tensor passes)."""
+    """The CPU values behind a simulated device tensor (a plain tensor passes).
+
+    Args:
+        t: a tensor on the simulated device, or a plain tensor.
+    """
     return t.cpu_value if isinstance(t, _OnDevice) else t
 
 

@@ -162,7 +162,7 @@ def autocast(
 
 def cache_blocking(device: torch.device) -> bool:
     """Whether element-wise passes are worth splitting into cache-sized row blocks
-    (CPUs only: a GPU keeps the whole batch in one kernel launch)."""
+    (CPUs only: a GPU keeps the whole batch in one kernel launch) on ``device``."""
     return device.type == "cpu" and cpu_fast_paths_allowed()
 
 

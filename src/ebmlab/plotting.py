@@ -20,13 +20,23 @@ import torch
 
 
 def save_figure(fig, path: str | os.PathLike) -> None:
-    """Save a matplotlib figure as a PNG at ``path`` (parents created) and close it."""
+    """Save a matplotlib figure as a PNG at ``path`` (parents created) and close it.
+
+    Args:
+        fig: the matplotlib figure.
+    """
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
 def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
-    """One panel per metric, training and validation values against the step."""
+    """One panel per metric, training and validation values against the step.
+
+    Args:
+        records: metric records, each with ``step``, ``split`` and metric values (as in
+            metrics.jsonl).
+        path: the PNG written.
+    """
     series: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for rec in records:
         split = rec.get("split", "train")
@@ -66,7 +76,15 @@ def image_grid(
     title: str | None = None,
 ) -> None:
     """Tile a batch of images (N, *image_shape) or flat (N, D) into one PNG; images with
-    three channels (C, H, W) are drawn in colour, others in grey."""
+    three channels (C, H, W) are drawn in colour, others in grey.
+
+    Args:
+        path: the PNG written.
+        value_range: (low, high) of the pixel values, mapped to black and white.
+        ncol: images per row (default: about the square root of N).
+        row_labels: a label to the left of each row.
+        title: a title above the grid.
+    """
     colour = len(image_shape) == 3 and image_shape[0] == 3
     shape = tuple(image_shape) if colour else tuple(image_shape[-2:])
     x = images.detach().float().reshape(len(images), *shape).cpu().numpy()
@@ -128,7 +146,13 @@ def _panels(
 def density_panels(
     panels: Sequence[tuple[str, ArrayLike]], path: str | os.PathLike, *, bounds: Bounds2D
 ) -> None:
-    """Side-by-side heat maps of 2-D densities evaluated on a grid (each (G, G))."""
+    """Side-by-side heat maps of 2-D densities evaluated on a grid (each (G, G)).
+
+    Args:
+        panels: (title, values (G, G)) per panel.
+        path: the PNG written.
+        bounds: ((x_min, x_max), (y_min, y_max)) of the grid.
+    """
     (x0, x1), (y0, y1) = bounds
 
     def draw(ax, grid: np.ndarray) -> None:
@@ -142,5 +166,11 @@ def density_panels(
 def scatter_panels(
     panels: Sequence[tuple[str, ArrayLike]], path: str | os.PathLike, *, bounds: Bounds2D
 ) -> None:
-    """Side-by-side scatter plots of 2-D point sets (each (N, 2))."""
+    """Side-by-side scatter plots of 2-D point sets (each (N, 2)).
+
+    Args:
+        panels: (title, points (N, 2)) per panel.
+        path: the PNG written.
+        bounds: ((x_min, x_max), (y_min, y_max)) of the plotted square.
+    """
     _panels(panels, path, bounds, lambda ax, pts: ax.scatter(pts[:, 0], pts[:, 1], s=1, alpha=0.5))

@@ -300,7 +300,11 @@ class BernoulliRBM(_RBMEstimator):
         return log_partition(self.rbm_, base_biases=self._base_biases, generator=self._generator)
 
     def pseudo_likelihood(self, X) -> np.ndarray:
-        """sum_i log p(v_i | v_-i) of binarised rows (Besag 1975), exact over all sites."""
+        """sum_i log p(v_i | v_-i) of binarised rows (Besag 1975), exact over all sites.
+
+        Args:
+            X: rows (n_samples, n_features) in [0, 1].
+        """
         check_is_fitted(self)
         data = (self._check_X(X, reset=False) > 0.5).to(self.rbm_.W.dtype)
         with torch.no_grad():
@@ -329,6 +333,21 @@ class ConvolutionalRBM(BernoulliRBM):
     bias per pixel. ``transform`` gives the feature maps p(h = 1 | v), flattened
     (n_samples, K H' W'); ``components_`` holds the filters (K, C r r); ``score_samples``
     scores through the model's dense view (exact or AIS).
+
+    Args:
+        learning_rate: step size of the parameter updates.
+        batch_size: examples per gradient step.
+        verbose: print progress per epoch.
+        random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in scikit-
+            learn.
+        n_chains: number of chains run side by side.
+        momentum: momentum of the parameter updates.
+        weight_decay: L2 penalty on the weights.
+        lr_decay: the learning rate is divided by 1 + lr_decay * epoch.
+        dtype: floating-point type of the parameters and data.
+        device: where the tensors live (default: the CPU).
+        n_iter: training epochs.
+        k: Gibbs steps per update (CD-k).
     """
 
     def __init__(
@@ -441,6 +460,23 @@ class GaussianBernoulliRBM(_RealRBMEstimator):
     log-density when ``n_components <= ENUMERATION_LIMIT`` (the hidden states are enumerated and the
     visible units integrated analytically); beyond, log Z comes from annealed importance
     sampling from the model without weights, N(b, diag(sigma^2)), with HMC transitions.
+
+    Args:
+        learning_rate: step size of the parameter updates.
+        batch_size: examples per gradient step.
+        verbose: print progress per epoch.
+        random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in scikit-
+            learn.
+        n_chains: number of chains run side by side.
+        momentum: momentum of the parameter updates.
+        weight_decay: L2 penalty on the weights.
+        lr_decay: the learning rate is divided by 1 + lr_decay * epoch.
+        dtype: floating-point type of the parameters and data.
+        device: where the tensors live (default: the CPU).
+        n_iter: training epochs.
+        k: Gibbs steps per update (CD-k).
+        matmul_dtype: a reduced precision (``"bfloat16"``) for the Gibbs matrix products
+            where the CPU has fast kernels, else ``None``.
     """
 
     def __init__(
@@ -650,13 +686,21 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return copy.deepcopy(self.model_).double(), self._check_X(X, reset=False).double()
 
     def predict_log_proba(self, X) -> np.ndarray:
-        """Exact log p(y | x) (n_samples, n_classes), columns in the order of ``classes_``."""
+        """Exact log p(y | x) (n_samples, n_classes), columns in the order of ``classes_``.
+
+        Args:
+            X: rows (n_samples, n_features).
+        """
         model, x = self._float64(X)
         with torch.no_grad():
             return _numpy(torch.log_softmax(model.class_scores(x), 1))
 
     def predict_proba(self, X) -> np.ndarray:
-        """Exact p(y | x) (n_samples, n_classes), columns in the order of ``classes_``."""
+        """Exact p(y | x) (n_samples, n_classes), columns in the order of ``classes_``.
+
+        Args:
+            X: rows (n_samples, n_features).
+        """
         return np.exp(self.predict_log_proba(X))
 
     def predict(self, X) -> np.ndarray:
@@ -666,7 +710,11 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
 
     def transform(self, X) -> np.ndarray:
         """Hidden activation probabilities averaged over the label posterior,
-        sum_y p(y | x) p(h = 1 | x, y), (n_samples, n_components)."""
+        sum_y p(y | x) p(h = 1 | x, y), (n_samples, n_components).
+
+        Args:
+            X: rows (n_samples, n_features).
+        """
         m, x = self._float64(X)
         with torch.no_grad():
             p_y = m.predict_proba(x)
@@ -684,7 +732,11 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         )
 
     def score_samples(self, X) -> np.ndarray:
-        """log p(x) = log sum_y exp(-F(x, y)) - log Z of each row."""
+        """log p(x) = log sum_y exp(-F(x, y)) - log Z of each row.
+
+        Args:
+            X: rows (n_samples, n_features).
+        """
         model, x = self._float64(X)
         with torch.no_grad():
             energy = model.energy(x)
@@ -704,6 +756,18 @@ class DBN(TransformerMixin, BaseEstimator):
     RBM trained with the lower layer treated as observed). ``transform`` propagates
     p(h | v) up the stack; ``sample`` runs block Gibbs in the top RBM and propagates
     the result down through the directed layers.
+
+    Args:
+        learning_rate: step size of the parameter updates.
+        batch_size: examples per gradient step.
+        momentum: momentum of the parameter updates.
+        random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in scikit-
+            learn.
+        device: where the tensors live (default: the CPU).
+        hidden_layers: the hidden layers' widths, bottom first.
+        n_iter: training epochs per layer.
+        k: Gibbs steps per update (CD-k).
+        persistent: persistent chains (PCD) instead of restarting at the data.
     """
 
     def __init__(
@@ -730,7 +794,12 @@ class DBN(TransformerMixin, BaseEstimator):
         self.device = device
 
     def fit(self, X, y=None) -> DBN:
-        """Train the stack greedily, one RBM per layer on the layer below's hidden probabilities."""
+        """Train the stack greedily, one RBM per layer on the layer below's hidden probabilities.
+
+        Args:
+            X: rows (n_samples, n_features) in [0, 1].
+            y: ignored.
+        """
         if not self.hidden_layers:
             raise ArgumentError("hidden_layers must name at least one layer size")
         X = validate_data(self, X, reset=True, dtype=(np.float64, np.float32))
@@ -755,7 +824,11 @@ class DBN(TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X) -> np.ndarray:
-        """Top-layer hidden probabilities."""
+        """Top-layer hidden probabilities.
+
+        Args:
+            X: rows (n_samples, n_features) in [0, 1].
+        """
         check_is_fitted(self)
         data = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
         for rbm in self.rbms_:
@@ -768,7 +841,14 @@ class DBN(TransformerMixin, BaseEstimator):
         n_gibbs: int = 200,
         random_state: int | np.random.RandomState | None = None,
     ) -> np.ndarray:
-        """Visible samples: Gibbs chains in the top RBM, then top-down p(v | h) propagation."""
+        """Visible samples: Gibbs chains in the top RBM, then top-down p(v | h) propagation.
+
+        Args:
+            random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in
+                scikit-learn.
+            n_samples: the number of samples.
+            n_gibbs: Gibbs steps in the top RBM.
+        """
         check_is_fitted(self)
         top = self.rbms_[-1].rbm_
         gen = torch.Generator(top.W.device).manual_seed(
@@ -850,7 +930,11 @@ class GatedRBM(TransformerMixin, BaseEstimator):
         return data[:, self.n_input_ :], data[:, : self.n_input_]
 
     def fit(self, X, y=None) -> GatedRBM:
-        """Train p(output | input) on the pairs X for ``n_iter`` epochs of CD-k."""
+        """Train p(output | input) on the pairs X for ``n_iter`` epochs of CD-k.
+
+        Args:
+            y: ignored.
+        """
         _check_numbers(self, ("n_components", "n_factors", "batch_size", "n_iter", "k"),
                        ("learning_rate",), ("init_std",))  # fmt: skip
         outputs, inputs = self._pairs(X, reset=True)
@@ -874,14 +958,22 @@ class GatedRBM(TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X) -> np.ndarray:
-        """Mapping-unit probabilities p(h = 1 | x, y) of each pair, (n_samples, n_components)."""
+        """Mapping-unit probabilities p(h = 1 | x, y) of each pair, (n_samples, n_components).
+
+        Args:
+            X: pairs [x | y] (n_samples, n_input + n_output).
+        """
         check_is_fitted(self)
         outputs, inputs = self._pairs(X, reset=False)
         return _numpy(self.model_.hidden_probs(outputs, inputs))
 
     def analogy(self, X, new_inputs) -> np.ndarray:
         """p(y* = 1 | h, x*): each pair's transformation (h = p(h | x, y)) applied to the
-        new input in the same row of ``new_inputs`` (n_samples, n_input)."""
+        new input in the same row of ``new_inputs`` (n_samples, n_input).
+
+        Args:
+            X: pairs [x | y] (n_samples, n_input + n_output).
+        """
         check_is_fitted(self)
         outputs, inputs = self._pairs(X, reset=False)
         new = np.asarray(new_inputs, dtype=_NUMPY[self.dtype])
@@ -895,7 +987,11 @@ class GatedRBM(TransformerMixin, BaseEstimator):
 
     def score_samples(self, X) -> np.ndarray:
         """Exact log p(y | x) of each pair, the mapping units enumerated (their number
-        must be at most ``ENUMERATION_LIMIT``)."""
+        must be at most ``ENUMERATION_LIMIT``).
+
+        Args:
+            X: pairs [x | y] (n_samples, n_input + n_output).
+        """
         check_is_fitted(self)
         outputs, inputs = self._pairs(X, reset=False)
         if self.n_components > boltzmann.ENUMERATION_LIMIT:

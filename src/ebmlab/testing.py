@@ -23,6 +23,10 @@ def assert_mean_close(
 
     ``samples`` is (N, *event); ``ess`` is per coordinate (event-shaped) or a scalar,
     defaulting to N (independent draws).
+
+    Args:
+        what: a few words naming the operation, for the error message.
+        expected: the exact means, a float or (D,).
     """
     x = samples.double()
     n = x.shape[0]

@@ -63,7 +63,10 @@ BYTE_ENCODING = {"divisor": 255.0, "threshold": 127.5}
 class Dataset:
     """A loaded split: inputs ``x`` (N, *shape), labels ``y`` (N,) or None, and metadata.
 
-    ``x`` is a float tensor, or an :class:`EncodedRows` for splits kept on disk. ``raw``
+    ``name`` and ``split`` say what was loaded. ``x`` is a float tensor, or an
+    :class:`EncodedRows` for splits kept on disk; ``encoding`` maps stored values to
+    ``x``'s. ``image_shape`` is (C, H, W) for images (``x`` may be flat), ``num_classes``
+    and ``classes`` (the class names, where the set has them) describe ``y``. ``raw``
     holds the stored values of an in-memory image split (N, C, H, W).
     """
 
@@ -117,7 +120,11 @@ def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
 
 def check_data(name: str, builtin: Sequence[str], root: str | os.PathLike | None = None) -> str:
     """``name`` if it is one of ``builtin`` or an existing file or folder; a recipe's
-    config calls it so that a wrong ``--data`` fails before any work starts."""
+    config calls it so that a wrong ``--data`` fails before any work starts.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
     if name in builtin:
         return name
     if name not in DATASETS and resolve_path(name, root).exists():
@@ -265,6 +272,10 @@ def load_dataset(
     width) resamples an image folder's images. ``in_memory`` keeps the split in memory
     (True), on disk (False) or decides by its size (None). ``labels`` is the labels file
     of an ``.npy`` input file.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+        transform: ``"scaled"`` (to [-1, 1]), ``"binary"`` or ``"raw"``.
     """
     _checks.one_of("transform", transform, TRANSFORMS)
     if n is not None:
@@ -328,7 +339,11 @@ def load_dataset(
 
 
 def splits_of(name: str, root: str | os.PathLike | None = None) -> list[str]:
-    """The splits data set ``name`` (a known name or a path) offers."""
+    """The splits data set ``name`` (a known name or a path) offers.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
     if name in ("digits", "digits-rgb"):
         return list(digits.SPLITS)
     if name in TOYS:
@@ -341,7 +356,11 @@ def splits_of(name: str, root: str | os.PathLike | None = None) -> list[str]:
 
 
 def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
-    """Which named data sets can be loaded here, each with where it comes from."""
+    """Which named data sets can be loaded here, each with where it comes from.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
     found = {"digits": "scikit-learn (built in)", "digits-rgb": "digits in colour (built in)"}
     for name, source in SOURCES.items():
         test = find_files(source, "test", root)

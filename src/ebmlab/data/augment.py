@@ -31,6 +31,11 @@ def random_affine(
     Per image: a translation uniform in [-shift, shift] pixels on each axis, a rotation
     uniform in [-rotate, rotate] degrees and a zoom factor uniform in [1 - scale, 1 + scale];
     pixels are resampled bilinearly, and those coming from outside the image get ``fill``.
+
+    Args:
+        image_shape: (channels, height, width) of the input images.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.positive("shift", shift, allow_zero=True)
     _checks.positive("rotate", rotate, allow_zero=True)
@@ -65,6 +70,11 @@ def random_crop_flip(
     Each image is padded by ``pad`` pixels of value ``fill`` on every side and an H x W
     window is cut at a uniformly random offset; with ``flip`` it is mirrored left-right
     with probability 1/2. One gather for the whole batch, on ``x``'s device.
+
+    Args:
+        image_shape: (channels, height, width) of the input images.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.positive_int("pad", pad, allow_zero=True)
     c, h, w = image_shape

@@ -171,7 +171,11 @@ SOURCES: dict[str, Source] = {
 
 
 def search_dirs(source: Source, root: str | os.PathLike | None) -> list[Path]:
-    """The directories searched for ``source``'s files, in order."""
+    """The directories searched for ``source``'s files, in order.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
     base = root if root is not None else os.environ.get("EBMLAB_DATA")
     if not base:
         return []
@@ -181,7 +185,11 @@ def search_dirs(source: Source, root: str | os.PathLike | None) -> list[Path]:
 def find_files(
     source: Source, split: str, root: str | os.PathLike | None = None
 ) -> list[Path] | None:
-    """The paths of ``split``'s files (the first directory holding all of them), or None."""
+    """The paths of ``split``'s files (the first directory holding all of them), or None.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
     names = source.files[split]
     for d in search_dirs(source, root):
         found = []
@@ -196,7 +204,11 @@ def find_files(
 def read_split(
     source: Source, split: str, root: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Images (N, C, H, W) uint8 and labels (N,) of ``split``, checksums verified."""
+    """Images (N, C, H, W) uint8 and labels (N,) of ``split``, checksums verified.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
     _checks.one_of("split", split, list(source.files))
     paths = find_files(source, split, root)
     if paths is None:
@@ -251,7 +263,11 @@ def download(
     """Download data set ``name`` into ``root`` (all splits, or ``splits``), verifying
     published checksums; archives are unpacked into the set's folder. Files already
     present and verified are kept. ``base_url`` replaces the publisher's address (a
-    mirror)."""
+    mirror).
+
+    Args:
+        timeout: seconds to wait for the server before giving up.
+    """
     source = SOURCES[_checks.one_of("name", name, list(SOURCES))]
     url = base_url or source.url
     if url is None:

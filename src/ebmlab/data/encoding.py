@@ -29,7 +29,9 @@ TRANSFORMS = ("raw", "scaled", "binary")
 
 @dataclass(frozen=True)
 class Encoding:
-    """``raw``: x; ``scaled``: 2 (x - low) / divisor - 1; ``binary``: x >= threshold."""
+    """How stored values x become model inputs, by ``transform``: ``raw``: x;
+    ``scaled``: 2 (x - low) / divisor - 1; ``binary``: x >= threshold. ``low`` and
+    ``high`` are the smallest and largest stored values."""
 
     transform: str
     low: float  # smallest stored value
@@ -46,7 +48,11 @@ class Encoding:
         divisor: float | None = None,
         threshold: float | None = None,
     ) -> Encoding:
-        """The encoding of values in [low, high] (divisor: the span; threshold: the middle)."""
+        """The encoding of values in [low, high] (divisor: the span; threshold: the middle).
+
+        Args:
+            transform: ``"raw"``, ``"scaled"`` or ``"binary"``.
+        """
         _checks.one_of("transform", transform, TRANSFORMS)
         span = float(high - low) or 1.0
         return cls(
@@ -87,7 +93,8 @@ class EncodedRows:
 
     Behaves like the float tensor of all encoded rows (N, *row_shape) for indexing with
     an integer tensor, array or slice, ``shape``, ``len`` and ``split``, without holding
-    it: the array may be a ``numpy.memmap`` far larger than memory. ``index`` selects
+    it: the array may be a ``numpy.memmap`` far larger than memory, turned into floats
+    by ``encoding`` one batch at a time. ``index`` selects
     and orders the rows of ``array`` that belong to this split. Rows stay on the CPU:
     the trainer moves each batch to its device.
     """
@@ -124,5 +131,9 @@ class EncodedRows:
         return [self[start : start + size] for start in range(0, len(self), size)]
 
     def to(self, device: torch.device | str) -> EncodedRows:
-        """Itself: rows are encoded on the CPU and batches are moved where they are used."""
+        """Itself: rows are encoded on the CPU and batches are moved where they are used.
+
+        Args:
+            device: the device the rows are decoded onto.
+        """
         return self

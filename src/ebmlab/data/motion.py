@@ -28,7 +28,11 @@ def walking_gaits(
     seed: int = 0,
 ) -> torch.Tensor:
     """Joint angles (n_sequences, n_frames, 6) of simulated walkers, in :data:`JOINTS`
-    order, with Gaussian observation noise of standard deviation ``noise``."""
+    order, with Gaussian observation noise of standard deviation ``noise``.
+
+    Args:
+        seed: seed of the randomness (int).
+    """
     _checks.positive_int("n_sequences", n_sequences)
     _checks.positive_int("n_frames", n_frames)
     _checks.positive("noise", noise, allow_zero=True)

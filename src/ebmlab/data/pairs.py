@@ -63,7 +63,11 @@ def transformed_pairs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``n`` random-dot pairs: inputs x (n, size^2), outputs y (n, size^2), both 0/1
     float32, and the transformation index of each pair (n,), uniform over
-    :data:`TRANSFORMATIONS`. Each pixel is a dot with probability ``density``."""
+    :data:`TRANSFORMATIONS`. Each pixel is a dot with probability ``density``.
+
+    Args:
+        seed: seed of the randomness (int).
+    """
     _checks.positive_int("n", n)
     _checks.positive_int("size", size)
     _checks.probability("density", density)

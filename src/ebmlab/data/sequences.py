@@ -16,7 +16,11 @@ from ebmlab import _checks
 
 
 class HiddenMarkovModel:
-    """A random HMM with ``n_states`` labels and Gaussian emissions in ``dim`` dimensions."""
+    """A random HMM with ``n_states`` labels and Gaussian emissions in ``dim`` dimensions.
+
+    Args:
+        seed: seed of the randomness (int).
+    """
 
     def __init__(
         self,
@@ -39,7 +43,12 @@ class HiddenMarkovModel:
         self.means = 2.0 * torch.randn(n_states, dim, generator=gen)
 
     def sample(self, n: int, length: int, generator: torch.Generator | None = None):
-        """Observations (n, length, dim) and labels (n, length)."""
+        """Observations (n, length, dim) and labels (n, length).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("n", n)
         _checks.positive_int("length", length)
         y = torch.empty(n, length, dtype=torch.long)

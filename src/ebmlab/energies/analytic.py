@@ -44,7 +44,12 @@ class AnalyticEnergy(EnergyModel):
 
 
 class Gaussian(AnalyticEnergy):
-    """E(x) = 1/2 (x - mu)^T Sigma^{-1} (x - mu); log Z = D/2 log 2pi + 1/2 log det Sigma."""
+    """E(x) = 1/2 (x - mu)^T Sigma^{-1} (x - mu); log Z = D/2 log 2pi + 1/2 log det Sigma.
+
+    Args:
+        mean: mu (D,).
+        covariance: Sigma (D, D), symmetric positive definite.
+    """
 
     def __init__(self, mean: torch.Tensor, covariance: torch.Tensor) -> None:
         super().__init__()
@@ -89,7 +94,12 @@ class Gaussian(AnalyticEnergy):
 
 
 class DiagonalGaussian(AnalyticEnergy):
-    """E(x) = sum_i (x_i - mu_i)^2 / (2 sigma_i^2), the product of D copies of eq. 6.2."""
+    """E(x) = sum_i (x_i - mu_i)^2 / (2 sigma_i^2), the product of D copies of eq. 6.2.
+
+    Args:
+        mean: mu (D,).
+        std: sigma (D,), positive.
+    """
 
     def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         super().__init__()
@@ -153,6 +163,11 @@ class GaussianMixture(AnalyticEnergy):
 
     The components are left unnormalised, so log Z = log sum_k w_k (2pi)^{D/2} |Sigma_k|^{1/2}
     is a non-trivial number that partition-function estimators can be checked against.
+
+    Args:
+        weights: w (K,), positive (not necessarily normalised).
+        means: mu (K, D).
+        covariances: Sigma (K, D, D).
     """
 
     def __init__(
@@ -186,7 +201,13 @@ class GaussianMixture(AnalyticEnergy):
 
     @classmethod
     def isotropic(cls, means: torch.Tensor, std: float, weights: torch.Tensor | None = None):
-        """Mixture of isotropic components with a shared standard deviation."""
+        """Mixture of isotropic components with a shared standard deviation.
+
+        Args:
+            means: the components' means (K, D).
+            std: their shared standard deviation.
+            weights: mixture weights (K,) summing to 1 (default: equal).
+        """
         _checks.positive("std", std)
         k, d = means.shape
         w = torch.full((k,), 1.0 / k, dtype=means.dtype) if weights is None else weights
@@ -198,7 +219,13 @@ class GaussianMixture(AnalyticEnergy):
         cls, mixture_weights: torch.Tensor, means: torch.Tensor, covariances: torch.Tensor
     ):
         """The mixture sum_k pi_k N(mu_k, Sigma_k) with the given mixture weights pi_k
-        (the constructor's ``weights`` multiply unnormalised components instead)."""
+        (the constructor's ``weights`` multiply unnormalised components instead).
+
+        Args:
+            mixture_weights: pi (K,), summing to 1.
+            means: mu (K, D).
+            covariances: Sigma (K, D, D).
+        """
         covariances = _checks.tensor("covariances", covariances, ndim=3, floating=True)
         half_logdet = 0.5 * torch.linalg.slogdet(covariances).logabsdet
         weights = mixture_weights * torch.exp(half_logdet.max() - half_logdet)
@@ -242,6 +269,9 @@ class Funnel(AnalyticEnergy):
 
     E(x) = x_0^2 / (2 scale^2) + sum_i x_i^2 exp(-x_0) / 2 + (D-1) x_0 / 2, so that
     log Z = D/2 log 2pi + log scale exactly.
+
+    Args:
+        dim: D >= 2.
     """
 
     def __init__(self, dim: int = 10, scale: float = 3.0) -> None:
@@ -280,6 +310,10 @@ class Banana(AnalyticEnergy):
 
     E(x) = x_0^2 / (2 s^2) + (x_1 - b (x_0^2 - s^2))^2 / 2; the shear has unit Jacobian,
     so log Z = log(2 pi s).
+
+    Args:
+        curvature: b, how far x_1's mean bends with x_0.
+        scale: s, x_0's standard deviation.
     """
 
     dim = 2
@@ -313,6 +347,9 @@ class DoubleWell(AnalyticEnergy):
     ~1e-12), the Gaussian factor is closed form. Samples of x_0 come from
     numerical inversion of its CDF (u-error below 1e-10), driven by uniforms from
     the given generator, so they are exact to that precision and reproducible.
+
+    Args:
+        dim: D >= 1.
     """
 
     def __init__(self, dim: int = 2, depth: float = 2.0) -> None:

@@ -96,7 +96,11 @@ class EnergyFunction:
 
 
 def as_energy_fn(energy: EnergyLike) -> EnergyFunction:
-    """Return a checked callable ``x -> (B,)`` for an :class:`EnergyModel` or plain callable."""
+    """Return a checked callable ``x -> (B,)`` for an :class:`EnergyModel` or plain callable.
+
+    Args:
+        energy: an energy module or a callable (B, ...) -> (B,).
+    """
     if isinstance(energy, EnergyFunction):
         return energy
     if isinstance(energy, EnergyModel):

@@ -1,6 +1,6 @@
 """Deep belief network: a stack of RBMs trained greedily (Hinton, Osindero & Teh 2006).
 
-Seed 002 ('Deep Boltzmann Machines') describes the greedy recipe: each pair of
+Tomczak (2024, §6.6, 'Deep Boltzmann Machines') describes the greedy recipe: each pair of
 consecutive layers is an RBM trained with the lower layer treated as observed. The
 resulting generative model keeps the top RBM as an undirected prior p(h_{L-1}) and
 turns every lower RBM into a directed layer p(h_{l-1} | h_l). Its likelihood is
@@ -55,7 +55,11 @@ class DeepBeliefNetwork(nn.Module):
 
     def up(self, v: torch.Tensor, n_layers: int | None = None) -> torch.Tensor:
         """Mean-field codes: p(h | input) propagated through the first ``n_layers`` layers
-        (default all); the input each higher RBM is trained on."""
+        (default all); the input each higher RBM is trained on.
+
+        Args:
+            v: visible rows (B, n_visible).
+        """
         x = v.flatten(1)
         for rbm in self.layers[: len(self.layers) if n_layers is None else n_layers]:
             x = rbm.hidden_probs(x)
@@ -65,7 +69,12 @@ class DeepBeliefNetwork(nn.Module):
         self, n: int, k: int = 200, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """``n`` visible samples: ``k`` block-Gibbs steps in the top RBM from random
-        states, then one ancestral pass down the directed layers."""
+        states, then one ancestral pass down the directed layers.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("n", n)
         top = self.top
         with torch.no_grad():
@@ -87,7 +96,13 @@ class DeepBeliefNetwork(nn.Module):
         """The variational lower bound on the mean log p(v) over the rows of ``v`` (eq. 8
         of Hinton et al. 2006), by ``n_samples`` draws from q(h | v) per row, given the
         top RBM's log partition function. Returns the estimate and its Monte Carlo standard
-        error (the rows are fixed; only the draws from q vary)."""
+        error (the rows are fixed; only the draws from q vary).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+            top_log_z: log Z of the top RBM.
+        """
         _checks.positive_int("n_samples", n_samples)
         with torch.no_grad():
             x = v.flatten(1).to(self.top.W.dtype).repeat(n_samples, 1)

@@ -46,6 +46,9 @@ def bernoulli_draw(probs: torch.Tensor, generator: torch.Generator | None) -> to
     cut from each 64-bit random word, a quarter of the generator's work: a draw's
     probability is then p rounded to a multiple of 2^-16, an error of at most 2^-17,
     below bfloat16's own rounding of any p above 2^-9.
+
+    Args:
+        probs: predicted class probabilities, (N, K).
     """
     out = torch.empty_like(probs)  # comparing into the output dtype skips a bool copy
     if probs.dtype.itemsize == 2:
@@ -60,7 +63,12 @@ def bernoulli_draw(probs: torch.Tensor, generator: torch.Generator | None) -> to
 def gaussian_draw(
     mean: torch.Tensor, std: torch.Tensor, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """A draw of N(mean, std^2) per entry, in mean's dtype and on its device."""
+    """A draw of N(mean, std^2) per entry, in mean's dtype and on its device.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
     noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
     return mean + std * noise
 
@@ -101,6 +109,10 @@ class BoltzmannMachine(EnergyModel):
 
     The free parameter ``weight`` is a D x D matrix whose strict upper triangle
     defines the symmetric, zero-diagonal coupling matrix ``W``.
+
+    Args:
+        n_visible: number of visible units.
+        init_std: standard deviation of the Gaussian initial weights.
     """
 
     def __init__(self, n_visible: int, init_std: float = 0.01) -> None:
@@ -198,6 +210,11 @@ class BernoulliRBM(_RBM):
     """Restricted Boltzmann machine with binary visible and hidden units (eqs. 6.33-6.39).
 
     ``energy(v)`` is the free energy F(v) (eq. 6.37); ``energy(v, h)`` the joint energy.
+
+    Args:
+        n_visible: number of visible units.
+        n_hidden: number of hidden units.
+        init_std: standard deviation of the Gaussian initial weights.
     """
 
     def __init__(self, n_visible: int, n_hidden: int, init_std: float = 0.01) -> None:
@@ -217,7 +234,12 @@ class BernoulliRBM(_RBM):
         return F.linear(h, self.W, self.b)
 
     def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
-        """F(v) = -b^T v - sum_j softplus(c_j + v^T W_.j) (eq. 6.37), given c + v^T W."""
+        """F(v) = -b^T v - sum_j softplus(c_j + v^T W_.j) (eq. 6.37), given c + v^T W.
+
+        Args:
+            hidden_logits: the hidden units' total inputs c + W^T v (B, n_hidden), already
+                computed.
+        """
         return -(v.flatten(1) @ self.b) - F.softplus(hidden_logits).sum(1)
 
     def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
@@ -231,13 +253,23 @@ class BernoulliRBM(_RBM):
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """A draw of v ~ p(v | h) for hidden states ``h`` (B, M) -> (B, D)."""
+        """A draw of v ~ p(v | h) for hidden states ``h`` (B, M) -> (B, D).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return self.sample_visible_from_logits(self.visible_logits(h), generator)
 
     def sample_visible_from_logits(
         self, logits: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """v ~ p(v | h) given the visible logits b + W h."""
+        """v ~ p(v | h) given the visible logits b + W h.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return bernoulli_draw(torch.sigmoid(logits), generator)
 
 
@@ -247,6 +279,10 @@ class CategoricalRBM(BernoulliRBM):
 
     The energy and free energy are the Bernoulli RBM's over valid one-hot vectors; the
     visible conditional is a softmax within each group: p(v_g = k | h) = softmax_k(b + W h)_g.
+
+    Args:
+        n_hidden: number of hidden units.
+        init_std: standard deviation of the Gaussian initial weights.
     """
 
     def __init__(self, n_groups: int, n_categories: int, n_hidden: int, init_std: float = 0.01):
@@ -279,6 +315,11 @@ class GaussianBernoulliRBM(_RBM):
     p(v | h) = N(b + sigma * (W h), diag(sigma^2)); summing h out gives the free energy
     F(v) = sum_i (v_i - b_i)^2 / (2 sigma_i^2) - sum_j softplus(c_j + (v / sigma)^T W_.j).
     ``learn_sigma`` makes log sigma a parameter; otherwise sigma stays at ``sigma``.
+
+    Args:
+        n_visible: number of visible units.
+        n_hidden: number of hidden units.
+        init_std: standard deviation of the Gaussian initial weights.
     """
 
     def __init__(
@@ -309,7 +350,12 @@ class GaussianBernoulliRBM(_RBM):
         return self._quadratic(v) - h @ self.c - (scaled @ self.W * h).sum(1)
 
     def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
-        """F(v) given the hidden logits already computed for v: (B, D), (B, M) -> (B,)."""
+        """F(v) given the hidden logits already computed for v: (B, D), (B, M) -> (B,).
+
+        Args:
+            hidden_logits: the hidden units' total inputs c + W^T v (B, n_hidden), already
+                computed.
+        """
         return self._quadratic(v) - F.softplus(hidden_logits).sum(1)
 
     def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
@@ -320,7 +366,12 @@ class GaussianBernoulliRBM(_RBM):
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """A draw of v ~ N(b + sigma W h, diag(sigma^2)) for hidden states ``h`` (B, M) -> (B,
-        D)."""
+        D).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return gaussian_draw(self.visible_mean(h), self.sigma, generator)
 
     def base_density(self) -> DiagonalGaussian:
@@ -343,6 +394,12 @@ class SubspaceRBM(EnergyModel):
         p(x_i = 1 | h, S) = sigmoid(sum_jk W_ijk h_j s_jk + b_i)             (6.45)
 
     The -K log 2 term penalises opening a gate in proportion to its subspace size.
+
+    Args:
+        n_visible: number of visible units.
+        init_std: standard deviation of the Gaussian initial weights.
+        n_gates: M, the gate units.
+        n_subspace: K, the subspace units per gate.
     """
 
     def __init__(
@@ -359,7 +416,11 @@ class SubspaceRBM(EnergyModel):
         self.D = nn.Parameter(torch.zeros(n_gates, n_subspace))
 
     def subspace_inputs(self, x: torch.Tensor) -> torch.Tensor:
-        """a_jk = sum_i W_ijk x_i + D_jk, shape (B, M, K)."""
+        """a_jk = sum_i W_ijk x_i + D_jk, shape (B, M, K).
+
+        Args:
+            x: visible rows (B, D).
+        """
         return torch.einsum("bi,ijk->bjk", x.flatten(1), self.W) + self.D
 
     def gate_logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -369,7 +430,11 @@ class SubspaceRBM(EnergyModel):
 
     def hidden_logits(self, x: torch.Tensor) -> torch.Tensor:
         """The gates' log-odds, as for the other RBMs: the gates are the hidden units that
-        switch their subspaces on, (B, D) -> (B, n_gates)."""
+        switch their subspaces on, (B, D) -> (B, n_gates).
+
+        Args:
+            x: visible rows (B, D).
+        """
         return self.gate_logits(x)
 
     def free_energy(self, x: torch.Tensor) -> torch.Tensor:
@@ -379,7 +444,11 @@ class SubspaceRBM(EnergyModel):
         return -(x.flatten(1) @ self.b) - (k_log2 + F.softplus(self.gate_logits(x))).sum(1)
 
     def joint_energy(self, x: torch.Tensor, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """E(x, h, S) (6.44) for h (B, M) and S (B, M, K)."""
+        """E(x, h, S) (6.44) for h (B, M) and S (B, M, K).
+
+        Args:
+            s: the subspace units S (B, M, K).
+        """
         x = x.flatten(1)
         hs = h[:, :, None] * s
         return (
@@ -390,7 +459,12 @@ class SubspaceRBM(EnergyModel):
         )
 
     def energy(self, x: torch.Tensor, h: torch.Tensor | None = None, s: torch.Tensor | None = None):
-        """The free energy F(x): (B, D) -> (B,)."""
+        """The free energy F(x): (B, D) -> (B,).
+
+        Args:
+            h: not used: the gates are summed out.
+            s: not used: the subspace units are summed out.
+        """
         if h is None:
             return self.free_energy(x)
         return self.joint_energy(x, h, s)
@@ -403,11 +477,19 @@ class SubspaceRBM(EnergyModel):
         return torch.sigmoid(self.gate_logits(x))
 
     def subspace_logits(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """log-odds of p(s_jk = 1 | x, h_j) = h_j a_jk (6.46), shape (B, M, K)."""
+        """log-odds of p(s_jk = 1 | x, h_j) = h_j a_jk (6.46), shape (B, M, K).
+
+        Args:
+            h: the gates (B, M).
+        """
         return h[:, :, None] * self.subspace_inputs(x)
 
     def visible_logits(self, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """log-odds of p(x_i = 1 | h, S) = sum_jk W_ijk h_j s_jk + b_i (6.45)."""
+        """log-odds of p(x_i = 1 | h, S) = sum_jk W_ijk h_j s_jk + b_i (6.45).
+
+        Args:
+            s: the subspace units (B, M, K).
+        """
         return torch.einsum("ijk,bjk->bi", self.W, h[:, :, None] * s) + self.b
 
     def reconstruction(self, x: torch.Tensor) -> torch.Tensor:
@@ -419,7 +501,12 @@ class SubspaceRBM(EnergyModel):
     def gibbs(
         self, x: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """k sweeps h ~ p(h | x), S ~ p(S | x, h), x ~ p(x | h, S)."""
+        """k sweeps h ~ p(h | x), S ~ p(S | x, h), x ~ p(x | h, S).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             for _ in range(k):
@@ -436,6 +523,12 @@ class ClassificationRBM(EnergyModel):
     out gives F(x, y) = -b^T x - d_y - sum_j softplus(c_j + x^T W_.j + U_yj), and the
     label posterior is exact: p(y | x) = softmax_y(-F(x, y)). ``energy(x, y)`` is
     F(x, y); ``energy(x)`` the marginal -log sum_y exp(-F(x, y)).
+
+    Args:
+        n_visible: number of visible units.
+        n_hidden: number of hidden units.
+        num_classes: number of classes.
+        init_std: standard deviation of the Gaussian initial weights.
     """
 
     def __init__(self, n_visible: int, n_hidden: int, num_classes: int, init_std: float = 0.01):
@@ -485,7 +578,12 @@ class ClassificationRBM(EnergyModel):
     def gibbs(
         self, x: torch.Tensor, y: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """k steps of h ~ p(h | x, y), then x ~ p(x | h) and y ~ p(y | h)."""
+        """k steps of h ~ p(h | x, y), then x ~ p(x | h) and y ~ p(y | h).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             for _ in range(k):
@@ -507,6 +605,12 @@ class DeepBoltzmannMachine(EnergyModel):
     visible and top layers are independent, so summing them out leaves an enumeration
     over h1 alone: the exact free energy and log Z are available while h1 has at most
     20 units. Inference uses the mean-field fixed point of q(h1) q(h2) given v.
+
+    Args:
+        n_visible: number of visible units.
+        init_std: standard deviation of the Gaussian initial weights.
+        n_hidden1: units of the first hidden layer.
+        n_hidden2: units of the second hidden layer.
     """
 
     def __init__(self, n_visible: int, n_hidden1: int, n_hidden2: int, init_std: float = 0.01):
@@ -578,7 +682,11 @@ class DeepBoltzmannMachine(EnergyModel):
         )
 
     def mean_field(self, v: torch.Tensor, n_iter: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fixed point of mu1 = sigmoid(c1 + v W1 + W2 mu2), mu2 = sigmoid(c2 + mu1 W2)."""
+        """Fixed point of mu1 = sigmoid(c1 + v W1 + W2 mu2), mu2 = sigmoid(c2 + mu1 W2).
+
+        Args:
+            n_iter: fixed-point iterations.
+        """
         v = v.flatten(1)
         bottom = v @ self.W1 + self.c1
         mu1 = torch.sigmoid(2 * bottom)  # the doubled bottom-up input of a fresh start
@@ -595,7 +703,12 @@ class DeepBoltzmannMachine(EnergyModel):
         k: int = 1,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """k sweeps: h1 ~ p(h1 | v, h2), then v ~ p(v | h1) and h2 ~ p(h2 | h1)."""
+        """k sweeps: h1 ~ p(h1 | v, h2), then v ~ p(v | h1) and h2 ~ p(h2 | h1).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("k", k, allow_zero=True)
         h1 = None
         with torch.no_grad():

@@ -34,6 +34,9 @@ class ClassifierEnergy(EnergyModel):
     ``energy(x)`` is the marginal (free) energy -LogSumExp_y logits; ``energy(x, y)``
     is -logits[y]. A :class:`~ebmlab.energies.mlp.FeedForward` net gets hand-fused
     input gradients; any other net uses autograd.
+
+    Args:
+        num_classes: number of classes.
     """
 
     def __init__(self, net: nn.Module, num_classes: int) -> None:
@@ -120,7 +123,11 @@ class ClassifierEnergy(EnergyModel):
 
 
 class ClassConditionalEnergy(EnergyModel):
-    """E(x | y) = -NN(x)[y] with one fixed label per chain."""
+    """E(x | y) = -NN(x)[y] with one fixed label per chain.
+
+    Args:
+        model: the classifier whose logits define E(x, y).
+    """
 
     def __init__(self, model: ClassifierEnergy, y: torch.Tensor) -> None:
         super().__init__()

@@ -25,6 +25,10 @@ class ConvNet(nn.Module):
     pooling, then a linear layer to K outputs: enough for MNIST-scale data on a CPU.
     Flattened rows (B, C * H * W) are accepted too. ``spectral_norm`` wraps every
     convolution and the linear layer in spectral normalisation.
+
+    Args:
+        image_shape: (channels, height, width) of the input images.
+        num_classes: number of classes.
     """
 
     def __init__(
@@ -66,7 +70,11 @@ class ConvNet(nn.Module):
 def as_images(x: torch.Tensor, image_shape: tuple[int, ...], body: nn.Module) -> torch.Tensor:
     """Rows (B, C*H*W) or images as (B, C, H, W), in the memory layout of ``body``'s
     convolution weights: NHWC when the model was put in channels-last layout
-    (``model.to(memory_format=torch.channels_last)``), so no convolution converts."""
+    (``model.to(memory_format=torch.channels_last)``), so no convolution converts.
+
+    Args:
+        image_shape: (channels, height, width) of the input images.
+    """
     x = x.view(x.shape[0], *image_shape)
     w = next(p for p in body.parameters() if p.ndim == 4)
     if w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous():
@@ -99,7 +107,13 @@ class ImageEnergy(EnergyModel):
 
 
 class ConvEnergy(ImageEnergy):
-    """E(x) = ConvNet(x), one output: the small convolutional energy."""
+    """E(x) = ConvNet(x), one output: the small convolutional energy.
+
+    Args:
+        image_shape: (channels, height, width) of the input images.
+        activation: the nonlinearity (``"silu"``, ``"relu"``, ...).
+        spectral_norm: spectrally normalise every layer (Miyato et al. 2018).
+    """
 
     def __init__(
         self,

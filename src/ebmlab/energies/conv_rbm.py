@@ -133,7 +133,12 @@ class ConvolutionalRBM(_RBM):
         return self._visible_term(images) - (h * self.hidden_logits(images)).sum(1)
 
     def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
-        """F(v) given the hidden logits already computed for v: (B,)."""
+        """F(v) given the hidden logits already computed for v: (B,).
+
+        Args:
+            hidden_logits: the hidden units' total inputs c + W^T v (B, n_hidden), already
+                computed.
+        """
         return self._visible_term(self._images(v)) - F.softplus(hidden_logits).sum(1)
 
     def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
@@ -144,7 +149,12 @@ class ConvolutionalRBM(_RBM):
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """A draw of v ~ p(v | h), flat (B, D)."""
+        """A draw of v ~ p(v | h), flat (B, D).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         mean = self.visible_mean(h)
         if self.visible == "gaussian":
             return gaussian_draw(mean, mean.new_ones(()), generator)

@@ -78,7 +78,12 @@ class GatedRBM(EnergyModel):
     def fit_biases(self, y: torch.Tensor, x: torch.Tensor) -> None:
         """Start from the data: the output biases b at the outputs' base rates, and the
         input offset at the inputs' mean, which the gates subtract so that the filters
-        see centred inputs (without it CD barely moves the filters from a small start)."""
+        see centred inputs (without it CD barely moves the filters from a small start).
+
+        Args:
+            y: outputs (B, n_output).
+            x: inputs (B, n_input).
+        """
         y, x = self._pair(y, x)
         with torch.no_grad():
             self.b.copy_(base_rate_logits(y))
@@ -129,7 +134,11 @@ class GatedRBM(EnergyModel):
 
     def analogy(self, y: torch.Tensor, x: torch.Tensor, new_x: torch.Tensor) -> torch.Tensor:
         """p(y* = 1 | h, x*) with h = p(h | y, x): the transformation that takes each x to
-        its y, applied to each new input x* (Memisevic & Hinton 2010, §5)."""
+        its y, applied to each new input x* (Memisevic & Hinton 2010, §5).
+
+        Args:
+            new_x: the inputs x* to transform, x's shape.
+        """
         return self.output_probs(self.hidden_probs(y, x), new_x)
 
     def free_energy(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -156,7 +165,13 @@ class GatedRBM(EnergyModel):
         k: int = 1,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """k steps of block Gibbs sampling y -> h -> y with the inputs held fixed."""
+        """k steps of block Gibbs sampling y -> h -> y with the inputs held fixed.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+            x: the inputs (B, n_input), held fixed.
+        """
         _checks.positive_int("k", k, allow_zero=True)
         y, x = self._pair(y, x)
         with torch.no_grad():

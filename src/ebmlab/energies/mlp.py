@@ -272,7 +272,14 @@ def _scalar_head(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class MLPEnergy(EnergyModel):
-    """E(x) = MLP(x) with smooth activations (SiLU by default, so Langevin gradients are smooth)."""
+    """E(x) = MLP(x) with smooth activations (SiLU by default, so Langevin gradients are smooth).
+
+    Args:
+        dim: D, the input dimension.
+        hidden: hidden widths.
+        activation: the nonlinearity (``"silu"``, ``"softplus"``, ``"tanh"``, ...).
+        spectral_norm: spectrally normalise every layer (Miyato et al. 2018).
+    """
 
     def __init__(
         self,
@@ -300,6 +307,11 @@ class NoiseConditionalEnergy(EnergyModel):
     family diffusion recovery likelihood learns, Gao et al. 2021). ``energy(x)`` is
     level 0, the data's own energy, so samplers, quadrature and evaluation use it as
     any other energy; ``at_level(t)`` gives the energy of level t.
+
+    Args:
+        dim: D, the input dimension.
+        hidden: hidden widths.
+        activation: the nonlinearity.
     """
 
     def __init__(
@@ -315,7 +327,11 @@ class NoiseConditionalEnergy(EnergyModel):
         self.net = FeedForward([dim + n_levels, *hidden, 1], activation)
 
     def energy_at(self, x: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
-        """E(x_i, level_i) for a batch ``x`` (B, dim) and integer levels (B,)."""
+        """E(x_i, level_i) for a batch ``x`` (B, dim) and integer levels (B,).
+
+        Args:
+            level: each row's noise level, (B,) integers in [0, n_levels).
+        """
         code = F.one_hot(level.long(), self.n_levels).to(x.dtype)
         return self.net(torch.cat([x, code], 1)).squeeze(-1)
 

@@ -64,6 +64,11 @@ class WideResNet(nn.Module):
     ``depth`` = 6n + 4 (28 for JEM), ``widen`` the width multiplier k (10 for JEM),
     ``norm`` one of none|batch|group|layer, ``activation`` any of
     :data:`~ebmlab.energies.mlp.ACTIVATIONS` (JEM's is ``leaky_relu``, slope 0.2).
+
+    Args:
+        image_shape: (channels, height, width) of the input images.
+        num_outputs: K, the outputs (1 for an energy, the classes for JEM).
+        dropout: dropout probability inside the residual blocks.
     """
 
     def __init__(
@@ -125,7 +130,12 @@ class SNResNet(nn.Module):
     """IGEBM's spectrally normalised ResNet (Du & Mordatch 2019) with K outputs:
     a 3x3 convolution to ``width`` channels, ``stages`` stages of ``blocks`` residual
     blocks (width doubling and resolution halving at the end of each stage but the
-    last), then the activation, a sum over positions and a linear layer."""
+    last), then the activation, a sum over positions and a linear layer.
+
+    Args:
+        image_shape: (channels, height, width) of the input images.
+        num_outputs: K, the outputs (1 for an energy, the classes for JEM).
+    """
 
     def __init__(
         self,

@@ -119,7 +119,12 @@ class SpikeSlabRBM(_RBM):
 
     def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
         """F(v) = 1/2 u^T Lambda u - sum_i softplus(a_i) - 1/2 sum_i log(2 pi / alpha_i), given
-        a(v): (B, D), (B, M) -> (B,)."""
+        a(v): (B, D), (B, M) -> (B,).
+
+        Args:
+            hidden_logits: the hidden units' total inputs c + W^T v (B, n_hidden), already
+                computed.
+        """
         return self._spike_free_energy(v) - F.softplus(hidden_logits).sum(1)
 
     def slab_energy(self, v: torch.Tensor, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -150,7 +155,12 @@ class SpikeSlabRBM(_RBM):
     def sample_slab(
         self, v: torch.Tensor, h: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """s ~ p(s | v, h) = N(E[s | v, h], 1 / alpha): (B, D), (B, M) -> (B, M)."""
+        """s ~ p(s | v, h) = N(E[s | v, h], 1 / alpha): (B, D), (B, M) -> (B, M).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return gaussian_draw(self.slab_mean(v, h), self.alpha.rsqrt(), generator)
 
     def visible_given(
@@ -171,7 +181,13 @@ class SpikeSlabRBM(_RBM):
         generator: torch.Generator | None = None,
         visible_precision: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """v ~ p(v | s, h): (B, M), (B, M) -> (B, D)."""
+        """v ~ p(v | s, h): (B, M), (B, M) -> (B, D).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+            visible_precision: Lambda's diagonal (D,) (default: the model's).
+        """
         mean, precision = self.visible_given(h, s, visible_precision)
         return gaussian_draw(mean, precision.rsqrt(), generator)
 
@@ -184,7 +200,12 @@ class SpikeSlabRBM(_RBM):
         self, v: torch.Tensor, k: int = 1, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """k sweeps h ~ p(h | v), s ~ p(s | v, h), v ~ p(v | s, h) (k = 0 returns v);
-        Lambda, which costs a D x D product, is computed once for the k sweeps."""
+        Lambda, which costs a D x D product, is computed once for the k sweeps.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             visible_precision = self.visible_precision

@@ -15,7 +15,13 @@ from ebmlab.energies.mlp import FeedForward
 
 class LogitEnergy(nn.Module):
     """E(X, Y) = -NN(X)[Y] for every answer Y: (B, D) -> (B, K). The answers' energies are
-    tied only through the shared network (LeCun et al. 2006, §2)."""
+    tied only through the shared network (LeCun et al. 2006, §2).
+
+    Args:
+        num_classes: number of classes.
+        dim: features of X.
+        hidden: hidden widths of the network.
+    """
 
     def __init__(self, dim: int, hidden: tuple[int, ...], num_classes: int) -> None:
         super().__init__()
@@ -28,7 +34,14 @@ class LogitEnergy(nn.Module):
 class DistanceEnergy(nn.Module):
     """E(X, Y) = ||G(X) - e_Y||^2 for every answer Y: (B, D) -> (B, K), with learned
     answer embeddings e_Y initialised close together (standard deviation
-    ``embed_init``), as a fresh network's outputs are (LeCun et al. 2006, §3)."""
+    ``embed_init``), as a fresh network's outputs are (LeCun et al. 2006, §3).
+
+    Args:
+        num_classes: number of classes.
+        dim: features of X.
+        hidden: hidden widths of the embedding network G.
+        embed_dim: dimension of the embeddings G(X) and e_Y.
+    """
 
     def __init__(
         self,
@@ -48,7 +61,13 @@ class DistanceEnergy(nn.Module):
 
 class ChainEnergy(nn.Module):
     """E(Y, X) = sum_t U_t[y_t] + sum_t P[y_{t-1}, y_t]: unary energies -NN(x_t) per
-    position (B, T, D) -> (B, T, K) and a learned transition matrix P (K, K)."""
+    position (B, T, D) -> (B, T, K) and a learned transition matrix P (K, K).
+
+    Args:
+        dim: features per position of X.
+        hidden: hidden widths of the unary network.
+        n_states: S, the states each position of Y takes.
+    """
 
     def __init__(self, dim: int, hidden: tuple[int, ...], n_states: int) -> None:
         super().__init__()
@@ -63,7 +82,13 @@ class ChainEnergy(nn.Module):
 class ConditionalBoltzmann(nn.Module):
     """E(Y, X) = -(Y^T W Y + b(X)^T Y) over binary Y: fields b(X) (B, D_y) from a network
     and a symmetric coupling W (D_y, D_y), the factors of a pairwise model
-    (:meth:`ebmlab.inference.PairwiseMRF.from_binary`)."""
+    (:meth:`ebmlab.inference.PairwiseMRF.from_binary`).
+
+    Args:
+        dim_x: features of X.
+        dim_y: D_y, binary units of Y.
+        hidden: hidden widths of the field network b(X).
+    """
 
     def __init__(self, dim_x: int, dim_y: int, hidden: tuple[int, ...]) -> None:
         super().__init__()

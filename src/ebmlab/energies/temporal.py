@@ -105,23 +105,43 @@ class ConditionalRBM(EnergyModel):
         return targets.reshape(-1, self.n_visible), history.reshape(-1, self.order * self.n_visible)
 
     def dynamic_biases(self, history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """b_t = b + A x and c_t = c + B x for histories (B, n D): (B, D) and (B, M)."""
+        """b_t = b + A x and c_t = c + B x for histories (B, n D): (B, D) and (B, M).
+
+        Args:
+            history: the preceding visible frames the biases depend on, (B, order *
+                n_visible).
+        """
         _checks.rows_of("history", history, self.A.shape[1])
         return F.linear(history, self.A, self.b), F.linear(history, self.B, self.c)
 
     def hidden_logits(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
-        """c_t + (v / sigma)^T W, the log-odds of p(h = 1 | v, x): (B, D) -> (B, M)."""
+        """c_t + (v / sigma)^T W, the log-odds of p(h = 1 | v, x): (B, D) -> (B, M).
+
+        Args:
+            history: the preceding visible frames the biases depend on, (B, order *
+                n_visible).
+        """
         return F.linear(history, self.B, self.c) + (v / self.sigma) @ self.W
 
     def free_energy(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
-        """F(v | x) with the hidden units summed out: (B, D), (B, n D) -> (B,)."""
+        """F(v | x) with the hidden units summed out: (B, D), (B, n D) -> (B,).
+
+        Args:
+            history: the preceding visible frames the biases depend on, (B, order *
+                n_visible).
+        """
         b_t, c_t = self.dynamic_biases(history)
         scaled = v / self.sigma
         quadratic = (((v - b_t) / self.sigma) ** 2).sum(1) / 2
         return quadratic - F.softplus(c_t + scaled @ self.W).sum(1)
 
     def energy(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
-        """The free energy F(v | x): (B, D), (B, n D) -> (B,)."""
+        """The free energy F(v | x): (B, D), (B, n D) -> (B,).
+
+        Args:
+            history: the preceding visible frames the biases depend on, (B, order *
+                n_visible).
+        """
         return self.free_energy(v, history)
 
     def forward(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
@@ -134,7 +154,12 @@ class ConditionalRBM(EnergyModel):
         k: int = 1,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """k steps of block Gibbs sampling v -> h -> v with the history held fixed."""
+        """k steps of block Gibbs sampling v -> h -> v with the history held fixed.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("k", k, allow_zero=True)
         with torch.no_grad():
             b_t, c_t = self.dynamic_biases(history)
@@ -167,7 +192,12 @@ class ConditionalRBM(EnergyModel):
         return torch.logsumexp(terms, 1) + normaliser
 
     def log_likelihood(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
-        """Exact log p(v | x) = -F(v | x) - log Z(x) of frames given histories: (B,)."""
+        """Exact log p(v | x) = -F(v | x) - log Z(x) of frames given histories: (B,).
+
+        Args:
+            history: the preceding visible frames the biases depend on, (B, order *
+                n_visible).
+        """
         return -self.free_energy(v, history) - self.log_partition(history)
 
     def predict(self, history: torch.Tensor) -> torch.Tensor:
@@ -187,7 +217,12 @@ class ConditionalRBM(EnergyModel):
         """Continue sequences by iterated Gibbs sampling: each new frame runs ``k`` steps
         from the previous frame given the last n (Taylor et al. 2007, §2.3). ``start``
         (n, D) or (S, n, D) holds the first n frames, oldest first; returns (S, n_frames,
-        D) (or (n_frames, D))."""
+        D) (or (n_frames, D)).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _checks.positive_int("n_frames", n_frames)
         single = start.dim() == 2
         frames = list((start[None] if single else start).unbind(1))
@@ -207,7 +242,13 @@ class ConditionalRBM(EnergyModel):
         """Set b and A to the least-squares linear autoregression of the frames on their
         histories (B, n D), and sigma (if learned) to its residual deviations: the
         maximum-likelihood model when W = 0, a start from which the hidden units learn
-        what the linear model misses."""
+        what the linear model misses.
+
+        Args:
+            history: the preceding visible frames the biases depend on, (B, order *
+                n_visible).
+            v: frames (B, n_visible).
+        """
         with torch.no_grad():
             design = torch.cat([history, torch.ones_like(history[:, :1])], 1).double()
             coef = torch.linalg.lstsq(design, v.double()).solution

@@ -15,14 +15,24 @@ def accuracy(probs: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def nll(probs: torch.Tensor, y: torch.Tensor) -> float:
-    """Mean -log p(y | x); probabilities are clamped at 1e-12."""
+    """Mean -log p(y | x); probabilities are clamped at 1e-12.
+
+    Args:
+        probs: predicted class probabilities, (N, K).
+    """
     return float(-probs.gather(1, y.view(-1, 1)).clamp_min(1e-12).log().mean())
 
 
 def calibration_bins(
     probs: torch.Tensor, y: torch.Tensor, n_bins: int = 15
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per confidence bin: mean confidence, accuracy and count (equal-width bins on [0, 1])."""
+    """Per confidence bin: mean confidence, accuracy and count (equal-width bins on [0, 1]).
+
+    Args:
+        probs: predicted class probabilities, (N, K).
+        n_bins: number of equal-width confidence bins.
+        y: true labels (N,).
+    """
     _checks.positive_int("n_bins", n_bins)
     conf, pred = probs.max(1)
     correct = (pred == y).double()
@@ -35,7 +45,13 @@ def calibration_bins(
 
 
 def expected_calibration_error(probs: torch.Tensor, y: torch.Tensor, n_bins: int = 15) -> float:
-    """ECE = sum_b (n_b / n) |acc_b - conf_b| (Guo et al. 2017), 15 equal-width bins."""
+    """ECE = sum_b (n_b / n) |acc_b - conf_b| (Guo et al. 2017), 15 equal-width bins.
+
+    Args:
+        probs: predicted class probabilities, (N, K).
+        n_bins: number of equal-width confidence bins.
+        y: true labels (N,).
+    """
     conf, acc, count = calibration_bins(probs, y, n_bins)
     return float(((acc - conf).abs() * count).sum() / count.sum())
 
@@ -43,7 +59,14 @@ def expected_calibration_error(probs: torch.Tensor, y: torch.Tensor, n_bins: int
 def reliability_diagram(
     probs: torch.Tensor, y: torch.Tensor, path: str | os.PathLike, n_bins: int = 15
 ) -> None:
-    """Accuracy against confidence per bin, with the diagonal of perfect calibration."""
+    """Accuracy against confidence per bin, with the diagonal of perfect calibration.
+
+    Args:
+        probs: predicted class probabilities, (N, K).
+        n_bins: number of equal-width confidence bins.
+        y: true labels (N,).
+        path: the PNG written.
+    """
     from ebmlab.plotting import plt, save_figure
 
     _, acc, count = calibration_bins(probs, y, n_bins)

@@ -26,7 +26,7 @@ class LogLikelihood:
 
     ``stderr`` is log Z's standard error; ``lower``/``upper`` follow from log Z's upper
     and lower bounds where the method has them; ``data_stderr`` is the standard error of
-    the mean over rows.
+    the mean over rows. ``log_z_method`` names how log Z was obtained.
     """
 
     mean: float
@@ -50,7 +50,13 @@ def log_likelihood(
     chunk: int = 4096,
 ) -> LogLikelihood:
     """Mean log p(x) = -E(x) - log Z over the rows of ``data`` (free energies of RBMs and
-    DBMs, as their ``energy`` returns), evaluated in chunks without gradients."""
+    DBMs, as their ``energy`` returns), evaluated in chunks without gradients.
+
+    Args:
+        chunk: rows evaluated at once, which bounds the memory used.
+        model: the energy (an RBM's free energy for the Boltzmann family).
+        log_z: the estimate of log Z, whose uncertainty joins the data's.
+    """
     if not isinstance(log_z, LogZEstimate):
         raise ArgumentError(f"log_z must be a LogZEstimate, got {type(log_z).__name__}")
     x = torch.as_tensor(np.asarray(data) if not isinstance(data, torch.Tensor) else data)

@@ -12,7 +12,13 @@ from ebmlab._checks import ArgumentError
 
 def median_bandwidth(x: torch.Tensor, y: torch.Tensor, max_points: int = 2000) -> float:
     """The median pairwise distance of the pooled sample (the usual kernel bandwidth);
-    1 when all points coincide."""
+    1 when all points coincide.
+
+    Args:
+        x: one sample (N, D).
+        y: the other sample (M, D).
+        max_points: pooled points used at most (a random subset beyond).
+    """
     pooled = torch.cat([x, y])[:max_points].flatten(1).double()
     d = torch.cdist(pooled, pooled)
     positive = d[d > 0]
@@ -95,6 +101,11 @@ def mmd_permutation_test(
 
     Returns ``(mmd2, p_value)``; the bandwidth is fixed from the pooled sample so every
     permutation uses the same kernel.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        n_permutations: permutations of the pooled sample.
     """
     _checks.positive_int("n_permutations", n_permutations)
     h = median_bandwidth(x, y)

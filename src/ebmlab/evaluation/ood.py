@@ -31,7 +31,12 @@ def auroc(
     """AUROC of a score, the Mann-Whitney statistic P(in > out) + P(in = out) / 2, and
     with ``return_stderr`` its standard error (DeLong et al. 1988): each input's share
     of the pairs it wins, V_in (over the OOD inputs) and V_out (over the in-distribution
-    ones), gives var = var(V_in) / m + var(V_out) / n for m and n inputs."""
+    ones), gives var = var(V_in) / m + var(V_out) / n for m and n inputs.
+
+    Args:
+        in_scores: scores of in-distribution inputs (n,); higher means more in.
+        out_scores: scores of out-of-distribution inputs (m,).
+    """
     _checks.tensor("in_scores", in_scores, min_ndim=1)
     _checks.tensor("out_scores", out_scores, min_ndim=1)
     a, b = in_scores.detach().flatten().double(), out_scores.detach().flatten().double()
@@ -58,7 +63,11 @@ def _pair_wins(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def shifted_images(raw: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
     """OOD variants of raw images (N, [C,] H, W): permuted pixels, left-right and up-down
-    flips."""
+    flips.
+
+    Args:
+        seed: seed of the randomness (int).
+    """
     rng = np.random.default_rng(seed)
     flat = raw.reshape(len(raw), -1)
     permuted = np.stack([row[rng.permutation(flat.shape[1])] for row in flat]).reshape(raw.shape)
@@ -71,7 +80,11 @@ def shifted_images(raw: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
 
 def load_ood_file(path: str | Path, image_shape: tuple[int, ...]) -> np.ndarray:
     """Load a user OOD set: a .npy of uint8 images in the training set's stored format,
-    (N, *image_shape); grayscale images (image_shape (1, H, W)) may also come as (N, H, W)."""
+    (N, *image_shape); grayscale images (image_shape (1, H, W)) may also come as (N, H, W).
+
+    Args:
+        path: the .npy file.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--ood-data file {path} does not exist")
@@ -99,7 +112,11 @@ def uniform_noise(
     seed: int = 0,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """``n`` points uniform in the box ``value_range``^dim, on ``device``."""
+    """``n`` points uniform in the box ``value_range``^dim, on ``device``.
+
+    Args:
+        seed: seed of the randomness (int).
+    """
     _checks.positive_int("n", n)
     gen = torch.Generator(device or "cpu").manual_seed(seed)
     lo, hi = value_range

@@ -71,7 +71,11 @@ def frechet_distance(
     a: torch.Tensor, b: torch.Tensor, bootstrap: int = 10, seed: int = 0
 ) -> tuple[float, float]:
     """Fréchet distance between feature sets ``a`` and ``b`` (N, D), and its bootstrap
-    standard error (``bootstrap`` resamples of both sets)."""
+    standard error (``bootstrap`` resamples of both sets).
+
+    Args:
+        seed: seed of the randomness (int).
+    """
     a, b = _features("a", a), _features("b", b)
     _checks.positive_int("bootstrap", bootstrap)
     value = float(_gaussian_fd(a, b))
@@ -91,7 +95,11 @@ def kernel_distance(
 ) -> tuple[float, float]:
     """KID: the unbiased polynomial-kernel MMD^2 between ``a`` and ``b``, averaged over
     ``subsets`` disjoint random subsets of each (up to ``subset_size`` rows, fewer when
-    the sets are small), and its standard error from the subsets' spread."""
+    the sets are small), and its standard error from the subsets' spread.
+
+    Args:
+        seed: seed of the randomness (int).
+    """
     a, b = _features("a", a), _features("b", b)
     _checks.positive_int("subsets", subsets)
     m = min(subset_size, len(a) // subsets, len(b) // subsets)
@@ -142,7 +150,13 @@ def precision_recall(samples: torch.Tensor, data: torch.Tensor, k: int = 3) -> d
 def sample_quality(
     features_samples: torch.Tensor, features_data: torch.Tensor, k: int = 3
 ) -> dict[str, Any]:
-    """FD, KID, precision and recall of sample features against data features."""
+    """FD, KID, precision and recall of sample features against data features.
+
+    Args:
+        features_samples: features of model samples (N, F).
+        features_data: features of data (M, F).
+        k: the k of the k-nearest-neighbour balls of precision and recall.
+    """
     fd, fd_se = frechet_distance(features_samples, features_data)
     subsets = max(2, min(10, len(features_samples) // 2, len(features_data) // 2))
     kid, kid_se = kernel_distance(features_samples, features_data, subsets)

@@ -35,7 +35,8 @@ class SteinDiscrepancy:
     """KSD^2 with its standard error and the bootstrap test's p-value.
 
     ``ksd2`` is the unbiased U-statistic (it can be slightly negative under H0);
-    ``p_value`` tests H0: the samples are drawn from the model.
+    ``stderr`` is its standard error; ``p_value`` tests H0: the samples are drawn from
+    the model, by ``n_bootstrap`` wild-bootstrap replicates over ``n_samples`` samples.
     """
 
     ksd2: float

@@ -27,14 +27,24 @@ def _check(unary: torch.Tensor, transition: torch.Tensor) -> None:
 def chain_energy(
     unary: torch.Tensor, transition: torch.Tensor, labels: torch.Tensor
 ) -> torch.Tensor:
-    """E(y) for label sequences ``labels`` (B, T)."""
+    """E(y) for label sequences ``labels`` (B, T).
+
+    Args:
+        unary: unary energies per position and state, (B, L, S) or (L, S).
+        transition: pairwise energies between consecutive states, (S, S).
+    """
     _check(unary, transition)
     e = unary.gather(2, labels.long().unsqueeze(2)).squeeze(2).sum(1)
     return e + transition[labels[:, :-1].long(), labels[:, 1:].long()].sum(1)
 
 
 def viterbi(unary: torch.Tensor, transition: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """argmin_y E(y) and its energy: ((B, T) labels, (B,) energies)."""
+    """argmin_y E(y) and its energy: ((B, T) labels, (B,) energies).
+
+    Args:
+        unary: unary energies per position and state, (B, L, S) or (L, S).
+        transition: pairwise energies between consecutive states, (S, S).
+    """
     _check(unary, transition)
     t = unary.shape[1]
     cost = unary[:, 0]
@@ -55,7 +65,12 @@ def viterbi(unary: torch.Tensor, transition: torch.Tensor) -> tuple[torch.Tensor
 def chain_free_energy(
     unary: torch.Tensor, transition: torch.Tensor, beta: float = 1.0
 ) -> torch.Tensor:
-    """F_beta = -(1/beta) log sum_y exp(-beta E(y)) by the forward algorithm, (B,)."""
+    """F_beta = -(1/beta) log sum_y exp(-beta E(y)) by the forward algorithm, (B,).
+
+    Args:
+        unary: unary energies per position and state, (B, L, S) or (L, S).
+        transition: pairwise energies between consecutive states, (S, S).
+    """
     _check(unary, transition)
     _checks.positive("beta", beta)
     alpha = -beta * unary[:, 0]
@@ -68,7 +83,12 @@ def chain_marginals(
     unary: torch.Tensor, transition: torch.Tensor, beta: float = 1.0
 ) -> torch.Tensor:
     """Per-position marginals p(y_t = k) of p(y) proportional to exp(-beta E(y)), (B, T, K),
-    by the forward-backward algorithm in log space."""
+    by the forward-backward algorithm in log space.
+
+    Args:
+        unary: unary energies per position and state, (B, L, S) or (L, S).
+        transition: pairwise energies between consecutive states, (S, S).
+    """
     _check(unary, transition)
     _checks.positive("beta", beta)
     t = unary.shape[1]

@@ -63,7 +63,18 @@ def gradient_argmin(
     init_scale: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Approximate argmin_Y E(Y): returns (answers (B, ...), their energies (B,))."""
+    """Approximate argmin_Y E(Y): returns (answers (B, ...), their energies (B,)).
+
+    Args:
+        energy: E(Y), a callable (B, ...) -> (B,).
+        y0: starting answers (B, ...).
+        steps: gradient steps per restart.
+        lr: step size of the gradient descent.
+        restarts: independent starts, the first at y0 and the others at y0 plus
+            Gaussian noise of standard deviation ``init_scale``; the lowest energy wins.
+        init_scale: see ``restarts``.
+        generator: source of the restarts' noise, on y0's device.
+    """
     return _descend(energy, y0, steps, lr, restarts, init_scale, generator)
 
 
@@ -78,7 +89,12 @@ def most_offending_continuous(
     init_scale: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Approximate Ybar = argmin over ||Y - Y^i|| > eps of E(Y) by projected gradient descent."""
+    """Approximate Ybar = argmin over ||Y - Y^i|| > eps of E(Y) by projected gradient descent.
+
+    ``y_target`` holds the correct answers Y^i (B, ...); ``energy``, ``steps``, ``lr``,
+    ``restarts``, ``init_scale`` and ``generator`` are as in :func:`gradient_argmin`,
+    the restarts starting around Y^i. Returns (answers (B, ...), their energies (B,)).
+    """
     _checks.positive("eps", eps)
     margin = eps * (1 + 1e-4)
 

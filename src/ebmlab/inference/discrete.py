@@ -20,7 +20,11 @@ def candidate_energies(
     x: torch.Tensor,
     candidates: torch.Tensor,
 ) -> torch.Tensor:
-    """E(x_b, y_k) for every input and candidate, (B, K), in one call of ``energy(x, y)``."""
+    """E(x_b, y_k) for every input and candidate, (B, K), in one call of ``energy(x, y)``.
+
+    Args:
+        candidates: the K answers to score, (K, ...).
+    """
     _checks.tensor("x", x, min_ndim=1)
     _checks.tensor("candidates", candidates, min_ndim=1)
     b, k = x.shape[0], candidates.shape[0]
@@ -30,7 +34,11 @@ def candidate_energies(
 
 
 def argmin_answer(energies: torch.Tensor) -> torch.Tensor:
-    """Index of the lowest-energy answer per row of a (B, K) table."""
+    """Index of the lowest-energy answer per row of a (B, K) table.
+
+    Args:
+        energies: E(W, Y, X^i) of every answer, (B, K).
+    """
     _checks.tensor("energies", energies, ndim=2)
     return energies.argmin(1)
 
@@ -47,6 +55,10 @@ def most_offending(
     ``distances`` (K, K) gives d between answers (default: 0 on the diagonal, 1 off
     it, so every other answer qualifies). Raises if some row has no answer farther
     than ``eps``.
+
+    Args:
+        energies: E(W, Y, X^i) of every answer, (B, K).
+        target: the index of each example's correct answer, (B,) integers in [0, K).
     """
     _checks.tensor("energies", energies, ndim=2)
     _checks.positive("eps", eps, allow_zero=True)

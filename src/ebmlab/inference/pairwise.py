@@ -33,7 +33,11 @@ from ebmlab._checks import ArgumentError
 
 
 class PairwiseMRF:
-    """A batch of pairwise energies over D discrete variables with K states each."""
+    """A batch of pairwise energies over D discrete variables with K states each.
+
+    Args:
+        unary: unary energies per position and state, (B, L, S) or (L, S).
+    """
 
     def __init__(self, unary: torch.Tensor, pairwise: torch.Tensor) -> None:
         _checks.tensor("unary", unary, ndim=3, floating=True)
@@ -61,7 +65,12 @@ class PairwiseMRF:
 
     @classmethod
     def from_chain(cls, unary: torch.Tensor, transition: torch.Tensor) -> PairwiseMRF:
-        """The chain energy sum_t U[t, y_t] + sum_t T[y_{t-1}, y_t] (see ``inference.chain``)."""
+        """The chain energy sum_t U[t, y_t] + sum_t T[y_{t-1}, y_t] (see ``inference.chain``).
+
+        Args:
+            unary: unary energies per position and state, (B, L, S) or (L, S).
+            transition: pairwise energies between consecutive states, (S, S).
+        """
         _checks.tensor("unary", unary, ndim=3, floating=True)
         _, t, k = unary.shape
         _checks.tensor("transition", transition, ndim=2, last_dims=(k, k), floating=True)
@@ -74,7 +83,11 @@ class PairwiseMRF:
     @classmethod
     def from_binary(cls, field: torch.Tensor, coupling: torch.Tensor) -> PairwiseMRF:
         """E(y) = -(y^T W y + b^T y) on {0, 1}^D (eq. 6.32), W symmetric with zero diagonal,
-        with a field b (B, D) per example."""
+        with a field b (B, D) per example.
+
+        Args:
+            coupling: W (D, D).
+        """
         _checks.tensor("field", field, ndim=2, floating=True)
         d = field.shape[1]
         _checks.tensor("coupling", coupling, ndim=2, last_dims=(d, d), floating=True)
@@ -133,6 +146,13 @@ def annealed_gibbs(
     state visited by each chain is returned with its energy ((B, D), (B,)). With
     ``beta_start == beta_end == 1`` it is plain Gibbs sampling from exp(-E) (returning the
     last state instead of the best).
+
+    Args:
+        mrf: the pairwise model (a :class:`PairwiseMRF`).
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        n_sweeps: Gibbs sweeps, at inverse temperatures rising geometrically.
+        y0: starting states (B, D) (default: random).
     """
     _checks.positive_int("n_sweeps", n_sweeps)
     _checks.positive("beta_start", beta_start)
@@ -170,7 +190,11 @@ def icm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Iterated conditional modes: set each site to its lowest-energy state given the
     others, sweeping until nothing changes (a local minimum under single-site moves) or
-    ``max_sweeps``. Starts from ``y0`` or the unary argmin; returns (answers, energies)."""
+    ``max_sweeps``. Starts from ``y0`` or the unary argmin; returns (answers, energies).
+
+    Args:
+        mrf: the pairwise model (a :class:`PairwiseMRF`).
+    """
     _checks.positive_int("max_sweeps", max_sweeps)
     with torch.no_grad():
         y = mrf._start(y0).clone()
@@ -201,7 +225,13 @@ def mean_field(
     """Naive mean field at inverse temperature beta: q_i proportional to
     exp(-beta (U[i] + sum_j P[i, j] q_j)), updated site by site (each update lowers the
     variational free energy) until the largest change is below ``tol``. Returns q
-    (B, D, K); ``q.argmax(2)`` is the answer, ``q`` approximates the marginals."""
+    (B, D, K); ``q.argmax(2)`` is the answer, ``q`` approximates the marginals.
+
+    Args:
+        mrf: the pairwise model (a :class:`PairwiseMRF`).
+        n_iter: most iterations.
+        q0: starting marginals (D, S) (default: uniform).
+    """
     _checks.positive("beta", beta)
     _checks.positive_int("n_iter", n_iter)
     with torch.no_grad():
@@ -222,6 +252,10 @@ def mean_field(
 
 
 def mean_field_free_energy(mrf: PairwiseMRF, q: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    """Variational free energy E_q[E] - H(q)/beta, an upper bound on -(1/beta) log Z, (B,)."""
+    """Variational free energy E_q[E] - H(q)/beta, an upper bound on -(1/beta) log Z, (B,).
+
+    Args:
+        mrf: the pairwise model (a :class:`PairwiseMRF`).
+    """
     entropy = -(q * q.clamp_min(1e-30).log()).sum((1, 2))
     return mrf.expected_energy(q) - entropy / beta

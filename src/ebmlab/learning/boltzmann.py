@@ -19,7 +19,13 @@ from ebmlab.samplers.gibbs import Gibbs
 
 
 class BMContrastiveDivergence(PersistentChains):
-    """CD-k / PCD for a Boltzmann machine with single-site Gibbs negatives."""
+    """CD-k / PCD for a Boltzmann machine with single-site Gibbs negatives.
+
+    Args:
+        n_chains: number of chains run side by side.
+        bm: the Boltzmann machine trained.
+        persistent: keep the negative chains between updates (PCD).
+    """
 
     def __init__(
         self,
@@ -35,7 +41,12 @@ class BMContrastiveDivergence(PersistentChains):
         self.sampler = Gibbs("sequential", model=bm)
 
     def loss(self, data: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Surrogate loss whose gradient is the CD estimate of the NLL gradient."""
+        """Surrogate loss whose gradient is the CD estimate of the NLL gradient.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         start = self.start(data, generator)
         negatives = self.sampler.sample(self.bm, start, self.k, generator=generator)
         self.keep(negatives)

@@ -36,7 +36,12 @@ class PersistentChains:
 
     def start(self, data: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """The chains' starting states for a batch ``data`` (B, D): the data itself (CD),
-        or the persistent chains, begun at ``n_chains`` random rows of it (PCD)."""
+        or the persistent chains, begun at ``n_chains`` random rows of it (PCD).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         if not self.persistent:
             return data
         if self.chains is None:
@@ -53,7 +58,12 @@ class PersistentChains:
         """Restart at random rows of ``data`` every chain with a non-finite state and
         return how many: recovery after a divergence, between updates. Chains kept as
         a tuple of layers (a deep Boltzmann machine's) all restart at the next update
-        when any of them diverged."""
+        when any of them diverged.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         if self.chains is None:
             return 0
         layers = self.chains if isinstance(self.chains, tuple) else (self.chains,)
@@ -70,6 +80,11 @@ class PersistentChains:
 
 
 def random_rows(data: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
-    """``n`` rows of ``data`` drawn uniformly with replacement, as a new tensor."""
+    """``n`` rows of ``data`` drawn uniformly with replacement, as a new tensor.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
     pick = torch.randint(data.shape[0], (n,), generator=generator, device=data.device)
     return data[pick].clone()

@@ -85,7 +85,12 @@ class EMFLearning(PersistentChains):
         self, data: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """Move the persistent magnetisations ``n_iter`` TAP iterations under the current
-        parameters (starting them at rows of ``data`` on the first call) and return them."""
+        parameters (starting them at rows of ``data`` on the first call) and return them.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         with torch.no_grad():
             fields, couplings = (t.detach() for t in self.potentials())
             start = self._start(data.flatten(1).to(fields.dtype), generator)
@@ -99,7 +104,12 @@ class EMFLearning(PersistentChains):
     def loss(self, data: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """mean F(data) + mean over the magnetisations of S(m) + U(m): the EMF estimate of
         the negative log-likelihood (up to the gap between the magnetisations and the
-        exact maximiser), whose gradient is the EMF learning rule's."""
+        exact maximiser), whose gradient is the EMF learning rule's.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         m = self.magnetisations(data, generator)
         fields, couplings = self.potentials()
         log_z = plefka_free_energy(m, fields, couplings, self.edges, self.order).mean()

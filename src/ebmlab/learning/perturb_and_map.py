@@ -40,14 +40,24 @@ class PerturbAndMAP:
         self.n_samples = None if n_samples is None else _checks.positive_int("n_samples", n_samples)
 
     def negatives(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``n`` perturbed MAP states (n, D), or (n, D + M) for an RBM, in the model's dtype."""
+        """``n`` perturbed MAP states (n, D), or (n, D + M) for an RBM, in the model's dtype.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         _, states = perturbed_map(self.model, n, generator)
         return states.to(self.model.b.dtype)
 
     def loss(self, data: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """A surrogate whose gradient is the moment-matching estimate of the negative
         log-likelihood gradient: mean F(data) - mean E(negatives) (free energy of the
-        data, joint energy of the MAP states)."""
+        data, joint energy of the MAP states).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         data = data.flatten(1).to(self.model.b.dtype)
         states = self.negatives(self.n_samples or data.shape[0], generator)
         if isinstance(self.model, BoltzmannMachine):

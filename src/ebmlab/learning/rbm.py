@@ -41,7 +41,9 @@ from ebmlab.learning.chains import PersistentChains, random_rows
 
 @dataclass
 class CDStats:
-    """Summary of one update: reconstruction error and the free-energy gap."""
+    """Summary of one update: ``reconstruction_error``, the squared distance between the
+    data and their mean reconstructions, averaged over rows, and ``free_energy_gap``,
+    mean F(negatives) - mean F(data)."""
 
     reconstruction_error: float
     free_energy_gap: float
@@ -115,6 +117,10 @@ class ContrastiveDivergence(PersistentChains):
 
         With ``stats`` also return the reconstruction error and free-energy gap (three
         more matrix products, so off in the hot loop).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
         """
         rbm = self.rbm
         v = v.flatten(1).to(rbm.W.dtype)
@@ -249,6 +255,12 @@ class DBMLearning(PersistentChains):
     Positive statistics come from mean-field q(h1) q(h2) given the data; negative
     statistics from persistent Gibbs chains over (v, h1, h2). The negative
     log-likelihood gradient is written into the parameters' ``.grad``.
+
+    Args:
+        n_chains: number of chains run side by side.
+        dbm: the two-layer deep Boltzmann machine trained.
+        k: Gibbs steps of the persistent chains per update.
+        mean_field_iters: fixed-point iterations of the data term's mean field.
     """
 
     def __init__(self, dbm, n_chains: int = 100, k: int = 1, mean_field_iters: int = 10) -> None:
@@ -258,7 +270,13 @@ class DBMLearning(PersistentChains):
         self.mean_field_iters = _checks.positive_int("mean_field_iters", mean_field_iters)
 
     def accumulate(self, v: torch.Tensor, generator: torch.Generator | None = None) -> float:
-        """Write the gradient into ``.grad``; returns the mean-field reconstruction error."""
+        """Write the gradient into ``.grad``; returns the mean-field reconstruction error.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+            v: a batch of visible rows (B, n_visible).
+        """
         dbm = self.dbm
         v = v.flatten(1).to(dbm.W1.dtype)
         with torch.no_grad():
@@ -338,6 +356,14 @@ def pretrain_dbm(
     weights become W1 and W2 of the DBM and h1's bias the sum c1' + b2' of the two halves,
     so that each layer's total input matches what the RBMs learned. Trains ``epochs``
     epochs of CD-1 per layer and writes the DBM's parameters in place.
+
+    Args:
+        batch_size: examples per gradient step.
+        momentum: momentum of the parameter updates.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        dbm: the two-layer deep Boltzmann machine initialised.
+        lr: learning rate of each layer's CD-1.
     """
     _checks.positive_int("epochs", epochs)
     options = dict(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum)

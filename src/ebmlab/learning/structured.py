@@ -52,7 +52,11 @@ class EnergyLearner:
         self.eps = eps
 
     def energies(self, x: torch.Tensor) -> torch.Tensor:
-        """The energies of every answer, (B, ...) -> (B, K), checked for that shape."""
+        """The energies of every answer, (B, ...) -> (B, K), checked for that shape.
+
+        Args:
+            x: inputs (B, ...).
+        """
         table = self.model(x)
         if table.ndim != 2 or table.shape[0] != x.shape[0]:
             raise ArgumentError(
@@ -61,7 +65,11 @@ class EnergyLearner:
         return table
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Inference: the lowest-energy answer."""
+        """Inference: the lowest-energy answer.
+
+        Args:
+            x: inputs (B, ...).
+        """
         with torch.no_grad():
             return self.energies(x).argmin(1)
 
@@ -96,5 +104,10 @@ class EnergyLearner:
         return loss, metrics
 
     def step_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Energies of every answer, the most offending one, and the loss, in one call."""
+        """Energies of every answer, the most offending one, and the loss, in one call.
+
+        Args:
+            x: inputs (B, ...).
+            y: the correct answers' indices (B,).
+        """
         return self.loss_from_table(self.energies(x), y)

@@ -37,7 +37,11 @@ def _flip_gaps(energy: EnergyLike, x: torch.Tensor) -> torch.Tensor:
 def pseudo_likelihood_loss(
     energy: EnergyLike, x: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean negative log pseudo-likelihood, sum_i softplus(E(x) - E(x^(i)))."""
+    """Mean negative log pseudo-likelihood, sum_i softplus(E(x) - E(x^(i))).
+
+    Args:
+        energy: E over binary vectors, (B, D) -> (B,).
+    """
     loss = F.softplus(_flip_gaps(energy, x)).sum(1).mean()
     return loss, {"pseudo_nll": float(loss.detach())}
 
@@ -45,6 +49,10 @@ def pseudo_likelihood_loss(
 def minimum_probability_flow_loss(
     energy: EnergyLike, x: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean probability flow K = sum_i exp((E(x) - E(x^(i))) / 2) over single-bit flips."""
+    """Mean probability flow K = sum_i exp((E(x) - E(x^(i))) / 2) over single-bit flips.
+
+    Args:
+        energy: E over binary vectors, (B, D) -> (B,).
+    """
     loss = torch.exp(0.5 * _flip_gaps(energy, x)).sum(1).mean()
     return loss, {"flow": float(loss.detach())}

@@ -22,7 +22,11 @@ from ebmlab.partition.exact import MAX_ENUMERATION_BITS
 
 
 def exact_nll(bm: BoltzmannMachine, data: torch.Tensor) -> torch.Tensor:
-    """mean E(data) + log Z, differentiable in the parameters (2^D states enumerated)."""
+    """mean E(data) + log Z, differentiable in the parameters (2^D states enumerated).
+
+    Args:
+        bm: a fully visible Boltzmann machine with at most 20 units.
+    """
     if bm.n_visible > MAX_ENUMERATION_BITS:
         raise ArgumentError(f"exact_nll enumerates 2^D states; D must be <= {MAX_ENUMERATION_BITS}")
     _checks.tensor("data", data, min_ndim=2, floating=True, finite=True)
@@ -46,6 +50,12 @@ def classification_rbm_loss(
     ``discriminative``: -log p(y | x), exact. ``generative``: the CD-k surrogate
     F(x, y) - F(x~, y~) of -log p(x, y), negatives by Gibbs from the data.
     ``hybrid``: discriminative + ``alpha`` * generative.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        model: the classification RBM.
+        mode: ``"discriminative"``, ``"generative"`` or ``"hybrid"``.
     """
     _checks.one_of("mode", mode, ["discriminative", "generative", "hybrid"])
     _checks.positive("alpha", alpha, allow_zero=True)
@@ -75,7 +85,13 @@ def conditional_cd_loss(
     eq. 4) given its histories, or a gated RBM (Memisevic & Hinton 2010) given its
     inputs: mean F(v | condition) - mean F(v' | condition), where v' runs k Gibbs steps
     from v with the condition held fixed, so its gradient is CD's estimate of the
-    conditional likelihood's."""
+    conditional likelihood's.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        model: a conditional or gated RBM.
+    """
     _checks.tensor("v", v, ndim=2, floating=True, finite=True)
     _checks.tensor("condition", condition, min_ndim=2, floating=True, finite=True)
     _checks.positive_int("k", k)

@@ -31,6 +31,10 @@ def contrastive_divergence_loss(
 
     The penalty (Du & Mordatch 2019) keeps energies near zero so that their
     difference, not their level, carries the signal. Returns ``(loss, metrics)``.
+
+    Args:
+        x_data: training examples (B, ...).
+        x_sample: model samples (negatives), x_data's event shape.
     """
     _checks.tensor("x_data", x_data, min_ndim=2, floating=True, finite=True)
     _checks.tensor("x_sample", x_sample, min_ndim=2, floating=True, finite=True)

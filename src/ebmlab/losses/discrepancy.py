@@ -52,6 +52,8 @@ def energy_discrepancy_loss(
             ``"bernoulli"`` (flip probability ``scale``, binary data).
         n_negatives: M, contrasting samples per data point.
         w: the stabiliser; 0 gives the plain estimate (unbounded below for small M).
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
     kind = _checks.one_of("perturbation", perturbation, PERTURBATIONS)

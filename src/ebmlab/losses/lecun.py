@@ -64,7 +64,12 @@ def _table(energies: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def energy_loss(e_correct: torch.Tensor, *, reduction: str = "mean") -> torch.Tensor:
     """L = E(W, Y^i, X^i) (§2.2.1). Pulls down the correct answer only; it can collapse
-    to a flat energy surface unless the architecture makes other energies rise."""
+    to a flat energy surface unless the architecture makes other energies rise.
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+    """
     _checks.tensor("e_correct", e_correct, ndim=1, floating=True, finite=True)
     return _reduce(e_correct, reduction)
 
@@ -75,6 +80,11 @@ def perceptron_loss(
     """L = E(W, Y^i, X^i) - min_Y E(W, Y, X^i) (§2.2.2, generalized perceptron).
 
     Zero whenever the correct answer has the lowest energy: no margin.
+
+    Args:
+        energies: E(W, Y, X^i) of every answer, (B, K).
+        target: the index of each example's correct answer, (B,) integers in [0, K).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
     """
     e_correct = _table(energies, target)
     return _reduce(e_correct - energies.min(1).values, reduction)
@@ -87,7 +97,16 @@ def hinge_loss(
     margin: float = 1.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """L = max(0, m + E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3)."""
+    """L = max(0, m + E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3).
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
+            answers, (B,).
+        margin: m, the margin the correct answer's energy must keep below the offending
+            one's.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+    """
     _pair(e_correct, e_offending)
     _checks.positive("margin", margin, allow_zero=True)
     return _reduce(F.relu(margin + e_correct - e_offending), reduction)
@@ -96,7 +115,14 @@ def hinge_loss(
 def log_loss(
     e_correct: torch.Tensor, e_offending: torch.Tensor, *, reduction: str = "mean"
 ) -> torch.Tensor:
-    """L = log(1 + exp(E(W, Y^i, X^i) - E(W, Ybar^i, X^i))) (§2.2.3): a soft hinge."""
+    """L = log(1 + exp(E(W, Y^i, X^i) - E(W, Ybar^i, X^i))) (§2.2.3): a soft hinge.
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
+            answers, (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+    """
     _pair(e_correct, e_offending)
     return _reduce(F.softplus(e_correct - e_offending), reduction)
 
@@ -111,8 +137,14 @@ def lvq2_loss(
     """LVQ2 (§2.2.3): L = min(1, max(0, (E(Y^i) - E(Ybar^i)) / (delta E(Ybar^i)))).
 
     Energies are E(W, ., X^i). A zero-margin loss that saturates once E(Y^i) exceeds
-    (1 + delta) E(Ybar^i); it assumes positive energies. Seed 000 transcribes LVQ2
-    with the hinge formula; this is the 2006 paper's definition.
+    (1 + delta) E(Ybar^i); it assumes positive energies. This is the 2006 paper's
+    definition, not the hinge formula it resembles.
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
+            answers, (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
     """
     _pair(e_correct, e_offending)
     _checks.positive("delta", delta)
@@ -123,7 +155,14 @@ def lvq2_loss(
 def mce_loss(
     e_correct: torch.Tensor, e_offending: torch.Tensor, *, reduction: str = "mean"
 ) -> torch.Tensor:
-    """L = sigmoid(E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3, minimum classification error)."""
+    """L = sigmoid(E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3, minimum classification error).
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
+            answers, (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+    """
     _pair(e_correct, e_offending)
     return _reduce(torch.sigmoid(e_correct - e_offending), reduction)
 
@@ -137,8 +176,15 @@ def square_square_loss(
 ) -> torch.Tensor:
     """L = E(W, Y^i, X^i)^2 + (max(0, m - E(W, Ybar^i, X^i)))^2 (§2.2.3).
 
-    Seed 000 drops the square on the first term; this is the 2006 paper's definition.
-    Meant for non-negative energies.
+    Both terms are squared, as in the 2006 paper. Meant for non-negative energies.
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
+            answers, (B,).
+        margin: m, the margin the correct answer's energy must keep below the offending
+            one's.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
     """
     _pair(e_correct, e_offending)
     _checks.positive("margin", margin, allow_zero=True)
@@ -152,7 +198,14 @@ def square_exponential_loss(
     gamma: float = 1.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """L = E(W, Y^i, X^i)^2 + gamma exp(-E(W, Ybar^i, X^i)) (§2.2.3)."""
+    """L = E(W, Y^i, X^i)^2 + gamma exp(-E(W, Ybar^i, X^i)) (§2.2.3).
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
+            answers, (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+    """
     _pair(e_correct, e_offending)
     _checks.positive("gamma", gamma)
     return _reduce(e_correct.pow(2) + gamma * torch.exp(-e_offending), reduction)
@@ -166,6 +219,11 @@ def nll_loss(
     The negative log-likelihood of the Gibbs distribution P(Y | X) at inverse temperature
     beta, times 1/beta: the cross-entropy of softmax(-beta E) divided by beta. As beta
     grows it tends to the perceptron loss.
+
+    Args:
+        energies: E(W, Y, X^i) of every answer, (B, K).
+        target: the index of each example's correct answer, (B,) integers in [0, K).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
     """
     e_correct = _table(energies, target)
     _checks.positive("beta", beta)
@@ -181,7 +239,13 @@ def nll_loss(
 def mee_loss(
     energies: torch.Tensor, target: torch.Tensor, *, beta: float = 1.0, reduction: str = "mean"
 ) -> torch.Tensor:
-    """L = 1 - P(Y^i | X^i, W) with P = softmax(-beta E) (§2.2.4, minimum empirical error)."""
+    """L = 1 - P(Y^i | X^i, W) with P = softmax(-beta E) (§2.2.4, minimum empirical error).
+
+    Args:
+        energies: E(W, Y, X^i) of every answer, (B, K).
+        target: the index of each example's correct answer, (B,) integers in [0, K).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+    """
     _table(energies, target)
     _checks.positive("beta", beta)
     p = torch.softmax(-beta * energies, 1).gather(1, target.long().view(-1, 1)).squeeze(1)
@@ -197,6 +261,10 @@ def contrastive_update_loss(
     the data, pull up the contrastive answer the (approximate) inference found. Hold
     ``e_contrastive``'s answer fixed (detach the answer, not the energy) when
     differentiating.
+
+    Args:
+        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
     """
     _pair(e_correct, e_contrastive)
     return _reduce(e_correct - e_contrastive, reduction)

@@ -28,6 +28,11 @@ def nce_loss(
 
     ``noise_log_prob`` maps samples to log q(x) (e.g. a Gaussian's ``log_prob``);
     ``log_normalizer`` is the learnable scalar c.
+
+    Args:
+        x_data: training examples (B, ...).
+        energy: the unnormalised model E, (B, ...) -> (B,).
+        x_noise: samples of the noise distribution q, x_data's event shape.
     """
     _checks.tensor("x_data", x_data, min_ndim=2, floating=True, finite=True)
     _checks.tensor("x_noise", x_noise, min_ndim=2, floating=True, finite=True)

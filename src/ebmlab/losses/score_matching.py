@@ -37,7 +37,11 @@ def _input_and_grad(energy: EnergyLike, x: torch.Tensor) -> tuple[torch.Tensor, 
 def score_matching_loss(
     energy: EnergyLike, x: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Exact score matching, J = mean(1/2 |grad E|^2 - tr grad^2 E), for flat x (B, D)."""
+    """Exact score matching, J = mean(1/2 |grad E|^2 - tr grad^2 E), for flat x (B, D).
+
+    Args:
+        energy: E, a callable (B, D) -> (B,), twice differentiable.
+    """
     _checks.tensor("x", x, ndim=2, floating=True, finite=True)
     xg, grad = _input_and_grad(energy, x)
     trace = x.new_zeros(x.shape[0])
@@ -55,7 +59,15 @@ def sliced_score_matching_loss(
     n_projections: int = 1,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Sliced score matching with Rademacher projections v: mean(-v^T H v + 1/2 (v^T grad E)^2)."""
+    """Sliced score matching with Rademacher projections v: mean(-v^T H v + 1/2 (v^T grad E)^2).
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        energy: E, a callable (B, ...) -> (B,), twice differentiable.
+        x: training examples (B, ...).
+        n_projections: random projections per example.
+    """
     _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
     _checks.positive_int("n_projections", n_projections)
     xs = x.repeat(n_projections, *([1] * (x.ndim - 1)))
@@ -80,6 +92,11 @@ def denoising_score_matching_loss(
     (e.g. a geometric ladder) give the noise-conditional objective of Song & Ermon 2019,
     each level drawn uniformly per example. The energy must then accept the noisy input
     only; a noise-conditional energy would take sigma too.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        sigmas: one noise standard deviation, or several levels.
     """
     _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
     levels = torch.as_tensor(

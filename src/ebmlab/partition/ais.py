@@ -117,6 +117,15 @@ def ais(
     :func:`rbm_ais` (base-rate model from ``data``, exact Gibbs transitions). Any other
     energy needs ``base`` (an analytic energy with ``sample`` and ``log_partition``,
     e.g. a Gaussian) and an MCMC ``kernel`` from ebmlab.samplers.
+
+    Args:
+        n_chains: number of chains run side by side.
+        n_temperatures: number of intermediate distributions.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        schedule: the inverse temperatures, 0 to 1 (default: ``n_temperatures`` of a
+            sigmoidal path).
+        steps_per_temperature: kernel steps at each temperature.
     """
     _checks.finite_parameters("energy", energy)
     from ebmlab.energies.boltzmann import BernoulliRBM, DeepBoltzmannMachine
@@ -203,6 +212,13 @@ def rbm_ais(
     bipartite view (:meth:`~ebmlab.energies.DeepBoltzmannMachine.as_rbm`): the chains
     hold (v, h2) with h1 summed out, as in Salakhutdinov & Hinton (2009); the base rates
     of h2 are those of the mean-field posteriors of ``data``.
+
+    Args:
+        n_chains: number of chains run side by side.
+        n_temperatures: number of intermediate distributions.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        rbm: the Bernoulli RBM.
     """
     _checks.finite_parameters("rbm", rbm)
     _checks.positive_int("n_chains", n_chains)
@@ -323,7 +339,14 @@ def _requantization_gap(v, W, Wq, c) -> torch.Tensor:
 
 def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Exact samples of v from a small RBM: the smaller layer is drawn from its exact
-    marginal by enumeration, the other given it."""
+    marginal by enumeration, the other given it.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        rbm: a Bernoulli RBM with at most 20 units in its smaller layer.
+        n: the number of samples.
+    """
     from ebmlab.partition.exact import MAX_ENUMERATION_BITS, binary_states
 
     d, m = rbm.n_visible, rbm.n_hidden
@@ -364,6 +387,16 @@ def raise_(
     estimate Z_0 / Z without bias, so log Z = log Z_0 - log mean(w) is biased high on
     average: with AIS it sandwiches the truth. A DBM runs as in :func:`rbm_ais`; its
     ``samples`` are the stacked states (v, h2).
+
+    Args:
+        n_chains: number of chains run side by side.
+        n_temperatures: number of intermediate distributions.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        rbm: a Bernoulli RBM or two-layer DBM.
+        schedule: the inverse temperatures, 0 to 1 (default: ``n_temperatures`` of a
+            sigmoidal path).
+        base_biases: visible biases of the base-rate model (default: from ``data``).
     """
     _checks.finite_parameters("rbm", rbm)
     _checks.positive_int("n_chains", n_chains)

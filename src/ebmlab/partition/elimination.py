@@ -181,6 +181,10 @@ def pairwise_marginals(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Exact log Z with the site and edge marginals, as the gradient of log Z.
 
+    Args:
+        edges: the edges (E, 2) as index pairs.
+        max_width: the largest elimination clique allowed (the cost grows as S^width).
+
     Returns:
         (log Z, p(x_i = a) shaped like ``unary``, p(x_i = a, x_j = b) shaped like
         ``pairwise``).

@@ -15,8 +15,9 @@ from ebmlab._checks import ArgumentError
 class LogZEstimate:
     """An estimate of log Z with its uncertainty.
 
-    ``stderr`` is a standard error (stochastic methods) or a numerical error bound
-    (quadrature); ``lower`` / ``upper`` are bounds where the method gives them.
+    ``log_z`` is the estimate; ``stderr`` is a standard error (stochastic methods) or a
+    numerical error bound (quadrature); ``lower`` / ``upper`` are bounds where the
+    method gives them; ``method`` names the method.
     ``cost`` records what the estimate took (energy evaluations, seconds, ...).
     """
 

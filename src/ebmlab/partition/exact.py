@@ -59,6 +59,9 @@ def enumerate_log_partition(
     """log Z = log sum_x exp(-E(x)) over x in {0, 1}^n_bits, in chunks, accumulated in float64.
 
     States are passed to the energy in ``dtype``.
+
+    Args:
+        chunk: rows evaluated at once, which bounds the memory used.
     """
     _checks.finite_parameters("energy", energy)
     _checks.positive_int("n_bits", n_bits)
@@ -72,6 +75,10 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
 
     With h enumerated: log Z = logsumexp_h [c.h + sum_i softplus(b_i + W_i. h)];
     with v enumerated: log Z = logsumexp_v [-F(v)]. Costs 2^min(D, M) terms.
+
+    Args:
+        chunk: rows evaluated at once, which bounds the memory used.
+        rbm: the Bernoulli RBM (the smaller layer at most 26 units).
     """
     _checks.finite_parameters("rbm", rbm)
     W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
@@ -105,6 +112,9 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
       (:func:`label_sum_log_partition`);
     - analytic energies (Gaussians, mixtures, ...): their closed form;
     - any energy on R or R^2 given ``bounds``: quadrature with an error estimate.
+
+    Args:
+        n_points: grid points per axis for densities integrated by quadrature.
     """
     _checks.finite_parameters("model", model)
     from ebmlab.energies.analytic import AnalyticEnergy
@@ -157,7 +167,11 @@ def boltzmann_log_partition(bm) -> LogZEstimate:
     """Exact log Z of a Boltzmann machine by the cheaper of two exact methods: variable
     elimination on the graph of its non-zero couplings, costing about D 2^(w + 1) for an
     elimination width w (a chain: w = 1; an L x L grid: w = L), or enumeration of all
-    2^D states."""
+    2^D states.
+
+    Args:
+        bm: the Boltzmann machine.
+    """
     _checks.finite_parameters("bm", bm)
     theta_i, theta_ij, edges = pairwise_potentials(bm, drop_zero=True)
     _, width = elimination_order(bm.n_visible, edges)

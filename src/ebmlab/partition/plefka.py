@@ -42,7 +42,11 @@ def plefka_free_energy(
     magnetisations m (..., n): (...). Its maximum over m is the estimate of log Z, and
     at that maximum its gradient in the fields and couplings is the estimate's
     (Gabrié, Tramel & Krzakala 2015, eq. 7), so autograd through it with m held fixed
-    gives the gradient of the approximate log Z."""
+    gives the gradient of the approximate log Z.
+
+    Args:
+        edges: the couplings' index pairs (E, 2).
+    """
     clamped = m.clamp(_CLAMP, 1 - _CLAMP)
     entropy = -(clamped * clamped.log() + (1 - clamped) * (1 - clamped).log()).sum(-1)
     return entropy + _interaction(m, fields, couplings, edges, order)
@@ -103,7 +107,13 @@ def plefka_magnetisations(
     """Stationary magnetisations of the order-``order`` free energy, by damped iteration
     of m = sigmoid(dU/dm) from ``init`` (n,) or a batch of starts (P, n) (default: the
     mean field of the fields alone), and a report (iterations, last change, converged).
-    ``tol=0`` runs exactly ``max_iter`` iterations without reading the change back."""
+    ``tol=0`` runs exactly ``max_iter`` iterations without reading the change back.
+
+    Args:
+        damping: weight of the previous iterate in each update, in [0, 1).
+        couplings: coupling per edge (E,).
+        edges: the couplings' index pairs (E, 2).
+    """
     m = torch.sigmoid(fields) if init is None else init
     change, iterations = float("inf"), 0
     while iterations < max_iter and change >= tol:

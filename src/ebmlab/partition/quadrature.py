@@ -29,7 +29,11 @@ def grid_points(
     bounds: Bounds, n_points: int, device: torch.device | str | None = None
 ) -> tuple[torch.Tensor, float]:
     """Cell midpoints of an ``n_points``-per-axis grid over the box (float64, on
-    ``device``), and the cell volume."""
+    ``device``), and the cell volume.
+
+    Args:
+        bounds: (low, high) per dimension.
+    """
     axes, volume = [], 1.0
     dtype = torch.float64 if torch.device(device or "cpu").type != "mps" else torch.float32
     for lo, hi in bounds:
@@ -64,7 +68,13 @@ def _log_integral(fn, bounds: Bounds, n_points: int, chunk: int) -> float:
 def quadrature_log_partition(
     energy: EnergyLike, bounds: Bounds, n_points: int = 512, *, chunk: int = 65536
 ) -> LogZEstimate:
-    """log Z over the box ``bounds`` ((low, high) per dimension, 1 or 2 dimensions)."""
+    """log Z over the box ``bounds`` ((low, high) per dimension, 1 or 2 dimensions).
+
+    Args:
+        chunk: rows evaluated at once, which bounds the memory used.
+        energy: E over 1 or 2 dimensions, (B, D) -> (B,).
+        n_points: grid points per axis.
+    """
     _checks.finite_parameters("energy", energy)
     _check_bounds(bounds, n_points)
     fn = as_energy_fn(energy)
@@ -93,6 +103,12 @@ def quadrature_sample(
     A cell of the ``n_points``-per-axis grid is drawn with probability proportional to
     exp(-E) at its midpoint, then a point uniformly inside it: exact up to the variation
     of E within one cell. No Markov chain, so no burn-in and no mode-hopping problem.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        chunk: rows evaluated at once, which bounds the memory used.
+        energy: E over 1 or 2 dimensions, (B, D) -> (B,).
     """
     _check_bounds(bounds, n_points)
     _checks.positive_int("n", n)

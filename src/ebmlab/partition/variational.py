@@ -85,7 +85,13 @@ def reweighted_bp(
     max_iter: int = 1000,
     tol: float = 1e-8,
 ) -> tuple[float, dict]:
-    """Reweighted BP with damped parallel updates in log space; returns (log Z, report)."""
+    """Reweighted BP with damped parallel updates in log space; returns (log Z, report).
+
+    Args:
+        damping: weight of the previous iterate in each update, in [0, 1).
+        max_iter: most iterations before giving up on convergence.
+        tol: convergence tolerance on the largest change of an iteration.
+    """
     _checks.probability("damping", damping)
     _checks.positive_int("max_iter", max_iter)
     n, n_edges = theta_i.shape[0], edges.shape[0]
@@ -141,7 +147,14 @@ def bethe_log_partition(
     model, *, damping: float = 0.5, max_iter: int = 1000, tol: float = 1e-8
 ) -> LogZEstimate:
     """Bethe approximation of log Z by damped loopy belief propagation; ``cost`` reports
-    iterations, the last message change and convergence."""
+    iterations, the last message change and convergence.
+
+    Args:
+        damping: weight of the previous iterate in each update, in [0, 1).
+        max_iter: most iterations before giving up on convergence.
+        tol: convergence tolerance on the largest change of an iteration.
+        model: a Boltzmann machine or Bernoulli RBM.
+    """
     return _estimate(model, lambda n, e: 1.0, "bethe", damping=damping, max_iter=max_iter, tol=tol)
 
 
@@ -152,6 +165,12 @@ def trw_log_partition(
 
     ``upper`` carries the bound when the messages converged (otherwise infinity: the
     value is then an approximation, not a guarantee).
+
+    Args:
+        damping: weight of the previous iterate in each update, in [0, 1).
+        max_iter: most iterations before giving up on convergence.
+        tol: convergence tolerance on the largest change of an iteration.
+        model: a Boltzmann machine or Bernoulli RBM.
     """
     return _estimate(
         model,
@@ -187,6 +206,10 @@ def perturbed_map(
     to enumerate whose couplings are all non-negative, by a minimum cut
     (:func:`ebmlab.partition.graph_cut.max_attractive`; the noise only moves the fields,
     so every perturbed copy stays attractive).
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
 
     Returns:
         (the maxima (n_samples,), the maximising states (n_samples, D) of a Boltzmann
@@ -284,6 +307,11 @@ def perturb_and_map_log_partition(
     log Z <= E[max_x (-E(x) + sum_i gamma_i(x_i))]; the expectation is estimated from
     ``n_samples`` perturbations (:func:`perturbed_map`) and reported with its standard
     error.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+        model: a Boltzmann machine or Bernoulli RBM small enough for exact MAP.
     """
     _checks.finite_parameters("model", model)
     _checks.positive_int("n_samples", n_samples)

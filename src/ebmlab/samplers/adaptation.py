@@ -55,7 +55,11 @@ class DualAveraging:
 
     @classmethod
     def start(cls, step_size: float, target: float) -> DualAveraging:
-        """A fresh adapter around ``step_size`` (also after the mass changes)."""
+        """A fresh adapter around ``step_size`` (also after the mass changes).
+
+        Args:
+            target: the index of each example's correct answer, (B,) integers in [0, K).
+        """
         _checks.positive("step_size", step_size)
         _checks.probability("target", target)
         return cls(target=target, mu=math.log(10 * step_size), log_step_bar=math.log(step_size))
@@ -92,7 +96,11 @@ class MassWindows:
     n_steps: int
 
     def due(self, t: int, n_chains: int) -> bool:
-        """Whether step ``t`` (counted from 1) ends with a mass update."""
+        """Whether step ``t`` (counted from 1) ends with a mass update.
+
+        Args:
+            n_chains: number of chains run side by side.
+        """
         n = self.n_steps
         in_window = self.START * n <= t <= self.END * n
         return in_window and t % max(1, n // self.COUNT) == 0 and n_chains >= self.MIN_CHAINS
@@ -111,7 +119,11 @@ class ChEESAdam:
 
     def update(self, log_length: float, grad: float) -> tuple[ChEESAdam, float]:
         """The adapter after one gradient ``grad`` of the criterion in log T, and the
-        new log T."""
+        new log T.
+
+        Args:
+            log_length: log T, the current trajectory length's log.
+        """
         v = self.BETA2 * self.v + (1 - self.BETA2) * grad * grad
         count = self.count + 1
         v_hat = v / (1 - self.BETA2**count)
@@ -239,7 +251,11 @@ class WarmupTuning:
         return state.replace(step_size=state.dual.final_step_size, warmup_steps=0, dual=None)
 
     def smallest_group(self, x: torch.Tensor) -> int:
-        """The number of chains in the smallest group (all chains when untempered)."""
+        """The number of chains in the smallest group (all chains when untempered).
+
+        Args:
+            x: chains (B, ...).
+        """
         return len(x) if self.groups is None else int(self.groups.sizes.min())
 
     def centred(self, x: torch.Tensor) -> torch.Tensor:

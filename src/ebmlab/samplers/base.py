@@ -59,7 +59,9 @@ class StepInfo:
         accept_prob: torch.Tensor | None = None,
         divergent: torch.Tensor | None = None,
     ) -> StepInfo:
-        """Info of a step from ``energy``: acceptance 1 and no divergence unless given."""
+        """Info of a step that started at ``energy`` (B,), with acceptance
+        probabilities ``accept_prob`` (default 1) and ``divergent`` flags (default
+        none)."""
         energy = energy.detach()
         return cls(
             torch.ones_like(energy) if accept_prob is None else accept_prob.detach(),
@@ -71,8 +73,9 @@ class StepInfo:
     def metropolis(
         cls, energy: torch.Tensor, log_ratio: torch.Tensor, divergent: torch.Tensor | None = None
     ) -> StepInfo:
-        """Info of a Metropolis-Hastings step with log acceptance ratio ``log_ratio``
-        (NaN counts as 0)."""
+        """Info of a Metropolis-Hastings step that started at ``energy`` (B,) and
+        proposed with log acceptance ratio ``log_ratio`` (B,) (NaN counts as 0), its
+        ``divergent`` flags if any."""
         prob = log_ratio.detach().clamp(max=0).exp().nan_to_num(0.0)
         return cls.of(energy, prob, divergent)
 
@@ -85,7 +88,8 @@ class StepInfo:
 class SamplerState:
     """Chains' positions with their cached energy and gradient, and running counts.
 
-    ``accepted`` counts accepted proposals per chain, ``divergent`` counts
+    ``x`` holds the chains (B, ...), ``energy`` E(x) (B,), ``grad`` grad E(x) (x's
+    shape). ``accepted`` counts accepted proposals per chain, ``divergent`` counts
     divergent trajectories per chain (Hamiltonian samplers); ``n_grad_evals``
     counts gradient evaluations per chain; ``t`` is the number of steps taken.
     ``grad`` is ``None`` for samplers that never use it. ``energy`` and ``grad`` are
@@ -111,7 +115,8 @@ class SamplerState:
         grad: torch.Tensor | None,
         n_grad_evals: int,
     ) -> SamplerState:
-        """A fresh state at ``x`` with zero counts."""
+        """A fresh state at ``x`` (B, ...) with zero counts, its ``energy`` (B,) and
+        ``grad`` (x's shape) if evaluated, and the ``n_grad_evals`` that cost."""
         zeros = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         return cls(x, energy, grad, zeros, zeros.clone(), n_grad_evals, 0, None)
 
@@ -146,7 +151,11 @@ class SampleRun:
 
 def check_device(energy: Any, x: torch.Tensor, name: str = "x0") -> None:
     """Raise before any step when an ``nn.Module`` energy's parameters live on another
-    device than the chains ``x``."""
+    device than the chains ``x``.
+
+    Args:
+        name: the argument name the error message uses.
+    """
     device = energy_device(energy, x.device)
     if not _checks.same_device(device, x.device):
         raise ArgumentError(
@@ -157,7 +166,8 @@ def check_device(energy: Any, x: torch.Tensor, name: str = "x0") -> None:
 
 @contextmanager
 def frozen_parameters(energy: Any) -> Iterator[None]:
-    """Exclude an ``nn.Module``'s parameters from autograd for the duration."""
+    """Exclude an ``nn.Module`` ``energy``'s parameters from autograd for the duration
+    (other energies pass through)."""
     if not isinstance(energy, nn.Module):
         yield
         return
@@ -219,17 +229,41 @@ class Sampler(Generic[S]):
         return self._with(**{attribute: value})
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> S:  # pragma: no cover - abstract
-        """The chain state at ``x0`` (B, ...) for ``energy``, with whatever the first step
-        needs."""
+        """The first state: chains at ``x0`` with whatever the first step needs.
+
+        Args:
+            x0: starting chains (B, ...), one row per chain.
+            energy: E, a callable (B, ...) -> (B,).
+
+        Returns:
+            The state at step 0 (``info`` is ``None``).
+        """
         raise NotImplementedError
 
     def step(self, state: S, energy: EnergyFn, generator: torch.Generator | None = None) -> S:
         """One transition of every chain, leaving p(x) = exp(-E(x)) / Z invariant (or
-        approximately so, for unadjusted samplers); randomness from ``generator``."""
+        approximately so, for unadjusted samplers).
+
+        Args:
+            state: the chains' current state (from ``init`` or a previous ``step``).
+            energy: E, a callable (B, ...) -> (B,).
+            generator: source of the step's randomness, on the chains' device.
+
+        Returns:
+            The next state; its ``info`` (:class:`StepInfo`) says what the step did.
+        """
         raise NotImplementedError  # pragma: no cover - abstract
 
     def begin_warmup(self, state: S, n_steps: int) -> S:
-        """Called before ``n_steps`` burn-in steps; adaptive samplers plan their tuning here."""
+        """Called before ``n_steps`` burn-in steps; adaptive samplers plan their tuning here.
+
+        Args:
+            state: the state from ``init``.
+            n_steps: the number of burn-in steps to come.
+
+        Returns:
+            The state to start burn-in from.
+        """
         return state
 
     def tempered(self, beta: torch.Tensor) -> Sampler:
@@ -241,7 +275,14 @@ class Sampler(Generic[S]):
         return self
 
     def end_warmup(self, state: S) -> S:
-        """Called once after the burn-in steps; adaptive samplers freeze their tuning here."""
+        """Called once after the burn-in steps; adaptive samplers freeze their tuning here.
+
+        Args:
+            state: the state after the last burn-in step.
+
+        Returns:
+            The state to sample from, with the tuning fixed.
+        """
         return state
 
     def run(
@@ -332,13 +373,29 @@ class Sampler(Generic[S]):
         thin: int | None = None,
         generator: torch.Generator | int | None = None,
     ) -> torch.Tensor:
-        """Final states ``(B, ...)``, or the kept trajectory ``(T, B, ...)`` given ``thin``."""
+        """Draw samples: :meth:`run` without its summary.
+
+        Args:
+            energy: an energy callable x -> (B,) or an ``nn.Module``.
+            x0: starting chains (B, ...).
+            n_steps: steps after burn-in.
+            burn_in: steps first, not kept (adaptive samplers tune in them).
+            thin: keep every ``thin``-th state of the ``n_steps``.
+            generator: a ``torch.Generator`` on x0's device, or an int seed.
+
+        Returns:
+            The final states (B, ...), or the kept trajectory (T, B, ...) given ``thin``.
+        """
         result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator)
         return result.samples if thin is not None else result.samples[0]
 
 
 def per_chain(value: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor | float:
-    """Broadcast a per-chain (B,) tensor over the event dimensions of ``like``; floats pass."""
+    """Broadcast a per-chain (B,) tensor over the event dimensions of ``like``; floats pass.
+
+    Args:
+        value: a float, or a (B,) tensor of per-chain values.
+    """
     if isinstance(value, torch.Tensor) and value.ndim == 1:
         return value.view(-1, *([1] * (like.ndim - 1))).to(like.dtype)
     return value
@@ -356,7 +413,12 @@ def add_scaled(
 
 def accept(log_ratio: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Metropolis test per chain: True with probability min(1, exp(log_ratio)); NaN
-    rejects (every comparison with NaN is False)."""
+    rejects (every comparison with NaN is False).
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
     u = torch.rand(
         log_ratio.shape, generator=generator, dtype=log_ratio.dtype, device=log_ratio.device
     )
@@ -380,7 +442,12 @@ def metropolis_update(
     """The state after a Metropolis test of ``proposal`` (with its ``energy`` and
     ``grad``) at log acceptance ratio ``log_ratio`` per chain (``None``: every proposal
     is taken); one gradient evaluation and one step counted, the step's
-    :class:`StepInfo` recorded; ``changes`` sets further fields."""
+    :class:`StepInfo` recorded; ``changes`` sets further fields.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
     if log_ratio is None:
         ok = torch.ones_like(energy, dtype=torch.bool)
         info = StepInfo.of(state.energy)

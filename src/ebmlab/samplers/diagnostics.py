@@ -77,7 +77,11 @@ def effective_sample_size(samples: torch.Tensor) -> torch.Tensor:
 
 
 def split_rhat(samples: torch.Tensor) -> torch.Tensor:
-    """Rank-normalised split R-hat per coordinate (max of bulk and folded); ~1 at convergence."""
+    """Rank-normalised split R-hat per coordinate (max of bulk and folded); ~1 at convergence.
+
+    Args:
+        samples: kept states (T, B, ...): T draws of B chains.
+    """
     x = _check(samples)
 
     def rhat(z: torch.Tensor) -> torch.Tensor:
@@ -113,7 +117,11 @@ class Diagnostics:
 
 
 def summarize(run) -> Diagnostics:
-    """Diagnostics of a :class:`~ebmlab.samplers.SampleRun` made with ``thin``."""
+    """Diagnostics of a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
+
+    Args:
+        run: a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
+    """
     ess = effective_sample_size(run.samples)
     return Diagnostics(
         acceptance_rate=run.info["acceptance_rate"],

@@ -62,7 +62,11 @@ class Trajectory:
 
 
 def halton(index: int, base: int = 2) -> float:
-    """The ``index``-th (>= 1) element of the van der Corput / Halton sequence, in (0, 1)."""
+    """The ``index``-th (>= 1) element of the van der Corput / Halton sequence, in (0, 1).
+
+    Args:
+        base: the sequence's base (2 for the van der Corput sequence).
+    """
     value, scale = 0.0, 1.0
     while index:
         index, digit = divmod(index, base)
@@ -132,7 +136,9 @@ class HMC(Sampler[SamplerState]):
         inv_mass: torch.Tensor,
         generator: torch.Generator | None,
     ) -> Trajectory:
-        """Draw a momentum and integrate; the proposal with its log acceptance ratio."""
+        """Draw a momentum p ~ N(0, M) from ``generator`` and integrate ``n_steps``
+        leapfrog steps of size ``step_size`` (B,) from ``state`` under ``energy`` with
+        diagonal ``inv_mass``; returns the proposal with its log acceptance ratio."""
         x0 = state.x
         p0 = gaussian_noise(x0, generator) / inv_mass.sqrt()
         x, p, e, g = leapfrog(energy, x0, p0, state.grad, step_size, n_steps, inv_mass)

@@ -8,9 +8,9 @@ or per-chain ``(B,)`` tensors, and draws its noise from the generator it is give
   step (Roberts & Tweedie 1996; Tomczak 2024, eq. 6.24 with sigma free);
 - :func:`leapfrog`: the symplectic integrator of H(x, p) = E(x) + p^T M^{-1} p / 2
   (Neal 2011, eqs. 5.18-5.20), with :func:`kinetic_energy`;
-- :func:`baoab` and :func:`obabo`: splittings of underdamped Langevin dynamics into
-  kicks (B), drifts (A) and an exact Ornstein-Uhlenbeck update of the momentum (O)
-  (Leimkuhler & Matthews 2013).
+- :func:`underdamped_step`: the BAOAB and OBABO splittings of underdamped Langevin
+  dynamics into kicks (B), drifts (A) and an exact Ornstein-Uhlenbeck update of the
+  momentum (O) (Leimkuhler & Matthews 2013).
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ Step = float | torch.Tensor  # a step size: one float, or one per chain (B,)
 
 
 def gaussian_noise(like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Standard normal noise of ``like``'s shape, dtype and device."""
+    """Standard normal noise of ``like``'s shape, dtype and device.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
     return torch.randn(like.shape, generator=generator, dtype=like.dtype, device=like.device)
 
 
@@ -51,7 +56,11 @@ def euler_maruyama(
 
 def kinetic_energy(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
     """p^T M^{-1} p / 2 per chain (B,), for momenta p (B, ...) and a diagonal inverse
-    mass broadcastable to them."""
+    mass broadcastable to them.
+
+    Args:
+        inv_mass: diagonal inverse mass M^{-1}, broadcastable to p.
+    """
     return 0.5 * (p * p * inv_mass).flatten(1).sum(1)
 
 
@@ -99,7 +108,7 @@ def _ou_coefficients(step: Step, friction: float) -> tuple[Step, Step]:
     return c, (1 - c * c) ** 0.5
 
 
-def baoab(
+def underdamped_step(
     energy: EnergyFn,
     x: torch.Tensor,
     v: torch.Tensor,
@@ -107,10 +116,15 @@ def baoab(
     step_size: Step,
     friction: float,
     generator: torch.Generator | None,
+    scheme: str = "baoab",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One BAOAB step of underdamped Langevin dynamics with unit mass: half kick, half
-    drift, exact friction and noise, half drift, half kick. Its configurational
-    marginal is exact on Gaussians at any stable step (Leimkuhler & Matthews 2013).
+    """One step of underdamped Langevin dynamics with unit mass, by splitting
+    (Leimkuhler & Matthews 2013).
+
+    ``"baoab"``: half kick, half drift, exact friction and noise over h, half drift,
+    half kick; its configurational marginal is exact on Gaussians at any stable step.
+    ``"obabo"``: friction and noise over h / 2, a velocity-Verlet step, friction and
+    noise over h / 2.
 
     Args:
         energy: E, a callable (B, ...) -> (B,).
@@ -119,12 +133,22 @@ def baoab(
         grad: grad E(x), x's shape.
         step_size: h, a float or per chain (B,).
         friction: gamma > 0.
-        generator: source of the O step's noise.
+        generator: source of the O steps' noise.
+        scheme: ``"baoab"`` or ``"obabo"``.
 
     Returns:
         (x, v, E(x), grad E(x)) after the step: one gradient evaluation.
     """
     h = per_chain(step_size, x)
+    if scheme == "obabo":
+        c, s = _ou_coefficients(h / 2, friction)
+        v = add_scaled(c * v, s, gaussian_noise(v, generator))
+        v = add_scaled(v, -h / 2, grad)
+        x = add_scaled(x, h, v)
+        e, g = energy_and_grad(energy, x)
+        v = add_scaled(v, -h / 2, g)
+        v = add_scaled(c * v, s, gaussian_noise(v, generator))
+        return x, v, e, g
     c, s = _ou_coefficients(h, friction)
     v = add_scaled(v, -h / 2, grad)
     x = add_scaled(x, h / 2, v)
@@ -132,28 +156,4 @@ def baoab(
     x = add_scaled(x, h / 2, v)
     e, g = energy_and_grad(energy, x)
     v = add_scaled(v, -h / 2, g)
-    return x, v, e, g
-
-
-def obabo(
-    energy: EnergyFn,
-    x: torch.Tensor,
-    v: torch.Tensor,
-    grad: torch.Tensor,
-    step_size: Step,
-    friction: float,
-    generator: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One OBABO step: a half O step, a velocity-Verlet step, a half O step.
-
-    Arguments and returns as :func:`baoab`.
-    """
-    h = per_chain(step_size, x)
-    c, s = _ou_coefficients(h / 2, friction)
-    v = add_scaled(c * v, s, gaussian_noise(v, generator))
-    v = add_scaled(v, -h / 2, grad)
-    x = add_scaled(x, h, v)
-    e, g = energy_and_grad(energy, x)
-    v = add_scaled(v, -h / 2, g)
-    v = add_scaled(c * v, s, gaussian_noise(v, generator))
     return x, v, e, g

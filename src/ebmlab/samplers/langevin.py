@@ -4,7 +4,7 @@ Unadjusted Langevin (ULA) discretises the Langevin diffusion with step h:
 
     x' = x - h grad E(x) + sqrt(2 h) eps,   eps ~ N(0, I).
 
-Seed 002 (eqs. 6.24 and 6.28, after Welling & Teh 2011 and JEM) decouples the
+Tomczak (2024, eqs. 6.24 and 6.28, after Welling & Teh 2011 and JEM) decouples the
 step size alpha from the noise scale sigma, written there for f = -E:
 
     x' = x + alpha grad f(x) + sigma eps  =  x - alpha grad E(x) + sigma eps.

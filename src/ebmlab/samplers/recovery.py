@@ -30,7 +30,8 @@ from ebmlab.samplers.langevin import Langevin
 
 
 def check_schedule(sigmas) -> torch.Tensor:
-    """The noise levels as a float64 tensor, each strictly between 0 and 1."""
+    """The noise levels ``sigmas`` as a float64 tensor (T,), each strictly between 0
+    and 1; anything else is an error naming them."""
     sigmas = torch.as_tensor(sigmas, dtype=torch.float64)
     if sigmas.ndim != 1 or len(sigmas) == 0 or not ((sigmas > 0) & (sigmas < 1)).all():
         raise ArgumentError(
@@ -54,8 +55,14 @@ def noise_schedule(n_levels: int = 8, first: float = 0.05, last: float = 0.99) -
 def blur(
     x: torch.Tensor, sigmas: torch.Tensor, level: torch.Tensor, generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_t, x_{t+1}) for data ``x`` and per-row levels t: x_t = abar_t x + sqrt(1 -
-    abar_t^2) eps with abar_t the product of the first t alphas, then one more step."""
+    """(x_t, x_{t+1}) for data ``x`` (B, D) and per-row levels t (``level``, (B,)):
+    x_t = abar_t x + sqrt(1 - abar_t^2) eps with abar_t the product of the first t
+    alphas, alpha_t = sqrt(1 - sigma_t^2) for the schedule ``sigmas``, then one more step.
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
     sigmas = sigmas.to(x.device)
     alphas = (1 - sigmas**2).sqrt()
     abar = torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level].to(x.dtype)[:, None]
@@ -76,7 +83,19 @@ def recover(
     generator,
 ) -> torch.Tensor:
     """Draws of x_t given x_{t+1} = ``x_next`` at per-row levels t (short-run Langevin on
-    the conditional energy), detached."""
+    the conditional energy), detached.
+
+    Args:
+        model: a noise-conditional energy with ``energy_at(x, level)``.
+        x_next: the noisier draws x_{t+1}, (B, D).
+        level: each row's level t, (B,) integers.
+        sigmas: the noise schedule (T,), from :func:`check_schedule`.
+        steps: Langevin steps.
+        step_scale: the Langevin step as a fraction of each level's conditional
+            variance (sigma_t / alpha_t)^2.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
     sigmas = sigmas.to(x_next.device)
     a = (1 - sigmas[level] ** 2).sqrt().to(x_next.dtype)[:, None]
     s = sigmas[level].to(x_next.dtype)[:, None]
@@ -113,7 +132,15 @@ class RecoverySampler:
         return_levels: bool = False,
     ) -> torch.Tensor:
         """``n`` draws at the data level (or, with ``return_levels``, the draws of every
-        level, (T + 1, n, dim), level T first), starting from N(0, I) at level T."""
+        level, (T + 1, n, dim), level T first), starting from N(0, I) at level T.
+
+        Args:
+            model: the noise-conditional energy, with ``energy_at(x, level)``.
+            n: the number of draws.
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+            return_levels: also return every level's draws.
+        """
         _checks.positive_int("n", n)
         if getattr(model, "n_levels", None) != len(self.sigmas):
             raise ArgumentError(f"model must have {len(self.sigmas)} noise levels, one per sigma")

@@ -32,7 +32,8 @@ def uniform_init(
     dtype: torch.dtype | None = None,
 ) -> InitFn:
     """Chains started uniformly in the box [low, high]^shape (Tomczak 2024, eq. 6.28),
-    on ``device`` (by default the generator's, else the CPU)."""
+    on ``device`` (by default the generator's, else the CPU) in ``dtype`` (default
+    float32)."""
 
     def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         where = device if device is not None else generator.device if generator else None
@@ -153,7 +154,17 @@ def mixture_init(inits: list[InitFn], weights: list[float] | None = None) -> Ini
 
 
 class ReplayBuffer:
-    """Fixed-capacity store of chain states, filled from ``init_fn`` at creation."""
+    """Fixed-capacity store of persistent chain states (Du & Mordatch 2019; Tomczak
+    2024, §6.3), filled from ``init_fn`` at creation.
+
+    Args:
+        capacity: the number of stored chains.
+        init_fn: ``(n, generator) -> (n, ...)`` fresh chain starts, e.g.
+            :func:`uniform_init`.
+        reinit_prob: the chance that a drawn chain is replaced by a fresh start.
+        generator: source of the initial fill.
+        n_classes: split the buffer into this many equal per-class segments.
+    """
 
     def __init__(
         self,
@@ -182,7 +193,9 @@ class ReplayBuffer:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(starts, slots)``: n chain starts and the buffer slots they came from.
 
-        With per-class segments, ``y`` (n,) names the class of each requested chain.
+        Each start is fresh from ``init_fn`` with probability ``reinit_prob``, drawn
+        with ``generator``. With per-class segments, ``y`` (n,) names the class of each
+        requested chain.
         """
         _checks.positive_int("n", n)
         if (y is None) != (self.n_classes is None):
@@ -204,14 +217,15 @@ class ReplayBuffer:
         return starts, slots
 
     def push(self, x: torch.Tensor, slots: torch.Tensor) -> None:
-        """Write moved chains back into their slots."""
+        """Write moved chains ``x`` (n, ...) back into their ``slots`` (n,)."""
         self.buffer[slots] = x.detach().to(self.buffer.dtype)
 
     def reset_diverged(
         self, generator: torch.Generator | None = None, bound: float | None = None
     ) -> int:
-        """Redraw from ``init_fn`` every chain with a non-finite entry or, given ``bound``,
-        an entry beyond +-bound, and return how many were redrawn. Meant for recovery
+        """Redraw from ``init_fn`` (with ``generator``) every chain with a non-finite
+        entry or, given ``bound``, an entry beyond +-bound, and return how many were
+        redrawn. Meant for recovery
         after a divergence, between steps: it reads the count back from the device."""
         flat = self.buffer.flatten(1)
         bad = ~flat.isfinite().all(1)
@@ -226,7 +240,8 @@ class ReplayBuffer:
         return {"buffer": self.buffer.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the chains of :meth:`state_dict`, keeping this buffer's device."""
+        """Restore the chains of :meth:`state_dict` (``state``), keeping this buffer's
+        device."""
         buf = state["buffer"]
         if buf.shape != self.buffer.shape:
             raise ArgumentError(

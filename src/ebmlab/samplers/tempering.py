@@ -96,7 +96,8 @@ class ParallelTempering(Sampler[TemperingState]):
 
     @staticmethod
     def geometric_ladder(n_temperatures: int, min_beta: float) -> list[float]:
-        """Inverse temperatures from 1 down to ``min_beta``, equally spaced in log."""
+        """``n_temperatures`` inverse temperatures from 1 down to ``min_beta``, equally
+        spaced in log."""
         _checks.positive_int("n_temperatures", n_temperatures)
         _checks.probability("min_beta", min_beta)
         return torch.logspace(0, torch.log10(torch.tensor(min_beta)), n_temperatures).tolist()
@@ -264,13 +265,15 @@ class ParallelTempering(Sampler[TemperingState]):
 
     @staticmethod
     def swap_rates(state: TemperingState) -> torch.Tensor:
-        """Acceptance rate of swaps between each pair of neighbouring temperatures."""
+        """Acceptance rate of swaps between each pair of neighbouring temperatures of
+        ``state`` (K - 1,), coldest pair first."""
         return state.swaps_accepted.double() / state.swaps_proposed.clamp_min(1).double()
 
     @staticmethod
     def barrier(state: TemperingState) -> float:
-        """The communication barrier Lambda = sum of the pairs' swap rejection rates
-        (Syed et al. 2021, eq. 20): about the number of swaps a state needs to cross."""
+        """The communication barrier Lambda of ``state``'s ladder: the sum of the pairs'
+        swap rejection rates (Syed et al. 2021, eq. 20), about the number of swaps a
+        state needs to cross."""
         return float((1 - ParallelTempering.swap_rates(state)).sum())
 
 
@@ -329,6 +332,18 @@ def tuned_ladder(
     and measures the barrier Lambda on it; the returned ladder has max(3, ceil(2 Lambda)
     + 1) temperatures at equal barrier steps (Syed et al. 2021, §5.3: about 2 Lambda
     temperatures make round trips fastest).
+
+    Args:
+        base: the kernel each replica runs (tempered per temperature).
+        energy: the target's energy.
+        x0: starting chains (B, ...) of the pilot run, one set per temperature.
+        min_beta: the hottest inverse temperature.
+        pilot_temperatures: the pilot ladder's size.
+        pilot_steps: the pilot run's warm-up (and measuring) steps.
+        generator: a ``torch.Generator`` on x0's device, or an int seed.
+
+    Returns:
+        The inverse temperatures, 1 first.
     """
     pilot = ParallelTempering(
         base,
@@ -344,10 +359,12 @@ def tuned_ladder(
 
 
 def geometric_path(energy0: EnergyFn, energy1: EnergyFn, beta: float | torch.Tensor) -> EnergyFn:
-    """E_beta(x) = (1 - beta) E_0(x) + beta E_1(x): the geometric-mean path of densities.
+    """E_beta(x) = (1 - beta) E_0(x) + beta E_1(x): the geometric-mean path of densities
+    from ``energy0`` to ``energy1``.
 
     ``beta`` is one inverse temperature, or a tensor of one per row of the batches the
-    path will be evaluated on (each chain at its own point of the path)."""
+    path will be evaluated on (each chain at its own point of the path). Returns the
+    energy callable (B, ...) -> (B,)."""
     if not isinstance(beta, torch.Tensor):
         _checks.probability("beta", beta)
     return lambda x: (1 - beta) * energy0(x) + beta * energy1(x)
@@ -363,10 +380,12 @@ def anneal(
     base_energy: EnergyLike | None = None,
     generator: torch.Generator | int | None = None,
 ) -> torch.Tensor:
-    """Move ``x0`` through E_beta for each beta in ``betas`` (``steps_per_beta`` steps each).
+    """Move ``x0`` (B, ...) through E_beta for each beta in ``betas`` with ``sampler``,
+    ``steps_per_beta`` steps each, drawing from ``generator``.
 
-    Without ``base_energy`` the path is beta E (simulated annealing when betas rise
-    to 1); with it, (1 - beta) E_0 + beta E.
+    Without ``base_energy`` the path is beta E for the ``energy`` E (simulated annealing
+    when betas rise to 1); with it, (1 - beta) E_0 + beta E. Returns the final chains,
+    x0's shape.
     """
     _checks.positive_int("steps_per_beta", steps_per_beta)
     gen = _checks.generator("generator", generator, x0.device)

@@ -29,7 +29,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, add_scaled, per_chain
-from ebmlab.samplers.integrators import baoab, gaussian_noise, obabo
+from ebmlab.samplers.integrators import gaussian_noise, underdamped_step
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,15 @@ class UnderdampedLangevin(_Kinetic):
     def step(
         self, state: KineticState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> KineticState:
-        integrate = obabo if self.scheme == "obabo" else baoab
-        x, v, e, g = integrate(
-            energy, state.x, state.momentum, state.grad, self.step_size, self.friction, generator
+        x, v, e, g = underdamped_step(
+            energy,
+            state.x,
+            state.momentum,
+            state.grad,
+            self.step_size,
+            self.friction,
+            generator,
+            self.scheme,
         )
         return self._advanced(state, x, v, e, g)
 

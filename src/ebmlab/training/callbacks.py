@@ -19,15 +19,27 @@ class Callback:
     """Base class; every hook does nothing by default."""
 
     def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
-        """Called with each record written to metrics.jsonl."""
+        """Called with each record written to metrics.jsonl.
+
+        Args:
+            trainer: the ``Trainer`` running the task.
+        """
         return None
 
     def on_epoch_end(self, trainer: Trainer) -> None:
-        """Called after each epoch, validation included."""
+        """Called after each epoch, validation included.
+
+        Args:
+            trainer: the ``Trainer`` running the task.
+        """
         return None
 
     def on_train_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
-        """Called once when training stops, with the run's summary."""
+        """Called once when training stops, with the run's summary.
+
+        Args:
+            trainer: the ``Trainer`` running the task.
+        """
         return None
 
 
@@ -35,6 +47,9 @@ class TensorBoardLogger(Callback):
     """Writes every logged metric as a TensorBoard scalar ``<split>/<name>``.
 
     Needs the ``tensorboard`` extra (``pip install 'ebmlab[tensorboard]'``).
+
+    Args:
+        log_dir: the directory of the event file.
     """
 
     def __init__(self, log_dir: str | Path) -> None:
@@ -48,12 +63,21 @@ class TensorBoardLogger(Callback):
         self.writer = SummaryWriter(str(log_dir))
 
     def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
-        """Write each numeric metric of the record as a scalar at its step."""
+        """Write each numeric metric of the record as a scalar at its step.
+
+        Args:
+            trainer: the ``Trainer`` running the task.
+        """
         split = record.get("split", "train")
         for key, value in record.items():
             if key not in ("split", "step", "epoch") and isinstance(value, int | float):
                 self.writer.add_scalar(f"{split}/{key}", value, record["step"])
 
     def on_train_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
-        """Close the event file."""
+        """Close the event file.
+
+        Args:
+            trainer: the ``Trainer`` running the task.
+            summary: the run's final summary.
+        """
         self.writer.close()

@@ -138,7 +138,11 @@ def load_checkpoint(
     """Load a checkpoint saved by :func:`save_checkpoint` with its tensors on
     ``map_location``; never runs code from the file. Random-number states stay on the
     CPU, where ``set_state`` expects them, and so does the optimizer state, which
-    ``Optimizer.load_state_dict`` places next to each parameter itself."""
+    ``Optimizer.load_state_dict`` places next to each parameter itself.
+
+    Args:
+        path: the checkpoint file.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")

@@ -64,7 +64,11 @@ def _running(pid: int) -> bool:
 
 
 class RunDirectory:
-    """Paths and writers of one run's directory."""
+    """Paths and writers of one run's directory.
+
+    Args:
+        path: the run's directory (created if missing).
+    """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
@@ -137,7 +141,11 @@ class RunDirectory:
         return self.path / "metrics.jsonl"
 
     def file(self, name: str) -> Path:
-        """A path for an artefact inside the run directory; refuses names that escape it."""
+        """A path for an artefact inside the run directory; refuses names that escape it.
+
+        Args:
+            name: a file name relative to the run directory.
+        """
         target = (self.path / name).resolve()
         if self.path.resolve() not in target.parents:
             raise ArgumentError(

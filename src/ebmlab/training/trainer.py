@@ -231,17 +231,32 @@ class Task:
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
     ) -> StepResult:
-        """The loss of one batch (a tuple of tensors, this rank's share) and its metrics."""
+        """The loss of one batch (a tuple of tensors, this rank's share) and its metrics.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         raise NotImplementedError  # pragma: no cover - abstract
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
-        """Validation metrics after an epoch; the monitored one picks best.pt."""
+        """Validation metrics after an epoch; the monitored one picks best.pt.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return {}
 
     def on_epoch_end(
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
     ) -> None:
-        """Write pictures or other artefacts into the run directory after an epoch."""
+        """Write pictures or other artefacts into the run directory after an epoch.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return None
 
     def state_dict(self) -> dict[str, Any]:
@@ -255,12 +270,22 @@ class Task:
     def on_restart(self, generator: torch.Generator) -> dict[str, float]:
         """After a divergence restart reloaded the last good checkpoint: reset the state
         that ran away (chains that are non-finite or out of bounds), and return counts
-        for the restart's record in ``metrics.jsonl``."""
+        for the restart's record in ``metrics.jsonl``.
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return {}
 
     def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
         """Measurements of the trained model for the run's summary, when affordable
-        (e.g. the test log-likelihood of an RBM)."""
+        (e.g. the test log-likelihood of an RBM).
+
+        Args:
+            generator: source of randomness, a ``torch.Generator`` on the data's device
+                (``None``: the global one).
+        """
         return {}
 
     def to(self, device: torch.device) -> Task:
@@ -273,7 +298,14 @@ class Task:
 
 
 class Trainer:
-    """Runs a :class:`Task` over in-memory tensors ``train_data`` for ``config.epochs``."""
+    """Runs a :class:`Task` over in-memory tensors ``train_data`` for ``config.epochs``.
+
+    Args:
+        task: what is trained: its model, loss and evaluation.
+        run_dir: where checkpoints, metrics and figures go (``None``: nothing written).
+        run_config: the run's configuration, saved in config.json and checkpoints.
+        callbacks: hooks called on logging, epoch ends and the end of training.
+    """
 
     def __init__(
         self,
