@@ -332,22 +332,10 @@ class ConvolutionalRBM(BernoulliRBM):
     or a 1-pixel-high row when the number of features is not a square) and one visible
     bias per pixel. ``transform`` gives the feature maps p(h = 1 | v), flattened
     (n_samples, K H' W'); ``components_`` holds the filters (K, C r r); ``score_samples``
-    scores through the model's dense view (exact or AIS).
-
-    Args:
-        learning_rate: step size of the parameter updates.
-        batch_size: examples per gradient step.
-        verbose: print progress per epoch.
-        random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in scikit-
-            learn.
-        n_chains: number of chains run side by side.
-        momentum: momentum of the parameter updates.
-        weight_decay: L2 penalty on the weights.
-        lr_decay: the learning rate is divided by 1 + lr_decay * epoch.
-        dtype: floating-point type of the parameters and data.
-        device: where the tensors live (default: the CPU).
-        n_iter: training epochs.
-        k: Gibbs steps per update (CD-k).
+    scores through the model's dense view (exact or AIS). ``learning_rate``,
+    ``batch_size``, ``n_iter``, ``verbose``, ``random_state``, ``k``, ``persistent``,
+    ``n_chains``, ``momentum``, ``weight_decay``, ``lr_decay``, ``dtype`` and ``device``
+    are as in :class:`BernoulliRBM`.
     """
 
     def __init__(
@@ -460,23 +448,9 @@ class GaussianBernoulliRBM(_RealRBMEstimator):
     log-density when ``n_components <= ENUMERATION_LIMIT`` (the hidden states are enumerated and the
     visible units integrated analytically); beyond, log Z comes from annealed importance
     sampling from the model without weights, N(b, diag(sigma^2)), with HMC transitions.
-
-    Args:
-        learning_rate: step size of the parameter updates.
-        batch_size: examples per gradient step.
-        verbose: print progress per epoch.
-        random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in scikit-
-            learn.
-        n_chains: number of chains run side by side.
-        momentum: momentum of the parameter updates.
-        weight_decay: L2 penalty on the weights.
-        lr_decay: the learning rate is divided by 1 + lr_decay * epoch.
-        dtype: floating-point type of the parameters and data.
-        device: where the tensors live (default: the CPU).
-        n_iter: training epochs.
-        k: Gibbs steps per update (CD-k).
-        matmul_dtype: a reduced precision (``"bfloat16"``) for the Gibbs matrix products
-            where the CPU has fast kernels, else ``None``.
+    ``learning_rate``, ``batch_size``, ``n_iter``, ``verbose``, ``random_state``,
+    ``k``, ``persistent``, ``n_chains``, ``momentum``, ``weight_decay``, ``lr_decay``,
+    ``dtype``, ``matmul_dtype`` and ``device`` are as in :class:`BernoulliRBM`.
     """
 
     def __init__(
@@ -556,8 +530,8 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         n_iter: epochs.
         k: Gibbs steps of the generative term's negatives.
         weight_decay: L2 penalty.
-        random_state: seed or generator, as for :class:`BernoulliRBM`.
         verbose: progress output, as for :class:`BernoulliRBM`.
+        random_state: seed or generator, as for :class:`BernoulliRBM`.
         dtype: parameter precision, as for :class:`BernoulliRBM`.
         device: where the model trains, as for :class:`BernoulliRBM`.
 
@@ -758,16 +732,14 @@ class DBN(TransformerMixin, BaseEstimator):
     the result down through the directed layers.
 
     Args:
-        learning_rate: step size of the parameter updates.
-        batch_size: examples per gradient step.
-        momentum: momentum of the parameter updates.
-        random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in scikit-
-            learn.
-        device: where the tensors live (default: the CPU).
         hidden_layers: the hidden layers' widths, bottom first.
+        learning_rate, batch_size, random_state: as in :class:`BernoulliRBM`.
         n_iter: training epochs per layer.
         k: Gibbs steps per update (CD-k).
-        persistent: persistent chains (PCD) instead of restarting at the data.
+        persistent: persistent chains (PCD) instead of chains restarted at the data.
+        momentum: momentum of the parameter updates.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"``: where the
+            layers train.
     """
 
     def __init__(
@@ -844,10 +816,10 @@ class DBN(TransformerMixin, BaseEstimator):
         """Visible samples: Gibbs chains in the top RBM, then top-down p(v | h) propagation.
 
         Args:
-            random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in
-                scikit-learn.
             n_samples: the number of samples.
             n_gibbs: Gibbs steps in the top RBM.
+            random_state: seed (int), ``numpy.random.RandomState`` or ``None``, as in
+                scikit-learn.
         """
         check_is_fitted(self)
         top = self.rbms_[-1].rbm_

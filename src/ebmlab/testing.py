@@ -25,8 +25,8 @@ def assert_mean_close(
     defaulting to N (independent draws).
 
     Args:
-        what: a few words naming the operation, for the error message.
         expected: the exact means, a float or (D,).
+        what: a few words naming the operation, for the error message.
     """
     x = samples.double()
     n = x.shape[0]

@@ -99,9 +99,9 @@ class DeepBeliefNetwork(nn.Module):
         error (the rows are fixed; only the draws from q vary).
 
         Args:
+            top_log_z: log Z of the top RBM.
             generator: source of randomness, a ``torch.Generator`` on the data's device
                 (``None``: the global one).
-            top_log_z: log Z of the top RBM.
         """
         _checks.positive_int("n_samples", n_samples)
         with torch.no_grad():

@@ -397,9 +397,9 @@ class SubspaceRBM(EnergyModel):
 
     Args:
         n_visible: number of visible units.
-        init_std: standard deviation of the Gaussian initial weights.
         n_gates: M, the gate units.
         n_subspace: K, the subspace units per gate.
+        init_std: standard deviation of the Gaussian initial weights.
     """
 
     def __init__(
@@ -608,9 +608,9 @@ class DeepBoltzmannMachine(EnergyModel):
 
     Args:
         n_visible: number of visible units.
-        init_std: standard deviation of the Gaussian initial weights.
         n_hidden1: units of the first hidden layer.
         n_hidden2: units of the second hidden layer.
+        init_std: standard deviation of the Gaussian initial weights.
     """
 
     def __init__(self, n_visible: int, n_hidden1: int, n_hidden2: int, init_std: float = 0.01):

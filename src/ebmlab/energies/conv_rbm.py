@@ -136,8 +136,8 @@ class ConvolutionalRBM(_RBM):
         """F(v) given the hidden logits already computed for v: (B,).
 
         Args:
-            hidden_logits: the hidden units' total inputs c + W^T v (B, n_hidden), already
-                computed.
+            hidden_logits: the feature maps' total inputs, as :meth:`hidden_logits`
+                returns them for v.
         """
         return self._visible_term(self._images(v)) - F.softplus(hidden_logits).sum(1)
 

@@ -168,9 +168,9 @@ class GatedRBM(EnergyModel):
         """k steps of block Gibbs sampling y -> h -> y with the inputs held fixed.
 
         Args:
+            x: the inputs (B, n_input), held fixed.
             generator: source of randomness, a ``torch.Generator`` on the data's device
                 (``None``: the global one).
-            x: the inputs (B, n_input), held fixed.
         """
         _checks.positive_int("k", k, allow_zero=True)
         y, x = self._pair(y, x)

@@ -122,8 +122,7 @@ class SpikeSlabRBM(_RBM):
         a(v): (B, D), (B, M) -> (B,).
 
         Args:
-            hidden_logits: the hidden units' total inputs c + W^T v (B, n_hidden), already
-                computed.
+            hidden_logits: a(v) (B, M), the spikes' log-odds, already computed.
         """
         return self._spike_free_energy(v) - F.softplus(hidden_logits).sum(1)
 

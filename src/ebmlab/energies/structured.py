@@ -18,9 +18,9 @@ class LogitEnergy(nn.Module):
     tied only through the shared network (LeCun et al. 2006, §2).
 
     Args:
-        num_classes: number of classes.
         dim: features of X.
         hidden: hidden widths of the network.
+        num_classes: number of classes.
     """
 
     def __init__(self, dim: int, hidden: tuple[int, ...], num_classes: int) -> None:
@@ -37,10 +37,10 @@ class DistanceEnergy(nn.Module):
     ``embed_init``), as a fresh network's outputs are (LeCun et al. 2006, §3).
 
     Args:
-        num_classes: number of classes.
         dim: features of X.
         hidden: hidden widths of the embedding network G.
         embed_dim: dimension of the embeddings G(X) and e_Y.
+        num_classes: number of classes.
     """
 
     def __init__(

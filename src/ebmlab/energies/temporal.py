@@ -108,8 +108,8 @@ class ConditionalRBM(EnergyModel):
         """b_t = b + A x and c_t = c + B x for histories (B, n D): (B, D) and (B, M).
 
         Args:
-            history: the preceding visible frames the biases depend on, (B, order *
-                n_visible).
+            history: the ``order`` preceding frames, most recent first (as :meth:`windows`
+                lays them out), (B, order * n_visible).
         """
         _checks.rows_of("history", history, self.A.shape[1])
         return F.linear(history, self.A, self.b), F.linear(history, self.B, self.c)
@@ -118,8 +118,8 @@ class ConditionalRBM(EnergyModel):
         """c_t + (v / sigma)^T W, the log-odds of p(h = 1 | v, x): (B, D) -> (B, M).
 
         Args:
-            history: the preceding visible frames the biases depend on, (B, order *
-                n_visible).
+            history: the ``order`` preceding frames, most recent first (as :meth:`windows`
+                lays them out), (B, order * n_visible).
         """
         return F.linear(history, self.B, self.c) + (v / self.sigma) @ self.W
 
@@ -127,8 +127,8 @@ class ConditionalRBM(EnergyModel):
         """F(v | x) with the hidden units summed out: (B, D), (B, n D) -> (B,).
 
         Args:
-            history: the preceding visible frames the biases depend on, (B, order *
-                n_visible).
+            history: the ``order`` preceding frames, most recent first (as :meth:`windows`
+                lays them out), (B, order * n_visible).
         """
         b_t, c_t = self.dynamic_biases(history)
         scaled = v / self.sigma
@@ -139,8 +139,8 @@ class ConditionalRBM(EnergyModel):
         """The free energy F(v | x): (B, D), (B, n D) -> (B,).
 
         Args:
-            history: the preceding visible frames the biases depend on, (B, order *
-                n_visible).
+            history: the ``order`` preceding frames, most recent first (as :meth:`windows`
+                lays them out), (B, order * n_visible).
         """
         return self.free_energy(v, history)
 
@@ -195,8 +195,8 @@ class ConditionalRBM(EnergyModel):
         """Exact log p(v | x) = -F(v | x) - log Z(x) of frames given histories: (B,).
 
         Args:
-            history: the preceding visible frames the biases depend on, (B, order *
-                n_visible).
+            history: the ``order`` preceding frames, most recent first (as :meth:`windows`
+                lays them out), (B, order * n_visible).
         """
         return -self.free_energy(v, history) - self.log_partition(history)
 
@@ -245,9 +245,9 @@ class ConditionalRBM(EnergyModel):
         what the linear model misses.
 
         Args:
-            history: the preceding visible frames the biases depend on, (B, order *
-                n_visible).
             v: frames (B, n_visible).
+            history: the ``order`` preceding frames, most recent first (as :meth:`windows`
+                lays them out), (B, order * n_visible).
         """
         with torch.no_grad():
             design = torch.cat([history, torch.ones_like(history[:, :1])], 1).double()

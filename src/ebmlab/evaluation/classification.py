@@ -30,8 +30,8 @@ def calibration_bins(
 
     Args:
         probs: predicted class probabilities, (N, K).
-        n_bins: number of equal-width confidence bins.
         y: true labels (N,).
+        n_bins: number of equal-width confidence bins.
     """
     _checks.positive_int("n_bins", n_bins)
     conf, pred = probs.max(1)
@@ -49,8 +49,8 @@ def expected_calibration_error(probs: torch.Tensor, y: torch.Tensor, n_bins: int
 
     Args:
         probs: predicted class probabilities, (N, K).
-        n_bins: number of equal-width confidence bins.
         y: true labels (N,).
+        n_bins: number of equal-width confidence bins.
     """
     conf, acc, count = calibration_bins(probs, y, n_bins)
     return float(((acc - conf).abs() * count).sum() / count.sum())
@@ -63,9 +63,9 @@ def reliability_diagram(
 
     Args:
         probs: predicted class probabilities, (N, K).
-        n_bins: number of equal-width confidence bins.
         y: true labels (N,).
         path: the PNG written.
+        n_bins: number of equal-width confidence bins.
     """
     from ebmlab.plotting import plt, save_figure
 

@@ -53,9 +53,9 @@ def log_likelihood(
     DBMs, as their ``energy`` returns), evaluated in chunks without gradients.
 
     Args:
-        chunk: rows evaluated at once, which bounds the memory used.
         model: the energy (an RBM's free energy for the Boltzmann family).
         log_z: the estimate of log Z, whose uncertainty joins the data's.
+        chunk: rows evaluated at once, which bounds the memory used.
     """
     if not isinstance(log_z, LogZEstimate):
         raise ArgumentError(f"log_z must be a LogZEstimate, got {type(log_z).__name__}")

@@ -103,9 +103,9 @@ def mmd_permutation_test(
     permutation uses the same kernel.
 
     Args:
+        n_permutations: permutations of the pooled sample.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
-        n_permutations: permutations of the pooled sample.
     """
     _checks.positive_int("n_permutations", n_permutations)
     h = median_bandwidth(x, y)

@@ -30,8 +30,8 @@ def chain_energy(
     """E(y) for label sequences ``labels`` (B, T).
 
     Args:
-        unary: unary energies per position and state, (B, L, S) or (L, S).
-        transition: pairwise energies between consecutive states, (S, S).
+        unary: U, the energy of each state at each position, (B, T, K).
+        transition: P, the energy of each pair of consecutive states, (K, K).
     """
     _check(unary, transition)
     e = unary.gather(2, labels.long().unsqueeze(2)).squeeze(2).sum(1)
@@ -42,8 +42,8 @@ def viterbi(unary: torch.Tensor, transition: torch.Tensor) -> tuple[torch.Tensor
     """argmin_y E(y) and its energy: ((B, T) labels, (B,) energies).
 
     Args:
-        unary: unary energies per position and state, (B, L, S) or (L, S).
-        transition: pairwise energies between consecutive states, (S, S).
+        unary: U, the energy of each state at each position, (B, T, K).
+        transition: P, the energy of each pair of consecutive states, (K, K).
     """
     _check(unary, transition)
     t = unary.shape[1]
@@ -68,8 +68,8 @@ def chain_free_energy(
     """F_beta = -(1/beta) log sum_y exp(-beta E(y)) by the forward algorithm, (B,).
 
     Args:
-        unary: unary energies per position and state, (B, L, S) or (L, S).
-        transition: pairwise energies between consecutive states, (S, S).
+        unary: U, the energy of each state at each position, (B, T, K).
+        transition: P, the energy of each pair of consecutive states, (K, K).
     """
     _check(unary, transition)
     _checks.positive("beta", beta)
@@ -86,8 +86,8 @@ def chain_marginals(
     by the forward-backward algorithm in log space.
 
     Args:
-        unary: unary energies per position and state, (B, L, S) or (L, S).
-        transition: pairwise energies between consecutive states, (S, S).
+        unary: U, the energy of each state at each position, (B, T, K).
+        transition: P, the energy of each pair of consecutive states, (K, K).
     """
     _check(unary, transition)
     _checks.positive("beta", beta)

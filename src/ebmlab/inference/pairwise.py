@@ -36,7 +36,9 @@ class PairwiseMRF:
     """A batch of pairwise energies over D discrete variables with K states each.
 
     Args:
-        unary: unary energies per position and state, (B, L, S) or (L, S).
+        unary: the energy of each state of each variable, (B, D, K).
+        pairwise: P[i, j, a, b], the energy of variables i, j in states a, b, (D, D, K, K),
+            symmetric (P[i, j, a, b] = P[j, i, b, a]).
     """
 
     def __init__(self, unary: torch.Tensor, pairwise: torch.Tensor) -> None:
@@ -68,8 +70,8 @@ class PairwiseMRF:
         """The chain energy sum_t U[t, y_t] + sum_t T[y_{t-1}, y_t] (see ``inference.chain``).
 
         Args:
-            unary: unary energies per position and state, (B, L, S) or (L, S).
-            transition: pairwise energies between consecutive states, (S, S).
+            unary: U, the energy of each state at each position, (B, T, K).
+            transition: the energy of each pair of consecutive states, (K, K).
         """
         _checks.tensor("unary", unary, ndim=3, floating=True)
         _, t, k = unary.shape
@@ -149,10 +151,10 @@ def annealed_gibbs(
 
     Args:
         mrf: the pairwise model (a :class:`PairwiseMRF`).
-        generator: source of randomness, a ``torch.Generator`` on the data's device
-            (``None``: the global one).
         n_sweeps: Gibbs sweeps, at inverse temperatures rising geometrically.
         y0: starting states (B, D) (default: random).
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.positive_int("n_sweeps", n_sweeps)
     _checks.positive("beta_start", beta_start)

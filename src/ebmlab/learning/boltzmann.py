@@ -22,9 +22,9 @@ class BMContrastiveDivergence(PersistentChains):
     """CD-k / PCD for a Boltzmann machine with single-site Gibbs negatives.
 
     Args:
-        n_chains: number of chains run side by side.
         bm: the Boltzmann machine trained.
         persistent: keep the negative chains between updates (PCD).
+        n_chains: number of chains run side by side.
     """
 
     def __init__(

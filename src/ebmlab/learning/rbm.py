@@ -257,8 +257,8 @@ class DBMLearning(PersistentChains):
     log-likelihood gradient is written into the parameters' ``.grad``.
 
     Args:
-        n_chains: number of chains run side by side.
         dbm: the two-layer deep Boltzmann machine trained.
+        n_chains: number of chains run side by side.
         k: Gibbs steps of the persistent chains per update.
         mean_field_iters: fixed-point iterations of the data term's mean field.
     """
@@ -273,9 +273,9 @@ class DBMLearning(PersistentChains):
         """Write the gradient into ``.grad``; returns the mean-field reconstruction error.
 
         Args:
+            v: a batch of visible rows (B, n_visible).
             generator: source of randomness, a ``torch.Generator`` on the data's device
                 (``None``: the global one).
-            v: a batch of visible rows (B, n_visible).
         """
         dbm = self.dbm
         v = v.flatten(1).to(dbm.W1.dtype)
@@ -358,12 +358,12 @@ def pretrain_dbm(
     epochs of CD-1 per layer and writes the DBM's parameters in place.
 
     Args:
+        dbm: the two-layer deep Boltzmann machine initialised.
         batch_size: examples per gradient step.
+        lr: learning rate of each layer's CD-1.
         momentum: momentum of the parameter updates.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
-        dbm: the two-layer deep Boltzmann machine initialised.
-        lr: learning rate of each layer's CD-1.
     """
     _checks.positive_int("epochs", epochs)
     options = dict(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum)

@@ -52,10 +52,10 @@ def classification_rbm_loss(
     ``hybrid``: discriminative + ``alpha`` * generative.
 
     Args:
-        generator: source of randomness, a ``torch.Generator`` on the data's device
-            (``None``: the global one).
         model: the classification RBM.
         mode: ``"discriminative"``, ``"generative"`` or ``"hybrid"``.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.one_of("mode", mode, ["discriminative", "generative", "hybrid"])
     _checks.positive("alpha", alpha, allow_zero=True)
@@ -88,9 +88,9 @@ def conditional_cd_loss(
     conditional likelihood's.
 
     Args:
+        model: a conditional or gated RBM.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
-        model: a conditional or gated RBM.
     """
     _checks.tensor("v", v, ndim=2, floating=True, finite=True)
     _checks.tensor("condition", condition, min_ndim=2, floating=True, finite=True)

@@ -30,8 +30,8 @@ def nce_loss(
     ``log_normalizer`` is the learnable scalar c.
 
     Args:
-        x_data: training examples (B, ...).
         energy: the unnormalised model E, (B, ...) -> (B,).
+        x_data: training examples (B, ...).
         x_noise: samples of the noise distribution q, x_data's event shape.
     """
     _checks.tensor("x_data", x_data, min_ndim=2, floating=True, finite=True)

@@ -62,11 +62,11 @@ def sliced_score_matching_loss(
     """Sliced score matching with Rademacher projections v: mean(-v^T H v + 1/2 (v^T grad E)^2).
 
     Args:
-        generator: source of randomness, a ``torch.Generator`` on the data's device
-            (``None``: the global one).
         energy: E, a callable (B, ...) -> (B,), twice differentiable.
         x: training examples (B, ...).
         n_projections: random projections per example.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
     _checks.positive_int("n_projections", n_projections)
@@ -94,9 +94,9 @@ def denoising_score_matching_loss(
     only; a noise-conditional energy would take sigma too.
 
     Args:
+        sigmas: one noise standard deviation, or several levels.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
-        sigmas: one noise standard deviation, or several levels.
     """
     _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
     levels = torch.as_tensor(

@@ -121,11 +121,11 @@ def ais(
     Args:
         n_chains: number of chains run side by side.
         n_temperatures: number of intermediate distributions.
-        generator: source of randomness, a ``torch.Generator`` on the data's device
-            (``None``: the global one).
         schedule: the inverse temperatures, 0 to 1 (default: ``n_temperatures`` of a
             sigmoidal path).
         steps_per_temperature: kernel steps at each temperature.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.finite_parameters("energy", energy)
     from ebmlab.energies.boltzmann import BernoulliRBM, DeepBoltzmannMachine
@@ -214,11 +214,11 @@ def rbm_ais(
     of h2 are those of the mean-field posteriors of ``data``.
 
     Args:
+        rbm: the Bernoulli RBM.
         n_chains: number of chains run side by side.
         n_temperatures: number of intermediate distributions.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
-        rbm: the Bernoulli RBM.
     """
     _checks.finite_parameters("rbm", rbm)
     _checks.positive_int("n_chains", n_chains)
@@ -342,10 +342,10 @@ def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> 
     marginal by enumeration, the other given it.
 
     Args:
-        generator: source of randomness, a ``torch.Generator`` on the data's device
-            (``None``: the global one).
         rbm: a Bernoulli RBM with at most 20 units in its smaller layer.
         n: the number of samples.
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     from ebmlab.partition.exact import MAX_ENUMERATION_BITS, binary_states
 
@@ -389,14 +389,14 @@ def raise_(
     ``samples`` are the stacked states (v, h2).
 
     Args:
+        rbm: a Bernoulli RBM or two-layer DBM.
         n_chains: number of chains run side by side.
         n_temperatures: number of intermediate distributions.
-        generator: source of randomness, a ``torch.Generator`` on the data's device
-            (``None``: the global one).
-        rbm: a Bernoulli RBM or two-layer DBM.
         schedule: the inverse temperatures, 0 to 1 (default: ``n_temperatures`` of a
             sigmoidal path).
         base_biases: visible biases of the base-rate model (default: from ``data``).
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
     """
     _checks.finite_parameters("rbm", rbm)
     _checks.positive_int("n_chains", n_chains)

@@ -77,8 +77,8 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
     with v enumerated: log Z = logsumexp_v [-F(v)]. Costs 2^min(D, M) terms.
 
     Args:
-        chunk: rows evaluated at once, which bounds the memory used.
         rbm: the Bernoulli RBM (the smaller layer at most 26 units).
+        chunk: rows evaluated at once, which bounds the memory used.
     """
     _checks.finite_parameters("rbm", rbm)
     W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()

@@ -110,9 +110,9 @@ def plefka_magnetisations(
     ``tol=0`` runs exactly ``max_iter`` iterations without reading the change back.
 
     Args:
-        damping: weight of the previous iterate in each update, in [0, 1).
         couplings: coupling per edge (E,).
         edges: the couplings' index pairs (E, 2).
+        damping: weight of the previous iterate in each update, in [0, 1).
     """
     m = torch.sigmoid(fields) if init is None else init
     change, iterations = float("inf"), 0

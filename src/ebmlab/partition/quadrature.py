@@ -71,9 +71,9 @@ def quadrature_log_partition(
     """log Z over the box ``bounds`` ((low, high) per dimension, 1 or 2 dimensions).
 
     Args:
-        chunk: rows evaluated at once, which bounds the memory used.
         energy: E over 1 or 2 dimensions, (B, D) -> (B,).
         n_points: grid points per axis.
+        chunk: rows evaluated at once, which bounds the memory used.
     """
     _checks.finite_parameters("energy", energy)
     _check_bounds(bounds, n_points)
@@ -105,10 +105,10 @@ def quadrature_sample(
     of E within one cell. No Markov chain, so no burn-in and no mode-hopping problem.
 
     Args:
+        energy: E over 1 or 2 dimensions, (B, D) -> (B,).
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
         chunk: rows evaluated at once, which bounds the memory used.
-        energy: E over 1 or 2 dimensions, (B, D) -> (B,).
     """
     _check_bounds(bounds, n_points)
     _checks.positive_int("n", n)

@@ -150,10 +150,10 @@ def bethe_log_partition(
     iterations, the last message change and convergence.
 
     Args:
+        model: a Boltzmann machine or Bernoulli RBM.
         damping: weight of the previous iterate in each update, in [0, 1).
         max_iter: most iterations before giving up on convergence.
         tol: convergence tolerance on the largest change of an iteration.
-        model: a Boltzmann machine or Bernoulli RBM.
     """
     return _estimate(model, lambda n, e: 1.0, "bethe", damping=damping, max_iter=max_iter, tol=tol)
 
@@ -167,10 +167,10 @@ def trw_log_partition(
     value is then an approximation, not a guarantee).
 
     Args:
+        model: a Boltzmann machine or Bernoulli RBM.
         damping: weight of the previous iterate in each update, in [0, 1).
         max_iter: most iterations before giving up on convergence.
         tol: convergence tolerance on the largest change of an iteration.
-        model: a Boltzmann machine or Bernoulli RBM.
     """
     return _estimate(
         model,
@@ -309,9 +309,9 @@ def perturb_and_map_log_partition(
     error.
 
     Args:
+        model: a Boltzmann machine or Bernoulli RBM small enough for exact MAP.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
-        model: a Boltzmann machine or Bernoulli RBM small enough for exact MAP.
     """
     _checks.finite_parameters("model", model)
     _checks.positive_int("n_samples", n_samples)
