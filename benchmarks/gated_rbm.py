@@ -22,15 +22,14 @@ import time
 from functools import cache
 
 import torch
-from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from sklearn.neural_network import MLPClassifier
 
 from benchmarks.harness import MetricCase
-from ebmlab.data.pairs import TRANSFORMATIONS, transform_images, transformed_pairs
+from ebmlab.data.pairs import TRANSFORMATIONS, transformed_pairs
 from ebmlab.energies import GatedRBM
 from ebmlab.losses import conditional_cd_loss
-from ebmlab.plotting import image_grid
+from ebmlab.training.recipes.conditional_rbm import analogy_picture
 
 SIZE, HIDDEN, FACTORS, EPOCHS, LR, BATCH = 13, 64, 200, 40, 0.01, 100
 FEW = 10  # labelled pairs per transformation in the few-label comparison
@@ -99,36 +98,10 @@ def cases() -> list[MetricCase]:
     ]
 
 
-def digits_on_canvas(n: int) -> torch.Tensor:
-    """``n`` scikit-learn digits, thresholded at half intensity, centred on a SIZE x SIZE
-    canvas: (n, SIZE^2)."""
-    images = torch.tensor(load_digits().images[:n] > 8, dtype=torch.float32)
-    canvas = torch.zeros(n, SIZE, SIZE)
-    offset = (SIZE - 8) // 2
-    canvas[:, offset : offset + 8, offset : offset + 8] = images
-    return canvas.flatten(1)
-
-
 def draw(path: str) -> None:
-    """One row per transformation: a training pair (x, y), a digit x*, the gated RBM's
-    analogy p(y* | h(x, y), x*), and the digit truly moved."""
-    model, _ = train()
+    """The analogy grid: each transformation's first training pair applied to a digit."""
     x, y, labels, *_ = data()
-    kinds = torch.arange(len(TRANSFORMATIONS))
-    example = torch.stack([torch.nonzero(labels == k)[0, 0] for k in kinds])
-    new = digits_on_canvas(len(kinds))
-    analogy = model.analogy(y[example], x[example], new)
-    truth = transform_images(new.view(-1, SIZE, SIZE), kinds).flatten(1)
-    grid = torch.stack([x[example], y[example], new, analogy, truth], 1).flatten(0, 1)
-    image_grid(
-        grid,
-        path,
-        image_shape=(SIZE, SIZE),
-        value_range=(0, 1),
-        ncol=5,
-        row_labels=[name for name, *_ in TRANSFORMATIONS],
-        title="pair x, y | new x* | analogy | x* moved",
-    )
+    analogy_picture(train()[0], x, y, labels, path)
 
 
 def main() -> None:

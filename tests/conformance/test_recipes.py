@@ -14,6 +14,8 @@ SETTINGS = {
     "jem-conv": {"arch": "conv", "conv_width": 4, "sampler_steps": 2, "buffer_size": 40},
     "rbm": {"n_hidden": 8, "k": 2, "n_chains": 20},
     "rbm-dbm": {"model": "dbm", "n_hidden": 6, "n_hidden2": 4, "n_chains": 20},
+    "rbm-conditional": {"model": "conditional", "n_hidden": 4},
+    "rbm-gated": {"model": "gated", "n_hidden": 4, "n_factors": 8},
     "structured": {},
 }
 

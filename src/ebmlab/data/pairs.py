@@ -79,3 +79,19 @@ def transformed_pairs(
     moved = transform_images(dots, labels)
     crop = slice(margin, margin + size)
     return dots[:, crop, crop].flatten(1), moved[:, crop, crop].flatten(1), labels
+
+
+def digits_on_canvas(n: int, size: int = 13) -> torch.Tensor:
+    """The first ``n`` scikit-learn digits (8 x 8), thresholded at half intensity and
+    centred on a ``size`` x ``size`` canvas, as 0/1 rows (n, size^2): new inputs x* for
+    analogies with the dot pairs."""
+    from ebmlab.data.digits import load_digits_arrays
+
+    _checks.positive_int("n", n)
+    if size < 8:
+        raise _checks.ArgumentError(f"size must be at least 8 (the digits' side), got {size}")
+    images = torch.as_tensor(load_digits_arrays("train")[0][:n] > 8, dtype=torch.float32)
+    canvas = torch.zeros(len(images), size, size)
+    offset = (size - 8) // 2
+    canvas[:, offset : offset + 8, offset : offset + 8] = images.view(-1, 8, 8)
+    return canvas.flatten(1)

@@ -24,6 +24,7 @@ With W = 0 the model is the linear Gaussian autoregression v_t = b + A x + noise
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -171,25 +172,30 @@ class ConditionalRBM(EnergyModel):
 
     def _hidden_terms(
         self, history: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """log weights c_t^T h + (b_t / sigma)^T W h + |W h|^2 / 2 of every hidden state
-        (B, 2^M), with the states (2^M, M) and the visible biases b_t (B, D)."""
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Blocks of histories with the log weights c_t^T h + (b_t / sigma)^T W h +
+        |W h|^2 / 2 of every hidden state (rows, 2^M), the states (2^M, M) and the visible
+        biases b_t (rows, D). A block's terms hold about 2^20 numbers, so the enumeration
+        stays in cache; the states and W h are computed once."""
         if self.n_hidden > ENUMERATION_LIMIT:
             raise ArgumentError(
                 f"exact conditional quantities enumerate the hidden units; use at most "
                 f"{ENUMERATION_LIMIT}, got n_hidden={self.n_hidden}"
             )
         states = binary_states(self.n_hidden, device=history.device).to(history.dtype)
-        b_t, c_t = self.dynamic_biases(history)
         wh = states @ self.W.T  # (2^M, D)
-        terms = c_t @ states.T + (b_t / self.sigma) @ wh.T + 0.5 * (wh**2).sum(1)
-        return terms, states, b_t
+        basis = torch.cat([states, wh], 1).T  # (M + D, 2^M)
+        quadratic = 0.5 * (wh**2).sum(1)
+        for rows in history.split(max(1, (1 << 20) >> self.n_hidden)):
+            b_t, c_t = self.dynamic_biases(rows)
+            terms = torch.addmm(quadratic, torch.cat([c_t, b_t / self.sigma], 1), basis)
+            yield terms, states, b_t
 
     def log_partition(self, history: torch.Tensor) -> torch.Tensor:
         """Exact log Z(x) of each history (B, n D) -> (B,), enumerating the hidden units."""
-        terms = self._hidden_terms(history)[0]
         normaliser = self.log_sigma.sum() + 0.5 * self.n_visible * math.log(2 * math.pi)
-        return torch.logsumexp(terms, 1) + normaliser
+        parts = [torch.logsumexp(terms, 1) for terms, _, _ in self._hidden_terms(history)]
+        return torch.cat(parts) + normaliser
 
     def log_likelihood(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
         """Exact log p(v | x) = -F(v | x) - log Z(x) of frames given histories: (B,).
@@ -203,9 +209,11 @@ class ConditionalRBM(EnergyModel):
     def predict(self, history: torch.Tensor) -> torch.Tensor:
         """The exact conditional mean E[v_t | x] = b_t + sigma * (W E[h | x]) of the next
         frame after each history (B, n D) -> (B, D)."""
-        terms, states, b_t = self._hidden_terms(history)
-        expected_h = torch.softmax(terms, 1) @ states
-        return b_t + self.sigma * F.linear(expected_h, self.W)
+        means = [
+            b_t + self.sigma * F.linear(torch.softmax(terms, 1) @ states, self.W)
+            for terms, states, b_t in self._hidden_terms(history)
+        ]
+        return torch.cat(means)
 
     def generate(
         self,

@@ -79,7 +79,9 @@ class Recipe(Generic[ConfigT, TaskT]):
     (optional) writes a picture of ``n`` samples; ``log_partition(setup, method)``
     (optional) returns a ``LogZEstimate``. They receive a setup whose task
     state was restored from a checkpoint. ``trainer_defaults`` overrides the
-    generic :class:`TrainerConfig` defaults for this recipe.
+    generic :class:`TrainerConfig` defaults for this recipe, and ``config_defaults``
+    (optional) maps a recipe config to the settings, of the recipe or the trainer,
+    whose defaults differ for it (say, per model).
     """
 
     name: str
@@ -90,6 +92,7 @@ class Recipe(Generic[ConfigT, TaskT]):
     sample: Callable[..., Any] | None = None
     log_partition: Callable[..., Any] | None = None
     trainer_defaults: dict[str, Any] = field(default_factory=dict)
+    config_defaults: Callable[[ConfigT], dict[str, Any]] | None = None
 
     def split_settings(self, settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """One flat dict of settings as (recipe config settings, trainer settings);
@@ -109,14 +112,20 @@ class Recipe(Generic[ConfigT, TaskT]):
     def configs(self, settings: dict[str, Any]) -> tuple[ConfigT, TrainerConfig]:
         """(recipe config, trainer config) from one flat dict of settings, as read from
         TOML or a run's config.json (lists become the tuples the configs hold); settings
-        not given take the recipe's defaults, ``trainer_defaults`` included."""
-        recipe_settings, trainer_settings = self.split_settings(
-            {**self.trainer_defaults, **settings}
-        )
+        not given take the recipe's defaults: ``config_defaults`` of the recipe config
+        built from the given settings, then ``trainer_defaults``."""
+        recipe_settings, trainer_settings = self.split_settings(settings)
         recipe_settings = {
             k: tuple(v) if isinstance(v, list) else v for k, v in recipe_settings.items()
         }
-        return self.config_cls(**recipe_settings), TrainerConfig(**trainer_settings)
+        config = self.config_cls(**recipe_settings)
+        specific_recipe, specific_trainer = self.split_settings(
+            self.config_defaults(config) if self.config_defaults else {}
+        )
+        if specific_recipe:
+            config = self.config_cls(**{**specific_recipe, **recipe_settings})
+        defaults = {**self.trainer_defaults, **specific_trainer}
+        return config, TrainerConfig(**{**defaults, **trainer_settings})
 
 
 _REGISTRY: dict[str, Recipe] = {}

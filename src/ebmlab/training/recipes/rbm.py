@@ -26,7 +26,10 @@
 - ``dbm``: a two-layer deep Boltzmann machine (``n_hidden`` and ``n_hidden2`` units),
   mean-field positive phase and persistent Gibbs negative phase
   (:class:`~ebmlab.learning.rbm.DBMLearning`), after ``pretrain_epochs`` of greedy
-  layer-wise pre-training (:func:`~ebmlab.learning.rbm.pretrain_dbm`).
+  layer-wise pre-training (:func:`~ebmlab.learning.rbm.pretrain_dbm`);
+- ``conditional`` and ``gated``: a conditional RBM of simulated walking and a gated
+  RBM of transformed random-dot pairs (:mod:`ebmlab.training.recipes.conditional_rbm`);
+  their data sets are ``walking`` and ``dot-pairs``.
 
 The trainer's optimizer steps the gradients (SGD with momentum by default, learning
 rate decaying linearly). Validation reports the exact average negative log-likelihood
@@ -69,6 +72,7 @@ from ebmlab.partition import LogZEstimate
 from ebmlab.plotting import image_grid
 from ebmlab.training import distributed
 from ebmlab.training.recipes import Recipe, Setup, register
+from ebmlab.training.recipes.conditional_rbm import ConditionalRBMTask, GatedRBMTask
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 
@@ -82,10 +86,23 @@ MODELS = [
     "classification",
     "dbn",
     "dbm",
+    "conditional",
+    "gated",
 ]
 BINARY = ("bernoulli", "conv", "subspace", "classification", "dbn", "dbm")
 REAL = ("gaussian", "spike_slab")  # standardised grey levels
 OBJECTIVES = ["discriminative", "generative", "hybrid"]
+CONDITIONAL_DATA = {"conditional": "walking", "gated": "dot-pairs"}  # their one data set
+# CD-1 of p(v | condition) with Adam, as in Taylor et al. (2007) and Memisevic & Hinton
+# (2010): the walkers' tiny residual deviations make plain SGD's steps explode.
+CONDITIONAL_TRAINING = {
+    "conditional": {"n_hidden": 8, "k": 1, "optimizer": "adam", "lr": 0.003,
+                    "batch_size": 100, "epochs": 40, "lr_schedule": "constant",
+                    "monitor": "val_nll", "val_every": 5},
+    "gated": {"n_hidden": 64, "k": 1, "optimizer": "adam", "lr": 0.01, "batch_size": 100,
+              "epochs": 40, "lr_schedule": "constant", "monitor": "val_error",
+              "val_every": 5},
+}  # fmt: skip
 
 
 @dataclass
@@ -94,16 +111,21 @@ class RBMConfig:
 
     Attributes:
         data: a data set name (digits, mnist, ...) or a path; binarised unless the model
-            reads grey levels or real values.
+            reads grey levels or real values. ``auto``: digits, or the conditional
+            models' own sets (walking, dot-pairs).
         data_root: directory holding published data sets (else $EBMLAB_DATA).
         model: Bernoulli, categorical (17 grey levels), Gaussian-Bernoulli,
             spike-and-slab, convolutional, subspace or classification RBM, deep belief
-            network or deep Boltzmann machine.
+            network, deep Boltzmann machine, or conditional or gated RBM (these two
+            default to CD-1 with Adam: 40 epochs, batches of 100, lr 0.003 and 0.01,
+            with 8 and 64 hidden units).
         n_hidden: hidden units (of the first hidden layer for dbn and dbm; filters for
             conv).
         filter_size: side of the square filters (conv).
         n_hidden2: units of the second hidden layer (dbn, dbm).
         n_subspace: subspace units per gate (subspace).
+        order: frames of history each frame is conditioned on (conditional).
+        n_factors: factors of the three-way interaction (gated).
         k: Gibbs steps per update (CD-k or PCD-k).
         persistent: persistent chains (PCD) instead of chains started at the data (CD).
         n_chains: persistent chains.
@@ -123,12 +145,14 @@ class RBMConfig:
         "objective": OBJECTIVES,
     }
 
-    data: str = "digits"
+    data: str = "auto"
     data_root: str = ""
     model: str = "bernoulli"
     n_hidden: int = 16
     n_hidden2: int = 16
     n_subspace: int = 1
+    order: int = 2
+    n_factors: int = 200
     filter_size: int = 5
     k: int = 5
     persistent: bool = True
@@ -143,8 +167,14 @@ class RBMConfig:
     ais_temperatures: int = 1000
 
     def __post_init__(self) -> None:
-        check_data(self.data, IMAGE_SETS, self.data_root or None)
         _checks.choices(self)
+        own = CONDITIONAL_DATA.get(self.model)
+        if self.data == "auto":
+            self.data = own or "digits"
+        if own is not None and self.data != own:
+            raise ArgumentError(f"model {self.model!r} trains on data {own!r}, got {self.data!r}")
+        if own is None:
+            check_data(self.data, IMAGE_SETS, self.data_root or None)
         if self.model == "categorical" and self.data != "digits":
             raise ArgumentError(
                 "model 'categorical' reads the digits' 17 grey levels; use data 'digits'"
@@ -165,7 +195,14 @@ class RBMConfig:
                 f"model {self.model!r} evaluates its likelihood exactly, by enumerating "
                 f"{count} {what}; use at most {ENUMERATION_LIMIT}"
             )
-        if self.sparsity_target and self.model in ("classification", "dbm"):
+        _checks.positive_int("order", self.order)
+        _checks.positive_int("n_factors", self.n_factors)
+        if self.model == "conditional" and self.n_hidden > ENUMERATION_LIMIT:
+            raise ArgumentError(
+                "model 'conditional' evaluates its likelihood exactly, by enumerating "
+                f"{self.n_hidden} hidden units; use at most {ENUMERATION_LIMIT}"
+            )
+        if self.sparsity_target and self.model in ("classification", "dbm", *CONDITIONAL_DATA):
             raise ArgumentError(f"sparsity_target is not available for model {self.model!r}")
         _checks.positive_int("k", self.k)
         _checks.positive_int("n_chains", self.n_chains)
@@ -341,6 +378,7 @@ class RBMTask(Task):
         """Train and test log-likelihood with the partition function used."""
         log_z = self.log_partition("auto", self.generator(0))
         return {
+            "n_visible": self.train.x.shape[1],
             "log_z": log_z.to_dict(),
             "train_log_likelihood": self.log_likelihood(self.train, log_z),
             "test_log_likelihood": self.log_likelihood(self.test, log_z),
@@ -392,6 +430,16 @@ class RBMTask(Task):
         if self.config.model in REAL:
             return float(self.train.x.min()), float(self.train.x.max())
         return 0.0, 1.0
+
+    def picture(self, n: int, steps: int, out: Path, generator: torch.Generator) -> None:
+        """A grid of ``n`` samples after ``steps`` Gibbs steps (see :meth:`draw`)."""
+        image_grid(
+            self.images(self.draw(n, steps, generator)),
+            out,
+            image_shape=self.train.image_shape,
+            value_range=self.value_range,
+            title=f"{n} samples, {steps} Gibbs steps",
+        )
 
     def grids(self, run: RunDirectory, epoch: int | None = None) -> None:
         shape = self.train.image_shape
@@ -583,22 +631,29 @@ class DBNTask(RBMTask):
         self.layer = state["layer"]
 
 
-TASKS = {"classification": ClassificationRBMTask, "dbn": DBNTask}
+TASKS = {
+    "classification": ClassificationRBMTask,
+    "dbn": DBNTask,
+    "conditional": ConditionalRBMTask,
+    "gated": GatedRBMTask,
+}
 
 
 def build(config: RBMConfig, trainer: TrainerConfig) -> Setup:
     task = TASKS.get(config.model, RBMTask)(config, trainer)
+    if config.model in CONDITIONAL_DATA:
+        return Setup(task, task.data)
     data = (task.train.x, task.train.y) if config.model == "classification" else (task.train.x,)
     return Setup(task, data)
 
 
 def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
-    """Train and test log-likelihood with the partition function used, filters and samples."""
+    """Train and test log-likelihood with the partition function used (the conditional
+    models: their own scores), and the run's pictures."""
     task: RBMTask = setup.task  # type: ignore[assignment]
     task.grids(run)
     return {
         "data": task.config.data,
-        "n_visible": task.train.x.shape[1],
         "model": task.config.model,
         "n_hidden": task.config.n_hidden,
         **task.evaluate(),
@@ -606,16 +661,10 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
 
 
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
-    """``n`` samples after ``steps`` Gibbs steps (see each task's ``draw``)."""
+    """A picture of ``n`` samples after ``steps`` Gibbs steps (see each task's
+    ``picture``)."""
     task: RBMTask = setup.task  # type: ignore[assignment]
-    x = task.draw(n, steps, task.generator(seed))
-    image_grid(
-        task.images(x),
-        out,
-        image_shape=task.train.image_shape,
-        value_range=task.value_range,
-        title=f"{n} samples, {steps} Gibbs steps",
-    )
+    task.picture(n, steps, out, task.generator(seed))
     return out
 
 
@@ -628,7 +677,7 @@ register(
     Recipe[RBMConfig, RBMTask](
         name="rbm",
         help="RBMs (bernoulli, categorical, gaussian, spike_slab, conv, subspace, "
-        "classification), DBNs and DBMs",
+        "classification, conditional, gated), DBNs and DBMs",
         config_cls=RBMConfig,
         build=build,
         evaluate=evaluate,
@@ -644,5 +693,6 @@ register(
             "monitor": "val_nll",
             "val_every": 10,
         },
+        config_defaults=lambda config: CONDITIONAL_TRAINING.get(config.model, {}),
     )
 )
