@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -41,47 +41,41 @@ K = TypeVar("K", bound="Sampler")
 class StepInfo:
     """What one step did in each chain, as (B,) tensors on the chains' device.
 
-    ``accept_prob`` is the Metropolis acceptance probability min(1, exp(log ratio))
-    of the step's proposal (1 for moves that are always taken: unadjusted Langevin,
-    Gibbs; NUTS's mean over the trajectory's new points, as in Stan);
-    ``divergent`` flags a diverging trajectory (Hamiltonian samplers); ``energy`` is
-    the energy E(x) of the chains at the step's start.
+    ``energy`` is the energy E(x) of the chains at the step's start; ``log_ratio`` the
+    log acceptance ratio of the step's proposal (``None``: a move that is always taken,
+    as unadjusted Langevin's or Gibbs'); ``divergent_flags`` marks diverging trajectories
+    (``None``: none). The derived :attr:`accept_prob` and :attr:`divergent` are computed
+    when read, so a step that nobody inspects pays only for holding three references.
     """
 
-    accept_prob: torch.Tensor
-    divergent: torch.Tensor
     energy: torch.Tensor
+    log_ratio: torch.Tensor | None = None
+    divergent_flags: torch.Tensor | None = None
 
-    @classmethod
-    def of(
-        cls,
-        energy: torch.Tensor,
-        accept_prob: torch.Tensor | None = None,
-        divergent: torch.Tensor | None = None,
-    ) -> StepInfo:
-        """Info of a step that started at ``energy`` (B,), with acceptance
-        probabilities ``accept_prob`` (default 1) and ``divergent`` flags (default
-        none)."""
-        energy = energy.detach()
-        return cls(
-            torch.ones_like(energy) if accept_prob is None else accept_prob.detach(),
-            torch.zeros_like(energy, dtype=torch.bool) if divergent is None else divergent,
-            energy,
-        )
+    TRACED: ClassVar[tuple[str, ...]] = ("accept_prob", "divergent", "energy")
 
-    @classmethod
-    def metropolis(
-        cls, energy: torch.Tensor, log_ratio: torch.Tensor, divergent: torch.Tensor | None = None
-    ) -> StepInfo:
-        """Info of a Metropolis-Hastings step that started at ``energy`` (B,) and
-        proposed with log acceptance ratio ``log_ratio`` (B,) (NaN counts as 0), its
-        ``divergent`` flags if any."""
-        prob = log_ratio.detach().clamp(max=0).exp().nan_to_num(0.0)
-        return cls.of(energy, prob, divergent)
+    @property
+    def accept_prob(self) -> torch.Tensor:
+        """min(1, exp(log_ratio)) per chain (NaN counts as 0; 1 for moves always taken;
+        for NUTS the mean over the trajectory's new points, as in Stan)."""
+        if self.log_ratio is None:
+            return torch.ones_like(self.energy)
+        return self.log_ratio.clamp(max=0).exp().nan_to_num(0.0)
+
+    @property
+    def divergent(self) -> torch.Tensor:
+        """Whether each chain's trajectory diverged, (B,) bool."""
+        if self.divergent_flags is None:
+            return torch.zeros_like(self.energy, dtype=torch.bool)
+        return self.divergent_flags
 
     def first(self, n: int) -> StepInfo:
         """The info of the first ``n`` chains (parallel tempering's cold replicas)."""
-        return StepInfo(self.accept_prob[:n], self.divergent[:n], self.energy[:n])
+        return StepInfo(
+            self.energy[:n],
+            None if self.log_ratio is None else self.log_ratio[:n],
+            None if self.divergent_flags is None else self.divergent_flags[:n],
+        )
 
 
 @dataclass(frozen=True)
@@ -356,10 +350,10 @@ class Sampler(Generic[S]):
         traced = None
         if trace:
             traced = {
-                f.name: torch.stack([getattr(i, f.name) for i in infos])
+                name: torch.stack([getattr(i, name) for i in infos])
                 if infos
                 else x0.new_zeros((0, x0.shape[0]))
-                for f in dataclasses.fields(StepInfo)
+                for name in StepInfo.TRACED
             }
         return SampleRun(samples=samples, final=state, info=info, trace=traced)
 
@@ -450,10 +444,9 @@ def metropolis_update(
     """
     if log_ratio is None:
         ok = torch.ones_like(energy, dtype=torch.bool)
-        info = StepInfo.of(state.energy)
     else:
         ok = accept(log_ratio, generator)
-        info = StepInfo.metropolis(state.energy, log_ratio)
+    info = StepInfo(state.energy, log_ratio)
     return state.replace(
         x=where_rows(ok, proposal, state.x),
         energy=torch.where(ok, energy, state.energy),

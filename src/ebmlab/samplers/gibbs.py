@@ -109,7 +109,7 @@ class Gibbs(Sampler[SamplerState]):
             energy=e,
             accepted=state.accepted + 1,
             t=state.t + 1,
-            info=StepInfo.of(state.energy),
+            info=StepInfo(state.energy),
         )
 
 
@@ -168,5 +168,5 @@ class BlockGibbs(Sampler[BlockGibbsState]):
             hidden_logits=logits,
             accepted=state.accepted + 1,
             t=state.t + 1,
-            info=StepInfo.of(state.energy),
+            info=StepInfo(state.energy),
         )

@@ -159,7 +159,7 @@ class HMC(Sampler[SamplerState]):
             divergent=state.divergent + traj.divergent.long(),
             n_grad_evals=state.n_grad_evals + n_steps,
             t=state.t + 1,
-            info=StepInfo.metropolis(state.energy, traj.log_ratio, traj.divergent),
+            info=StepInfo(state.energy, traj.log_ratio, traj.divergent),
         )
 
     def step(

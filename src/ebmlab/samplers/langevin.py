@@ -94,5 +94,5 @@ class Langevin(Sampler[SamplerState]):
             grad=None,
             accepted=state.accepted + 1,
             t=state.t + 1,
-            info=StepInfo.of(state.energy),
+            info=StepInfo(state.energy),
         )

@@ -23,7 +23,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.adaptation import TunedState, WarmupTuning
-from ebmlab.samplers.base import Sampler, SamplerState, metropolis_update, per_chain
+from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, metropolis_update, per_chain
 from ebmlab.samplers.integrators import euler_maruyama, gaussian_noise
 
 
@@ -32,11 +32,14 @@ def _log_q(
     x_from: torch.Tensor,
     grad_from: torch.Tensor,
     h: torch.Tensor | float,
-    inv_mass: torch.Tensor,
+    inv_mass: torch.Tensor | None,
 ) -> torch.Tensor:
-    """log q(x_to | x_from) up to a constant: -|x_to - x_from + h M^{-1} g|^2_M / (4h)."""
-    diff = (x_to - x_from + per_chain(h, x_to) * inv_mass * grad_from).flatten(1)
-    return torch.linalg.vecdot(diff, diff / inv_mass.expand_as(x_to).flatten(1)) / (-4 * h)
+    """log q(x_to | x_from) up to a constant: -|x_to - x_from + h M^{-1} g|^2_M / (4h)
+    (M = I for ``inv_mass`` None)."""
+    drift = grad_from if inv_mass is None else inv_mass * grad_from
+    diff = add_scaled(x_to - x_from, per_chain(h, x_to), drift).flatten(1)
+    weighted = diff if inv_mass is None else diff / inv_mass.expand_as(x_to).flatten(1)
+    return torch.linalg.vecdot(diff, weighted) / (-4 * h)
 
 
 class MALA(Sampler[TunedState]):
@@ -67,11 +70,11 @@ class MALA(Sampler[TunedState]):
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
         e, g = energy_and_grad(energy, x0)
         start = SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
-        ones = torch.ones(x0.shape[1:], dtype=x0.dtype, device=x0.device)
-        if self.tuning is None:
-            fields = {f: getattr(start, f) for f in SamplerState.__dataclass_fields__}
-            return TunedState(**fields, step_size=self.step_size, inv_mass=ones)
-        return self.tuning.initial(start, self.step_size, TunedState)
+        if self.tuning is not None and self.tuning.adapt_mass:
+            return self.tuning.initial(start, self.step_size, TunedState)
+        # without a mass to tune, M = I and the step skips its products
+        fields = {f: getattr(start, f) for f in SamplerState.__dataclass_fields__}
+        return TunedState(**fields, step_size=self.step_size, inv_mass=None)
 
     def begin_warmup(self, state: TunedState, n_steps: int) -> TunedState:
         return state if self.tuning is None else self.tuning.begin(state, n_steps)
@@ -84,7 +87,8 @@ class MALA(Sampler[TunedState]):
     ) -> TunedState:
         h, m = state.step_size, state.inv_mass
         noise = gaussian_noise(state.x, generator)
-        proposal = euler_maruyama(state.x, m * state.grad, h, (2 * h) ** 0.5, noise * m.sqrt())
+        drift, kick = (state.grad, noise) if m is None else (m * state.grad, noise * m.sqrt())
+        proposal = euler_maruyama(state.x, drift, h, (2 * h) ** 0.5, kick)
         e_new, g_new = energy_and_grad(energy, proposal)
         # log q(x' | x) = -|sqrt(2h) M^{-1/2} noise|^2_M / (4h) = -|noise|^2 / 2
         flat_noise = noise.flatten(1)

@@ -53,5 +53,5 @@ class MetropolisHastings(Sampler[SamplerState]):
             energy=torch.where(ok, e_new, state.energy),
             accepted=state.accepted + ok,
             t=state.t + 1,
-            info=StepInfo.metropolis(state.energy, log_ratio),
+            info=StepInfo(state.energy, log_ratio),
         )

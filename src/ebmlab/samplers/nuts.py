@@ -209,7 +209,7 @@ class NUTS(Sampler[TunedState]):
             divergent=state.divergent + divergent.long(),
             n_grad_evals=state.n_grad_evals + n_grads,
             t=state.t + 1,
-            info=StepInfo.of(state.energy, accept_sum / n_points.clamp(min=1), divergent),
+            info=StepInfo(state.energy, (accept_sum / n_points.clamp(min=1)).log(), divergent),
         )
         return self.tuning.update(state, new, new.info.accept_prob)
 

@@ -65,7 +65,7 @@ class _Kinetic(Sampler[KineticState]):
             accepted=state.accepted + 1,
             n_grad_evals=state.n_grad_evals + 1,
             t=state.t + 1,
-            info=StepInfo.of(state.energy),
+            info=StepInfo(state.energy),
         )
 
 
