@@ -97,3 +97,18 @@ def test_every_parameter_of_the_api_is_described():
                     undescribed = _undescribed(method, inspect.getdoc(method) or "")
                     missing += [f"{name}.{member}({p})" for p in undescribed]
     assert not missing, f"{len(missing)} parameters undescribed: {missing}"
+
+
+def test_every_package_has_a_page_in_the_api_reference():
+    """The API reference renders each package whose objects the tests above require to
+    be documented, so each of them appears there."""
+    from pathlib import Path
+
+    pages = Path(__file__).parents[1] / "docs" / "api"
+    rendered = {
+        line.removeprefix(":::").strip()
+        for page in pages.glob("*.md")
+        for line in page.read_text().splitlines()
+        if line.startswith(":::")
+    }
+    assert not set(PACKAGES) - rendered, sorted(set(PACKAGES) - rendered)
