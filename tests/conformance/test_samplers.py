@@ -1,5 +1,6 @@
 """Every sampler runs on a simulated accelerator: draws on the device, no CPU tensor
-mixed in, no host synchronisation inside a step, and the same chains as on the CPU."""
+mixed in, no host synchronisation inside a step, and the same chains as on the CPU;
+and every sampler reports each step it takes."""
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from ebmlab.samplers import (
     MetropolisHastings,
     ParallelTempering,
     ReplayBuffer,
+    StepInfo,
     UnderdampedLangevin,
     anneal,
     gaussian_init,
@@ -50,6 +52,7 @@ CONTINUOUS = {
     "langevin": lambda: Langevin(0.05),
     "langevin_clipped": lambda: Langevin(0.05, 0.01, grad_clip=1.0, clamp=(-2.0, 2.0)),
     "mala": lambda: MALA(0.15),
+    "mala_tuned": lambda: MALA(0.15, target_accept=0.6, adapt_mass=True),
     "hmc": lambda: HMC(0.2, 5),
     "adaptive_hmc": lambda: AdaptiveHMC(),
     "nuts": lambda: NUTS(max_depth=4),
@@ -157,3 +160,33 @@ def test_replay_buffer_runs_on_the_device(init):
     with cf.simulated_device() as sim:
         got = cycle(cf.to_device(data), torch.Generator(device=cf.DEVICE).manual_seed(9), sim)
     torch.testing.assert_close(cf.cpu_value(got), want)
+
+
+def check_trace(sampler, energy, x0, burn_in=3, n=6):
+    """``run(trace=True)`` holds one report per step, and the energy a step starts from
+    is the energy of the state the previous step made."""
+    run = sampler.run(energy, x0, n, burn_in=burn_in, thin=1, generator=2, trace=True)
+    b = x0.shape[0]
+    assert set(run.trace) == {"accept_prob", "divergent", "energy"}
+    for value in run.trace.values():
+        assert value.shape == (burn_in + n, b)
+    prob = run.trace["accept_prob"]
+    assert ((prob >= 0) & (prob <= 1)).all()
+    assert run.trace["divergent"].dtype == torch.bool
+    assert isinstance(run.final.info, StepInfo)
+    with torch.no_grad():
+        after = torch.stack([energy(x) for x in run.samples[:-1]])
+    torch.testing.assert_close(run.trace["energy"][burn_in + 1 :], after, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(CONTINUOUS))
+def test_continuous_samplers_report_every_step(name):
+    x0 = torch.randn(32, 2, generator=torch.Generator().manual_seed(0))
+    check_trace(CONTINUOUS[name](), gaussian(), x0)
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_samplers_report_every_step(name):
+    model = rbm()
+    x0 = (torch.rand(16, 6, generator=torch.Generator().manual_seed(1)) < 0.5).float()
+    check_trace(BINARY[name](model), model, x0)

@@ -1,84 +1,19 @@
-"""Every step reports what it did (acceptance, divergence, the energy it started from),
-and ``run(trace=True)`` stacks those reports; the integrators and the shared warm-up
-tuning behave as their papers say."""
+"""Step reports against the run's summary (every sampler's reports are checked in
+``tests/conformance/test_samplers.py``); the integrators and the shared warm-up tuning
+behave as their papers say."""
 
 import math
 
 import pytest
 import torch
 
-from ebmlab.energies import BernoulliRBM, DiagonalGaussian, Gaussian
-from ebmlab.samplers import (
-    HMC,
-    MALA,
-    NUTS,
-    SGHMC,
-    AdaptiveHMC,
-    BlockGibbs,
-    DiscreteLangevin,
-    Gibbs,
-    GibbsWithGradients,
-    Langevin,
-    MetropolisHastings,
-    ParallelTempering,
-    StepInfo,
-    UnderdampedLangevin,
-)
+from ebmlab.energies import DiagonalGaussian, Gaussian
+from ebmlab.samplers import HMC, MALA, Langevin
 from ebmlab.samplers.integrators import underdamped_step
-
-CONTINUOUS = {
-    "langevin": lambda: Langevin(0.05),
-    "mala": lambda: MALA(0.15),
-    "mala_tuned": lambda: MALA(0.15, target_accept=0.6, adapt_mass=True),
-    "hmc": lambda: HMC(0.2, 5),
-    "adaptive_hmc": lambda: AdaptiveHMC(),
-    "nuts": lambda: NUTS(max_depth=4),
-    "metropolis_hastings": lambda: MetropolisHastings(0.5),
-    "parallel_tempering": lambda: ParallelTempering(Langevin(0.05), [1.0, 0.5, 0.25]),
-    "underdamped": lambda: UnderdampedLangevin(0.2),
-    "sghmc": lambda: SGHMC(0.01),
-}
-BINARY = {
-    "gibbs": lambda model: Gibbs(),
-    "block_gibbs": lambda model: BlockGibbs(model),
-    "gibbs_with_gradients": lambda model: GibbsWithGradients(),
-    "dmala": lambda model: DiscreteLangevin(0.5),
-}
 
 
 def gaussian():
     return Gaussian(torch.tensor([1.0, -1.0]), torch.tensor([[1.0, 0.8], [0.8, 1.5]]))
-
-
-def check_trace(sampler, energy, x0, burn_in=3, n=6):
-    run = sampler.run(energy, x0, n, burn_in=burn_in, thin=1, generator=2, trace=True)
-    b = x0.shape[0]
-    assert set(run.trace) == {"accept_prob", "divergent", "energy"}
-    for value in run.trace.values():
-        assert value.shape == (burn_in + n, b)
-    prob = run.trace["accept_prob"]
-    assert ((prob >= 0) & (prob <= 1)).all()
-    assert run.trace["divergent"].dtype == torch.bool
-    assert isinstance(run.final.info, StepInfo)
-    # the energy a step starts from is the energy of the state the previous step made
-    with torch.no_grad():
-        after = torch.stack([energy(x) for x in run.samples[:-1]])
-    torch.testing.assert_close(run.trace["energy"][burn_in + 1 :], after, rtol=1e-4, atol=1e-4)
-    return run
-
-
-@pytest.mark.parametrize("name", list(CONTINUOUS))
-def test_continuous_samplers_report_every_step(name):
-    x0 = torch.randn(32, 2, generator=torch.Generator().manual_seed(0))
-    check_trace(CONTINUOUS[name](), gaussian(), x0)
-
-
-@pytest.mark.parametrize("name", list(BINARY))
-def test_binary_samplers_report_every_step(name):
-    torch.manual_seed(0)
-    model = BernoulliRBM(6, 4)
-    x0 = (torch.rand(16, 6, generator=torch.Generator().manual_seed(1)) < 0.5).float()
-    check_trace(BINARY[name](model), model, x0)
 
 
 def test_trace_agrees_with_the_run_summary_and_flags_divergences():

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ebmlab import _checks
-from ebmlab.samplers.base import where_rows
+from ebmlab.samplers.base import diverged_rows, where_rows
 
 
 class PersistentChains:
@@ -67,7 +67,7 @@ class PersistentChains:
         if self.chains is None:
             return 0
         layers = self.chains if isinstance(self.chains, tuple) else (self.chains,)
-        bad = ~torch.stack([s.flatten(1).isfinite().all(1) for s in layers]).all(0)
+        bad = torch.stack([diverged_rows(s) for s in layers]).any(0)
         n = int(bad.sum())
         if not n:
             return 0

@@ -23,14 +23,14 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.samplers.integrators import gaussian_noise
 
 PERTURBATIONS = ("gaussian", "bernoulli")
 
 
 def _perturb(x: torch.Tensor, kind: str, scale: float, generator) -> torch.Tensor:
     if kind == "gaussian":
-        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-        return x + scale * noise
+        return x + scale * gaussian_noise(x, generator)
     u = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=x.device)
     return torch.where(u < scale, 1 - x, x)
 

@@ -68,7 +68,7 @@ def energy_loss(e_correct: torch.Tensor, *, reduction: str = "mean") -> torch.Te
 
     Args:
         e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _checks.tensor("e_correct", e_correct, ndim=1, floating=True, finite=True)
     return _reduce(e_correct, reduction)
@@ -82,9 +82,8 @@ def perceptron_loss(
     Zero whenever the correct answer has the lowest energy: no margin.
 
     Args:
-        energies: E(W, Y, X^i) of every answer, (B, K).
-        target: the index of each example's correct answer, (B,) integers in [0, K).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        energies, target: E(W, Y, X^i) of every answer (B, K), the correct ones' indices (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     e_correct = _table(energies, target)
     return _reduce(e_correct - energies.min(1).values, reduction)
@@ -100,12 +99,10 @@ def hinge_loss(
     """L = max(0, m + E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3).
 
     Args:
-        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
-            answers, (B,).
+        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
         margin: m, the margin the correct answer's energy must keep below the offending
             one's.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
     _checks.positive("margin", margin, allow_zero=True)
@@ -118,10 +115,8 @@ def log_loss(
     """L = log(1 + exp(E(W, Y^i, X^i) - E(W, Ybar^i, X^i))) (§2.2.3): a soft hinge.
 
     Args:
-        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
-            answers, (B,).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
     return _reduce(F.softplus(e_correct - e_offending), reduction)
@@ -141,10 +136,8 @@ def lvq2_loss(
     definition, not the hinge formula it resembles.
 
     Args:
-        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
-            answers, (B,).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
     _checks.positive("delta", delta)
@@ -158,10 +151,8 @@ def mce_loss(
     """L = sigmoid(E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3, minimum classification error).
 
     Args:
-        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
-            answers, (B,).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
     return _reduce(torch.sigmoid(e_correct - e_offending), reduction)
@@ -179,12 +170,10 @@ def square_square_loss(
     Both terms are squared, as in the 2006 paper. Meant for non-negative energies.
 
     Args:
-        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
-            answers, (B,).
+        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
         margin: m, the margin the correct answer's energy must keep below the offending
             one's.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
     _checks.positive("margin", margin, allow_zero=True)
@@ -201,10 +190,8 @@ def square_exponential_loss(
     """L = E(W, Y^i, X^i)^2 + gamma exp(-E(W, Ybar^i, X^i)) (§2.2.3).
 
     Args:
-        e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        e_offending: E(W, Ybar^i, X^i), the energies of the most offending incorrect
-            answers, (B,).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
     _checks.positive("gamma", gamma)
@@ -221,9 +208,8 @@ def nll_loss(
     grows it tends to the perceptron loss.
 
     Args:
-        energies: E(W, Y, X^i) of every answer, (B, K).
-        target: the index of each example's correct answer, (B,) integers in [0, K).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        energies, target: E(W, Y, X^i) of every answer (B, K), the correct ones' indices (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     e_correct = _table(energies, target)
     _checks.positive("beta", beta)
@@ -242,9 +228,8 @@ def mee_loss(
     """L = 1 - P(Y^i | X^i, W) with P = softmax(-beta E) (§2.2.4, minimum empirical error).
 
     Args:
-        energies: E(W, Y, X^i) of every answer, (B, K).
-        target: the index of each example's correct answer, (B,) integers in [0, K).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        energies, target: E(W, Y, X^i) of every answer (B, K), the correct ones' indices (B,).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _table(energies, target)
     _checks.positive("beta", beta)
@@ -264,7 +249,7 @@ def contrastive_update_loss(
 
     Args:
         e_correct: E(W, Y^i, X^i), the energies of the correct answers, (B,).
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (one loss per example).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_contrastive)
     return _reduce(e_correct - e_contrastive, reduction)

@@ -24,6 +24,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.samplers.integrators import gaussian_noise
 
 
 def _input_and_grad(energy: EnergyLike, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,7 +109,7 @@ def denoising_score_matching_loss(
         )
     pick = torch.randint(len(levels), (x.shape[0],), generator=generator, device=x.device)
     sigma = levels.to(x.device)[pick].view(-1, *([1] * (x.ndim - 1)))
-    eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    eps = gaussian_noise(x, generator)
     _, grad = _input_and_grad(energy, x + sigma * eps)
     residual = (-grad + eps / sigma) * sigma  # sigma * (model score - target score)
     loss = 0.5 * (residual**2).flatten(1).sum(1).mean()

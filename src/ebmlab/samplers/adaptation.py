@@ -219,22 +219,25 @@ class WarmupTuning:
                     f"a tempered kernel for {len(self.chain_betas)} chains got x0 with {len(x)}"
                 )
             inv_mass = per_chain(1 / self.chain_betas, x) * inv_mass
-        base = {f: getattr(state, f) for f in SamplerState.__dataclass_fields__}
-        return kind(**base, step_size=step_size, inv_mass=inv_mass, **fields)
+        return state.as_kind(kind, step_size=step_size, inv_mass=inv_mass, **fields)
 
     def begin(self, state: T, n_steps: int) -> T:
         """``state`` before ``n_steps`` warm-up steps, with a fresh step-size adapter."""
         dual = DualAveraging.start(float(state.step_size), self.target_accept)
         return state.replace(warmup_steps=n_steps, dual=dual)
 
-    def update(self, old: T, new: T, accept_prob: torch.Tensor) -> T:
-        """``new``, the state after a step from ``old`` that accepted with probabilities
-        ``accept_prob`` (B,), tuned if the step was one of the warm-up's: one dual
-        averaging update (reading the pooled acceptance back to the host), and in its
-        windows a new inverse mass, after which dual averaging restarts."""
-        if old.dual is None or old.t >= old.warmup_steps:
+    def warming(self, state: TunedState) -> bool:
+        """Whether the step from ``state`` is one of the warm-up's."""
+        return state.dual is not None and state.t < state.warmup_steps
+
+    def update(self, old: T, new: T) -> T:
+        """``new``, the state after a step from ``old``, tuned if the step was one of the
+        warm-up's on its acceptance probabilities (``new.info``): one dual averaging
+        update (reading the pooled acceptance back to the host), and in its windows a
+        new inverse mass, after which dual averaging restarts."""
+        if not self.warming(old):
             return new
-        groups = self.groups
+        groups, accept_prob = self.groups, new.info.accept_prob
         pooled = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
         dual, step_size = new.dual.update(float(pooled))
         new = new.replace(step_size=step_size, dual=dual)

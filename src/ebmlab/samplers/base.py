@@ -126,6 +126,20 @@ class SamplerState:
         e, g = energy_and_grad(energy, self.x)
         return self.replace(energy=e, grad=g, n_grad_evals=self.n_grad_evals + 1)
 
+    def as_kind(self, kind: type[S], **fields: Any) -> S:
+        """This state's common fields as a ``kind`` state (a subclass adding fields)
+        with the further ``fields``."""
+        common = {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplerState)}
+        return kind(**common, **fields)
+
+    def taken(self: S, **changes: Any) -> S:
+        """The state after a move every chain takes (Gibbs, unadjusted dynamics): one
+        step and one acceptance counted, the step's :class:`StepInfo` recorded;
+        ``changes`` sets the moved fields."""
+        return self.replace(
+            accepted=self.accepted + 1, t=self.t + 1, info=StepInfo(self.energy), **changes
+        )
+
 
 @dataclass
 class SampleRun:
@@ -190,7 +204,7 @@ class _FiniteWatch:
         self.first = torch.full((x0.shape[0],), -1, dtype=torch.long, device=x0.device)
 
     def update(self, state: SamplerState) -> None:
-        bad = ~torch.isfinite(state.x.flatten(1)).all(1)
+        bad = diverged_rows(state.x)
         self.first = torch.where(bad & (self.first < 0), state.t, self.first)
         if state.t % self.every == 0:
             self.check(state.t)
@@ -424,36 +438,49 @@ def where_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torc
     return torch.where(mask.view(-1, *([1] * (new.ndim - 1))), new, old)
 
 
+def diverged_rows(x: torch.Tensor, bound: float | None = None) -> torch.Tensor:
+    """Which chains (rows of ``x``, (B, ...)) hold a NaN or infinite entry or, given
+    ``bound``, an entry beyond +-bound: a (B,) bool tensor, computed on the device."""
+    flat = x.flatten(1)
+    bad = ~flat.isfinite().all(1)
+    return bad if bound is None else bad | flat.abs().gt(bound).any(1)
+
+
 def metropolis_update(
     state: S,
     proposal: torch.Tensor,
     energy: torch.Tensor,
-    grad: torch.Tensor,
+    grad: torch.Tensor | None,
     log_ratio: torch.Tensor | None,
     generator: torch.Generator | None,
+    *,
+    n_grad_evals: int = 1,
+    divergent: torch.Tensor | None = None,
     **changes: Any,
 ) -> S:
     """The state after a Metropolis test of ``proposal`` (with its ``energy`` and
-    ``grad``) at log acceptance ratio ``log_ratio`` per chain (``None``: every proposal
-    is taken); one gradient evaluation and one step counted, the step's
+    ``grad``; ``None`` for samplers without gradients) at log acceptance ratio
+    ``log_ratio`` per chain (``None``: every proposal is taken), the step's
     :class:`StepInfo` recorded; ``changes`` sets further fields.
 
     Args:
-        generator: source of randomness, a ``torch.Generator`` on the data's device
-            (``None``: the global one).
+        generator: source of the test's uniform draws, on the chains' device.
+        n_grad_evals: gradient evaluations the proposal cost per chain.
+        divergent: the chains whose trajectory diverged (B,), counted in the state.
     """
-    if log_ratio is None:
-        ok = torch.ones_like(energy, dtype=torch.bool)
-    else:
-        ok = accept(log_ratio, generator)
-    info = StepInfo(state.energy, log_ratio)
+    ok = (
+        torch.ones_like(energy, dtype=torch.bool)
+        if log_ratio is None
+        else accept(log_ratio, generator)
+    )
     return state.replace(
         x=where_rows(ok, proposal, state.x),
         energy=torch.where(ok, energy, state.energy),
-        grad=where_rows(ok, grad, state.grad),
+        grad=None if grad is None else where_rows(ok, grad, state.grad),
         accepted=state.accepted + ok,
-        n_grad_evals=state.n_grad_evals + 1,
+        divergent=state.divergent if divergent is None else state.divergent + divergent,
+        n_grad_evals=state.n_grad_evals + n_grad_evals,
         t=state.t + 1,
-        info=info,
+        info=StepInfo(state.energy, log_ratio, divergent),
         **changes,
     )

@@ -151,8 +151,7 @@ class _DiscreteSampler(Sampler[SamplerState]):
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = _check_discrete(x0, self.one_hot)
-        e, g = energy_and_grad(energy, x)
-        return SamplerState.start(x, e, g, n_grad_evals=1)
+        return SamplerState.start(x, None, None, 0).evaluated(energy)
 
     def _metropolis(
         self,

@@ -22,7 +22,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
+from ebmlab.samplers.base import Sampler, SamplerState
 
 
 def _check_binary(x0: torch.Tensor) -> torch.Tensor:
@@ -104,13 +104,7 @@ class Gibbs(Sampler[SamplerState]):
                     _set_row(flat.t(), i, value)
             x = flat.view(shape)
             e = energy(x)
-        return state.replace(
-            x=x,
-            energy=e,
-            accepted=state.accepted + 1,
-            t=state.t + 1,
-            info=StepInfo(state.energy),
-        )
+        return state.taken(x=x, energy=e)
 
 
 def _set_row(x: torch.Tensor, i: int | torch.Tensor, value: torch.Tensor) -> None:
@@ -147,8 +141,8 @@ class BlockGibbs(Sampler[BlockGibbsState]):
         with torch.no_grad():
             logits = self.model.hidden_logits(v)
             e = self.model.free_energy_from_logits(v, logits)
-        base = SamplerState.start(v, e, None, n_grad_evals=0)
-        return BlockGibbsState(**vars(base), hidden_logits=logits)
+        start = SamplerState.start(v, e, None, n_grad_evals=0)
+        return start.as_kind(BlockGibbsState, hidden_logits=logits)
 
     def step(
         self, state: BlockGibbsState, energy: EnergyFn, generator: torch.Generator | None = None
@@ -162,11 +156,4 @@ class BlockGibbs(Sampler[BlockGibbsState]):
             v = self.model.sample_visible(h, generator).view(state.x.shape)
             logits = self.model.hidden_logits(v)
             e = self.model.free_energy_from_logits(v, logits)
-        return state.replace(
-            x=v,
-            energy=e,
-            hidden_logits=logits,
-            accepted=state.accepted + 1,
-            t=state.t + 1,
-            info=StepInfo(state.energy),
-        )
+        return state.taken(x=v, energy=e, hidden_logits=logits)

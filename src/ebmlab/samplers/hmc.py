@@ -43,9 +43,9 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.energies.base import EnergyFn, energy_and_grad
+from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.adaptation import ChEESAdam, TunedState, WarmupTuning
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, accept, where_rows
+from ebmlab.samplers.base import S, Sampler, SamplerState, metropolis_update
 from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
 
 
@@ -109,8 +109,7 @@ class HMC(Sampler[SamplerState]):
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
-        e, g = energy_and_grad(energy, x0)
-        return SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
+        return SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
 
     def _inv_mass_on(self, device: torch.device) -> torch.Tensor:
         """The inverse mass on ``device``, copied there once rather than every step."""
@@ -149,18 +148,12 @@ class HMC(Sampler[SamplerState]):
         log_ratio = torch.where(divergent, torch.full_like(log_ratio, -math.inf), log_ratio)
         return Trajectory(x, p, e, g, log_ratio, divergent)
 
-    def _move(self, state: SamplerState, traj: Trajectory, n_steps: int, generator) -> SamplerState:
-        ok = accept(traj.log_ratio, generator)
-        return state.replace(
-            x=where_rows(ok, traj.x, state.x),
-            energy=torch.where(ok, traj.energy, state.energy),
-            grad=where_rows(ok, traj.grad, state.grad),
-            accepted=state.accepted + ok,
-            divergent=state.divergent + traj.divergent.long(),
-            n_grad_evals=state.n_grad_evals + n_steps,
-            t=state.t + 1,
-            info=StepInfo(state.energy, traj.log_ratio, traj.divergent),
-        )
+    def _move(self, state: S, traj: Trajectory, n_steps: int, generator) -> S:
+        """The Metropolis test of the trajectory's end point."""
+        return metropolis_update(
+            state, traj.x, traj.energy, traj.grad, traj.log_ratio, generator,
+            n_grad_evals=n_steps, divergent=traj.divergent,
+        )  # fmt: skip
 
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
@@ -248,18 +241,16 @@ class AdaptiveHMC(HMC):
         eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype, device=state.x.device)
         traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
         new = self._move(state, traj, n_steps, generator)
-        warming = state.dual is not None and state.t < state.warmup_steps
-        new = self.tuning.update(state, new, new.info.accept_prob)
-        if warming and self.adapt_length:
-            new = self._adapt_length(state, new, traj, new.info.accept_prob, u)
-        return new
+        tuned = self.tuning.update(state, new)
+        if self.adapt_length and self.tuning.warming(state):
+            return self._adapt_length(state, tuned, traj, u)
+        return tuned
 
     def _adapt_length(
         self,
         old: AdaptiveState,
         new: AdaptiveState,
         traj: Trajectory,
-        accept_prob: torch.Tensor,
         u: float,
     ) -> AdaptiveState:
         """One Adam step (beta1 = 0) up log(ChEES / T) in log T.
@@ -273,7 +264,7 @@ class AdaptiveHMC(HMC):
         velocity = (x1c * (old.inv_mass * traj.p)).flatten(1).sum(1)
         per_chain = diff * velocity * u * new.trajectory_length  # d (diff^2 / 4) / d log T
         ok = torch.isfinite(per_chain) & ~traj.divergent
-        weight = accept_prob * ok
+        weight = new.info.accept_prob * ok
         chees = float((torch.where(ok, diff * diff / 4, 0) * weight).sum())
         if float(weight.sum()) <= 0 or chees <= 0:
             return new

@@ -25,7 +25,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
+from ebmlab.samplers.base import Sampler, SamplerState
 from ebmlab.samplers.integrators import euler_maruyama, gaussian_noise
 
 
@@ -88,11 +88,4 @@ class Langevin(Sampler[SamplerState]):
         x = euler_maruyama(state.x, g, h, sigma, gaussian_noise(state.x, generator))
         if self.clamp is not None:
             x = x.clamp(*self.clamp)
-        return state.replace(
-            x=x,
-            energy=None,
-            grad=None,
-            accepted=state.accepted + 1,
-            t=state.t + 1,
-            info=StepInfo(state.energy),
-        )
+        return state.taken(x=x, energy=None, grad=None)

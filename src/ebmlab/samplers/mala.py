@@ -68,13 +68,11 @@ class MALA(Sampler[TunedState]):
         return self._rescaled("step_size", beta, 1.0)
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
-        e, g = energy_and_grad(energy, x0)
-        start = SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
+        start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
         if self.tuning is not None and self.tuning.adapt_mass:
             return self.tuning.initial(start, self.step_size, TunedState)
         # without a mass to tune, M = I and the step skips its products
-        fields = {f: getattr(start, f) for f in SamplerState.__dataclass_fields__}
-        return TunedState(**fields, step_size=self.step_size, inv_mass=None)
+        return start.as_kind(TunedState, step_size=self.step_size, inv_mass=None)
 
     def begin_warmup(self, state: TunedState, n_steps: int) -> TunedState:
         return state if self.tuning is None else self.tuning.begin(state, n_steps)
@@ -98,4 +96,4 @@ class MALA(Sampler[TunedState]):
         new = metropolis_update(state, proposal, e_new, g_new, log_ratio, generator)
         if self.tuning is None:
             return new
-        return self.tuning.update(state, new, new.info.accept_prob)
+        return self.tuning.update(state, new)

@@ -11,15 +11,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import (
-    Sampler,
-    SamplerState,
-    StepInfo,
-    accept,
-    add_scaled,
-    per_chain,
-    where_rows,
-)
+from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, metropolis_update, per_chain
 from ebmlab.samplers.integrators import gaussian_noise
 
 
@@ -46,12 +38,6 @@ class MetropolisHastings(Sampler[SamplerState]):
         proposal = add_scaled(state.x, per_chain(self.scale, state.x), noise)
         with torch.no_grad():
             e_new = energy(proposal)
-        log_ratio = state.energy - e_new
-        ok = accept(log_ratio, generator)
-        return state.replace(
-            x=where_rows(ok, proposal, state.x),
-            energy=torch.where(ok, e_new, state.energy),
-            accepted=state.accepted + ok,
-            t=state.t + 1,
-            info=StepInfo(state.energy, log_ratio),
+        return metropolis_update(
+            state, proposal, e_new, None, state.energy - e_new, generator, n_grad_evals=0
         )

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyFn, energy_and_grad
+from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.adaptation import TunedState, WarmupTuning
 from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, where_rows
 from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
@@ -139,8 +139,7 @@ class NUTS(Sampler[TunedState]):
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
-        e, g = energy_and_grad(energy, x0)
-        start = SamplerState.start(x0.detach().clone(), e, g, n_grad_evals=1)
+        start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
         return self.tuning.initial(start, self.step_size, TunedState)
 
     def begin_warmup(self, state: TunedState, n_steps: int) -> TunedState:
@@ -211,7 +210,7 @@ class NUTS(Sampler[TunedState]):
             t=state.t + 1,
             info=StepInfo(state.energy, (accept_sum / n_points.clamp(min=1)).log(), divergent),
         )
-        return self.tuning.update(state, new, new.info.accept_prob)
+        return self.tuning.update(state, new)
 
     def _subtree(
         self,

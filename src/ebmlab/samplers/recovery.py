@@ -26,6 +26,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.samplers.base import frozen_parameters
+from ebmlab.samplers.integrators import gaussian_noise
 from ebmlab.samplers.langevin import Langevin
 
 
@@ -66,10 +67,10 @@ def blur(
     sigmas = sigmas.to(x.device)
     alphas = (1 - sigmas**2).sqrt()
     abar = torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level].to(x.dtype)[:, None]
-    noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    noise = gaussian_noise(x, generator)
     x_t = abar * x + (1 - abar**2).sqrt() * noise
     a, s = alphas[level].to(x.dtype)[:, None], sigmas[level].to(x.dtype)[:, None]
-    noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    noise = gaussian_noise(x, generator)
     return x_t, a * x_t + s * noise
 
 

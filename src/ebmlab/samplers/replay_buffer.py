@@ -18,7 +18,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import move_to
-from ebmlab.samplers.base import where_rows
+from ebmlab.samplers.base import diverged_rows, where_rows
 
 InitFn = Callable[[int, torch.Generator | None], torch.Tensor]
 
@@ -227,10 +227,9 @@ class ReplayBuffer:
         entry or, given ``bound``, an entry beyond +-bound, and return how many were
         redrawn. Meant for recovery
         after a divergence, between steps: it reads the count back from the device."""
-        flat = self.buffer.flatten(1)
-        bad = ~flat.isfinite().all(1)
         if bound is not None:
-            bad |= flat.abs().gt(_checks.positive("bound", bound)).any(1)
+            _checks.positive("bound", bound)
+        bad = diverged_rows(self.buffer, bound)
         draws = self.init_fn(self.capacity, generator).to(self.buffer.device, self.buffer.dtype)
         self.buffer = where_rows(bad, draws, self.buffer)
         return int(bad.sum())

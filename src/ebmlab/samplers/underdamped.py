@@ -28,7 +28,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, add_scaled, per_chain
+from ebmlab.samplers.base import Sampler, SamplerState, add_scaled, per_chain
 from ebmlab.samplers.integrators import gaussian_noise, underdamped_step
 
 
@@ -43,10 +43,8 @@ class _Kinetic(Sampler[KineticState]):
     """Shared state handling: chains start at rest with the energy and gradient cached."""
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> KineticState:
-        x = x0.detach().clone()
-        e, g = energy_and_grad(energy, x)
-        base = SamplerState.start(x, e, g, n_grad_evals=1)
-        return KineticState(**vars(base), momentum=torch.zeros_like(x))
+        start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
+        return start.as_kind(KineticState, momentum=torch.zeros_like(start.x))
 
     def _advanced(
         self,
@@ -57,16 +55,7 @@ class _Kinetic(Sampler[KineticState]):
         g: torch.Tensor,
     ) -> KineticState:
         """The next state: position ``x`` with its energy and gradient, momentum ``v``."""
-        return state.replace(
-            x=x,
-            energy=e,
-            grad=g,
-            momentum=v,
-            accepted=state.accepted + 1,
-            n_grad_evals=state.n_grad_evals + 1,
-            t=state.t + 1,
-            info=StepInfo(state.energy),
-        )
+        return state.taken(x=x, energy=e, grad=g, momentum=v, n_grad_evals=state.n_grad_evals + 1)
 
 
 class UnderdampedLangevin(_Kinetic):

@@ -33,6 +33,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.data.encoding import EncodedRows
 from ebmlab.devices import move_to, resolve_device
+from ebmlab.energies.base import energy_device
 from ebmlab.samplers.base import NonFiniteChainError
 from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
@@ -287,6 +288,10 @@ class Task:
                 (``None``: the global one).
         """
         return {}
+
+    def generator(self, seed: int) -> torch.Generator:
+        """A generator seeded with ``seed`` on the model's device."""
+        return torch.Generator(energy_device(self.model)).manual_seed(seed)
 
     def to(self, device: torch.device) -> Task:
         """Move everything the task holds to ``device``: the model, tensors, replay

@@ -64,12 +64,9 @@ class _ConditionalTask(Task):
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
     ) -> StepResult:
         v, condition = batch
-        loss = conditional_cd_loss(self.model, v, condition, k=self.config.k, generator=generator)
-        return StepResult(loss, {"free_energy_gap": float(loss.detach())})
-
-    def generator(self, seed: int) -> torch.Generator:
-        """A generator seeded with ``seed`` on the model's device."""
-        return torch.Generator(energy_device(self.model)).manual_seed(seed)
+        return StepResult(
+            conditional_cd_loss(self.model, v, condition, k=self.config.k, generator=generator)
+        )
 
     def log_partition(self, method: str = "auto", generator: torch.Generator | None = None):
         """Refused: a conditional model has one log Z per condition."""
@@ -77,6 +74,12 @@ class _ConditionalTask(Task):
             f"model {self.config.model!r} has one log Z per condition, not one for the run; "
             "its exact conditional likelihood is part of `ebmlab evaluate`"
         )
+
+    def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
+        return self.evaluate()
+
+    def evaluate(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def on_epoch_end(
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
@@ -122,14 +125,11 @@ class ConditionalRBMTask(_ConditionalTask):
     def linear_mse(self, part: tuple[torch.Tensor, torch.Tensor]) -> float:
         """Next-frame squared error of the least-squares linear autoregression."""
         v, history = part
-        weights, bias = (t.to(history.device) for t in self.linear)
+        weights, bias = self.linear
         return float(((history @ weights.T + bias - v) ** 2).double().mean())
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {f"val_{k}": value for k, value in self.scores(self.val).items()}
-
-    def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
-        return self.evaluate()
 
     def evaluate(self) -> dict[str, Any]:
         """Test scores beside the linear autoregression's."""
@@ -188,29 +188,26 @@ class GatedRBMTask(_ConditionalTask):
         x, y, _ = self.pairs["train"]
         return y, x
 
-    def errors(self, splits: tuple[str, ...]) -> dict[str, float]:
-        """The fraction of each split's pairs whose transformation a logistic regression
+    def error(self, split: str) -> float:
+        """The fraction of the split's pairs whose transformation a logistic regression
         on the mapping units (fitted on training pairs) infers wrongly."""
 
         def features(split: str) -> tuple[np.ndarray, np.ndarray]:
-            x, y, labels = (t.to(energy_device(self.model)) for t in self.pairs[split])
+            x, y, labels = self.pairs[split]
             with torch.no_grad():
                 h = self.model.hidden_probs(y, x)
             return h.double().cpu().numpy(), labels.cpu().numpy()
 
         h, labels = features("train")
         probe = LogisticRegression(max_iter=2000).fit(h[:PROBE_PAIRS], labels[:PROBE_PAIRS])
-        return {split: float(1 - probe.score(*features(split))) for split in splits}
+        return float(1 - probe.score(*features(split)))
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
-        return {"val_error": self.errors(("val",))["val"]}
-
-    def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
-        return self.evaluate()
+        return {"val_error": self.error("val")}
 
     def evaluate(self) -> dict[str, Any]:
         """Held-out transformation error of the mapping units."""
-        return {"n_visible": SIZE * SIZE, "test_error": self.errors(("test",))["test"]}
+        return {"n_visible": SIZE * SIZE, "test_error": self.error("test")}
 
     def picture(self, n: int, steps: int, out, generator: torch.Generator) -> None:
         """The analogy grid of :func:`analogy_picture` (``n`` and ``steps`` unused: the

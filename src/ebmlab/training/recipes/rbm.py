@@ -63,7 +63,6 @@ from ebmlab.energies import (
     SpikeSlabRBM,
     SubspaceRBM,
 )
-from ebmlab.energies.base import energy_device
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT, base_rate_logits
 from ebmlab.evaluation import log_likelihood
 from ebmlab.learning.rbm import ContrastiveDivergence, DBMLearning, pretrain_dbm
@@ -186,6 +185,7 @@ class RBMConfig:
         enumerated = {
             "gaussian": ("hidden units", self.n_hidden),
             "dbm": ("hidden units", self.n_hidden),
+            "conditional": ("hidden units", self.n_hidden),
             "subspace": ("gate-subspace products n_hidden * n_subspace",
                          self.n_hidden * self.n_subspace),
         }  # fmt: skip
@@ -197,11 +197,6 @@ class RBMConfig:
             )
         _checks.positive_int("order", self.order)
         _checks.positive_int("n_factors", self.n_factors)
-        if self.model == "conditional" and self.n_hidden > ENUMERATION_LIMIT:
-            raise ArgumentError(
-                "model 'conditional' evaluates its likelihood exactly, by enumerating "
-                f"{self.n_hidden} hidden units; use at most {ENUMERATION_LIMIT}"
-            )
         if self.sparsity_target and self.model in ("classification", "dbm", *CONDITIONAL_DATA):
             raise ArgumentError(f"sparsity_target is not available for model {self.model!r}")
         _checks.positive_int("k", self.k)
@@ -383,10 +378,6 @@ class RBMTask(Task):
             "train_log_likelihood": self.log_likelihood(self.train, log_z),
             "test_log_likelihood": self.log_likelihood(self.test, log_z),
         }
-
-    def generator(self, seed: int) -> torch.Generator:
-        """A generator seeded with ``seed`` on the model's device."""
-        return torch.Generator(energy_device(self.model)).manual_seed(seed)
 
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` visible samples after ``steps`` Gibbs steps from the persistent chains (or
