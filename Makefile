@@ -17,13 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The fast-path tests run twice: on whatever this CPU offers, then on the portable path
-# (oneDNN and ATen limited to AVX2, and every ebmlab CPU fast path off).
+# (oneDNN and ATen limited to AVX2, and every ebmlab CPU fast path off). The whole suite
+# runs on every core, one test file per worker (tests/conftest.py shares the threads out).
 PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
 
 test: setup docs
 	$(VENV)/bin/ruff check src tests benchmarks docs
 	$(PORTABLE) $(PY) -m pytest -m fastpath
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 # The documentation site (mkdocs, Material theme, API pages from the docstrings) into
 # site/; any warning fails the build.

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,16 @@ def mnist_dir() -> Path:
     return MNIST_DIR
 
 
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets its share of the cores, so the workers do not
+    oversubscribe them."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        torch.set_num_threads(max(1, torch.get_num_threads() // int(workers)))
+
+
 @pytest.fixture(autouse=True)
-def _seed_and_threads():
+def _seed():
     torch.manual_seed(0)
     yield
 
