@@ -19,7 +19,9 @@ into features of the transformation between them.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator
+from dataclasses import KW_ONLY
 
 import numpy as np
 import torch
@@ -34,6 +36,12 @@ from ebmlab.energies import boltzmann, conv_rbm, gated, spike_slab
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.losses import classification_rbm_loss, conditional_cd_loss
 from ebmlab.partition import LogZEstimate, log_partition
+
+_parameters = dataclasses.dataclass(eq=False, repr=False)
+"""Declares an estimator's scikit-learn parameters as dataclass fields: the generated
+``__init__`` stores each argument as given, as scikit-learn's ``get_params`` and ``clone``
+require, and a subclass declares only the parameters it adds or whose default it
+changes. Equality and ``repr`` stay scikit-learn's."""
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NUMPY = {"float32": np.float32, "float64": np.float64}
@@ -90,46 +98,30 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.float64)
 
 
+@_parameters
 class _RBMEstimator(TransformerMixin, BaseEstimator):
     """Training and scoring shared by the RBM estimators; subclasses build the energy
     (:meth:`_build`), validate inputs (:meth:`_check_X`) and give log Z."""
 
-    centering = False  # a parameter of the estimators whose model supports it
+    n_components: int = 256
+    _: KW_ONLY
+    learning_rate: float = 0.1
+    batch_size: int = 10
+    n_iter: int = 10
+    verbose: int = 0
+    random_state: int | np.random.RandomState | None = None
+    k: int = 1
+    persistent: bool = True
+    n_chains: int | None = None
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_decay: bool = False
+    dtype: str = "float32"
+    device: str = "cpu"
 
-    def __init__(
-        self,
-        n_components: int = 256,
-        *,
-        learning_rate: float = 0.1,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        verbose: int = 0,
-        random_state: int | np.random.RandomState | None = None,
-        k: int = 1,
-        persistent: bool = True,
-        n_chains: int | None = None,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        lr_decay: bool = False,
-        dtype: str = "float32",
-        matmul_dtype: str | None = None,
-        device: str = "cpu",
-    ) -> None:
-        self.n_components = n_components
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.n_iter = n_iter
-        self.verbose = verbose
-        self.random_state = random_state
-        self.k = k
-        self.persistent = persistent
-        self.n_chains = n_chains
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.lr_decay = lr_decay
-        self.dtype = dtype
-        self.matmul_dtype = matmul_dtype
-        self.device = device
+    # parameters of the estimators whose model supports them
+    centering = False
+    matmul_dtype = None
 
     def _check_params(self) -> None:
         _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"), ("learning_rate",),
@@ -226,70 +218,13 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         return _numpy(-free - self.log_partition().log_z)
 
 
-class BernoulliRBM(_RBMEstimator):
-    """Bernoulli RBM trained by (persistent) contrastive divergence.
-
-    Args mirror scikit-learn's: ``n_components`` hidden units, ``learning_rate``,
-    ``batch_size``, ``n_iter`` epochs, ``verbose``, ``random_state``; and further
-    ``k`` (Gibbs steps), ``persistent`` (PCD, scikit-learn's algorithm; False for CD-k),
-    ``n_chains`` (persistent chains; default one per batch row), ``momentum``,
-    ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero over the
-    ``n_iter`` epochs, which settles the parameters), ``dtype`` (``"float32"`` or
-    ``"float64"``), ``matmul_dtype`` (``"bfloat16"`` runs the updates' matrix products
-    in bfloat16, several times faster on CPUs with AMX; the parameters stay in
-    ``dtype``) and ``centering`` (the centred-RBM update of
-    :class:`~ebmlab.learning.rbm.ContrastiveDivergence`), and ``device`` (``"cpu"``,
-    ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"``: where the model trains; fitted
-    attributes and outputs are NumPy arrays wherever it trains).
-    Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
-    negative values are refused.
-
-    The defaults are scikit-learn's. For likelihood, ``k=1, n_chains=100,
-    centering=True, momentum=0.9, learning_rate=0.05, lr_decay=True`` is recommended.
-    """
-
-    def __init__(
-        self,
-        n_components: int = 256,
-        *,
-        learning_rate: float = 0.1,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        verbose: int = 0,
-        random_state: int | np.random.RandomState | None = None,
-        k: int = 1,
-        persistent: bool = True,
-        n_chains: int | None = None,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        lr_decay: bool = False,
-        dtype: str = "float32",
-        matmul_dtype: str | None = None,
-        device: str = "cpu",
-        centering: bool = False,
-    ) -> None:
-        super().__init__(
-            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
-            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
-            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
-            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
-        )  # fmt: skip
-        self.centering = centering
+class _BinaryRBMEstimator(_RBMEstimator):
+    """The RBM estimators over values in [0, 1], whose log Z anneals from the training
+    data's base rates."""
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
         return _to_tensor(self, X, unit_interval=True)
-
-    def _build(self, data: torch.Tensor) -> boltzmann.BernoulliRBM:
-        """Small random weights; visible biases at the log-odds of the data means (Hinton's
-        practical guide, section 8), so the model starts from the independent-pixel fit."""
-        gen = self._generator
-        rbm = boltzmann.BernoulliRBM(data.shape[1], self.n_components, init_std=0.0)
-        with torch.no_grad():
-            rbm.W.normal_(0.0, 0.01, generator=gen)
-            self._base_biases = boltzmann.base_rate_logits(data)
-            rbm.b.copy_(self._base_biases)
-        return rbm
 
     def log_partition(self) -> LogZEstimate:
         """log Z by :func:`ebmlab.partition.log_partition`: exact by enumeration over the
@@ -322,7 +257,47 @@ class BernoulliRBM(_RBMEstimator):
         return tags
 
 
-class ConvolutionalRBM(BernoulliRBM):
+@_parameters
+class BernoulliRBM(_BinaryRBMEstimator):
+    """Bernoulli RBM trained by (persistent) contrastive divergence.
+
+    Args mirror scikit-learn's: ``n_components`` hidden units, ``learning_rate``,
+    ``batch_size``, ``n_iter`` epochs, ``verbose``, ``random_state``; and further
+    ``k`` (Gibbs steps), ``persistent`` (PCD, scikit-learn's algorithm; False for CD-k),
+    ``n_chains`` (persistent chains; default one per batch row), ``momentum``,
+    ``weight_decay``, ``lr_decay`` (learning rate falling linearly to zero over the
+    ``n_iter`` epochs, which settles the parameters), ``dtype`` (``"float32"`` or
+    ``"float64"``), ``matmul_dtype`` (``"bfloat16"`` runs the updates' matrix products
+    in bfloat16, several times faster on CPUs with AMX; the parameters stay in
+    ``dtype``) and ``centering`` (the centred-RBM update of
+    :class:`~ebmlab.learning.rbm.ContrastiveDivergence`), and ``device`` (``"cpu"``,
+    ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"``: where the model trains; fitted
+    attributes and outputs are NumPy arrays wherever it trains).
+    Inputs are values in [0, 1] (binary data, or probabilities as for grey levels);
+    negative values are refused.
+
+    The defaults are scikit-learn's. For likelihood, ``k=1, n_chains=100,
+    centering=True, momentum=0.9, learning_rate=0.05, lr_decay=True`` is recommended.
+    """
+
+    _: KW_ONLY
+    matmul_dtype: str | None = None
+    centering: bool = False
+
+    def _build(self, data: torch.Tensor) -> boltzmann.BernoulliRBM:
+        """Small random weights; visible biases at the log-odds of the data means (Hinton's
+        practical guide, section 8), so the model starts from the independent-pixel fit."""
+        gen = self._generator
+        rbm = boltzmann.BernoulliRBM(data.shape[1], self.n_components, init_std=0.0)
+        with torch.no_grad():
+            rbm.W.normal_(0.0, 0.01, generator=gen)
+            self._base_biases = boltzmann.base_rate_logits(data)
+            rbm.b.copy_(self._base_biases)
+        return rbm
+
+
+@_parameters
+class ConvolutionalRBM(_BinaryRBMEstimator):
     """Convolutional RBM (Lee et al. 2009) as a feature extractor for images in [0, 1],
     trained by (persistent) CD through its free energy.
 
@@ -338,34 +313,11 @@ class ConvolutionalRBM(BernoulliRBM):
     are as in :class:`BernoulliRBM`.
     """
 
-    def __init__(
-        self,
-        n_components: int = 8,
-        *,
-        filter_size: int = 5,
-        image_shape: tuple[int, ...] | None = None,
-        learning_rate: float = 0.05,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        verbose: int = 0,
-        random_state: int | np.random.RandomState | None = None,
-        k: int = 1,
-        persistent: bool = True,
-        n_chains: int | None = None,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        lr_decay: bool = False,
-        dtype: str = "float32",
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(
-            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
-            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
-            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
-            lr_decay=lr_decay, dtype=dtype, device=device,
-        )  # fmt: skip
-        self.filter_size = filter_size
-        self.image_shape = image_shape
+    n_components: int = 8
+    _: KW_ONLY
+    filter_size: int = 5
+    image_shape: tuple[int, ...] | None = None
+    learning_rate: float = 0.05
 
     def _shape(self, n_features: int) -> tuple[int, ...]:
         if self.image_shape is not None:
@@ -395,36 +347,15 @@ class ConvolutionalRBM(BernoulliRBM):
         return self.rbm_.filter_images()
 
 
+@_parameters
 class _RealRBMEstimator(_RBMEstimator):
     """An RBM estimator over real-valued (standardised) features, scored with log Z from
     :func:`ebmlab.partition.log_partition`; its default learning rate is a tenth of the
     binary RBM's."""
 
-    def __init__(
-        self,
-        n_components: int = 256,
-        *,
-        learning_rate: float = 0.01,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        verbose: int = 0,
-        random_state: int | np.random.RandomState | None = None,
-        k: int = 1,
-        persistent: bool = True,
-        n_chains: int | None = None,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        lr_decay: bool = False,
-        dtype: str = "float32",
-        matmul_dtype: str | None = None,
-        device: str = "cpu",
-    ) -> None:
-        super().__init__(
-            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
-            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
-            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
-            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
-        )  # fmt: skip
+    _: KW_ONLY
+    learning_rate: float = 0.01
+    matmul_dtype: str | None = None
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
@@ -439,6 +370,7 @@ class _RealRBMEstimator(_RBMEstimator):
         return log_partition(self.rbm_, generator=self._generator)
 
 
+@_parameters
 class GaussianBernoulliRBM(_RealRBMEstimator):
     """Gaussian-Bernoulli RBM for real-valued features, trained by (persistent) CD.
 
@@ -453,35 +385,9 @@ class GaussianBernoulliRBM(_RealRBMEstimator):
     ``dtype``, ``matmul_dtype`` and ``device`` are as in :class:`BernoulliRBM`.
     """
 
-    def __init__(
-        self,
-        n_components: int = 256,
-        *,
-        learning_rate: float = 0.01,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        verbose: int = 0,
-        random_state: int | np.random.RandomState | None = None,
-        k: int = 1,
-        persistent: bool = True,
-        n_chains: int | None = None,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        lr_decay: bool = False,
-        dtype: str = "float32",
-        matmul_dtype: str | None = None,
-        device: str = "cpu",
-        sigma: float = 1.0,
-        learn_sigma: bool = False,
-    ) -> None:
-        super().__init__(
-            n_components, learning_rate=learning_rate, batch_size=batch_size, n_iter=n_iter,
-            verbose=verbose, random_state=random_state, k=k, persistent=persistent,
-            n_chains=n_chains, momentum=momentum, weight_decay=weight_decay,
-            lr_decay=lr_decay, dtype=dtype, matmul_dtype=matmul_dtype, device=device,
-        )  # fmt: skip
-        self.sigma = sigma
-        self.learn_sigma = learn_sigma
+    _: KW_ONLY
+    sigma: float = 1.0
+    learn_sigma: bool = False
 
     def _build(self, data: torch.Tensor) -> boltzmann.GaussianBernoulliRBM:
         if not (np.isfinite(self.sigma) and self.sigma > 0):
@@ -495,16 +401,20 @@ class GaussianBernoulliRBM(_RealRBMEstimator):
         return rbm
 
 
+@_parameters
 class SpikeSlabRBM(_RealRBMEstimator):
     """Spike-and-slab RBM (µ-ssRBM, Courville et al. 2011) for real-valued features, a
     feature extractor trained by (persistent) CD through its free energy.
 
-    The arguments are :class:`BernoulliRBM`'s, with a smaller default learning rate;
-    ``n_components`` is the number of spike-and-slab pairs. Visible offsets start at the
-    feature means, weights at N(0, 0.1^2), free precisions at 1 (standardised features).
-    ``transform`` gives the spike probabilities p(h = 1 | v); ``score_samples`` is the
-    exact log-density when ``n_components <= ENUMERATION_LIMIT`` (the spikes enumerated,
-    slabs and visibles integrated), else with log Z from AIS.
+    ``n_components`` is the number of spike-and-slab pairs; ``learning_rate`` (a tenth
+    of :class:`BernoulliRBM`'s by default), ``batch_size``, ``n_iter``, ``verbose``,
+    ``random_state``, ``k``, ``persistent``, ``n_chains``, ``momentum``,
+    ``weight_decay``, ``lr_decay``, ``dtype``, ``matmul_dtype`` and ``device`` are as in
+    :class:`BernoulliRBM`. Visible offsets start at the feature means, weights at
+    N(0, 0.1^2), free precisions at 1 (standardised features). ``transform`` gives the
+    spike probabilities p(h = 1 | v); ``score_samples`` is the exact log-density when
+    ``n_components <= ENUMERATION_LIMIT`` (the spikes enumerated, slabs and visibles
+    integrated), else with log Z from AIS.
     """
 
     def _build(self, data: torch.Tensor) -> spike_slab.SpikeSlabRBM:
@@ -515,6 +425,7 @@ class SpikeSlabRBM(_RealRBMEstimator):
         return rbm
 
 
+@_parameters
 class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
     """Classification RBM (Larochelle & Bengio 2008): an RBM over inputs and a one-hot
     label whose p(y | x) is exact, softmax_y(-F(x, y)).
@@ -541,34 +452,19 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
     rates.
     """
 
-    def __init__(
-        self,
-        n_components: int = 100,
-        *,
-        objective: str = "hybrid",
-        alpha: float = 0.01,
-        learning_rate: float = 0.01,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        k: int = 1,
-        weight_decay: float = 0.0,
-        verbose: int = 0,
-        random_state: int | np.random.RandomState | None = None,
-        dtype: str = "float32",
-        device: str = "cpu",
-    ) -> None:
-        self.n_components = n_components
-        self.objective = objective
-        self.alpha = alpha
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.n_iter = n_iter
-        self.k = k
-        self.weight_decay = weight_decay
-        self.verbose = verbose
-        self.random_state = random_state
-        self.dtype = dtype
-        self.device = device
+    n_components: int = 100
+    _: KW_ONLY
+    objective: str = "hybrid"
+    alpha: float = 0.01
+    learning_rate: float = 0.01
+    batch_size: int = 10
+    n_iter: int = 10
+    k: int = 1
+    weight_decay: float = 0.0
+    verbose: int = 0
+    random_state: int | np.random.RandomState | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
 
     def _check_X(self, X, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
@@ -722,6 +618,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return tags
 
 
+@_parameters
 class DBN(TransformerMixin, BaseEstimator):
     """Deep belief network by greedy layer-wise training of RBMs (Hinton, Osindero & Teh 2006).
 
@@ -742,28 +639,16 @@ class DBN(TransformerMixin, BaseEstimator):
             layers train.
     """
 
-    def __init__(
-        self,
-        hidden_layers: tuple[int, ...] = (256, 64),
-        *,
-        learning_rate: float = 0.1,
-        batch_size: int = 10,
-        n_iter: int = 10,
-        k: int = 1,
-        persistent: bool = True,
-        momentum: float = 0.5,
-        random_state: int | np.random.RandomState | None = None,
-        device: str = "cpu",
-    ) -> None:
-        self.hidden_layers = hidden_layers
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.n_iter = n_iter
-        self.k = k
-        self.persistent = persistent
-        self.momentum = momentum
-        self.random_state = random_state
-        self.device = device
+    hidden_layers: tuple[int, ...] = (256, 64)
+    _: KW_ONLY
+    learning_rate: float = 0.1
+    batch_size: int = 10
+    n_iter: int = 10
+    k: int = 1
+    persistent: bool = True
+    momentum: float = 0.5
+    random_state: int | np.random.RandomState | None = None
+    device: str = "cpu"
 
     def fit(self, X, y=None) -> DBN:
         """Train the stack greedily, one RBM per layer on the layer below's hidden probabilities.
@@ -835,6 +720,7 @@ class DBN(TransformerMixin, BaseEstimator):
         return _numpy(h)
 
 
+@_parameters
 class GatedRBM(TransformerMixin, BaseEstimator):
     """Factored gated RBM on pairs (Memisevic & Hinton 2010): a transformer whose
     features say how one image follows from another.
@@ -854,34 +740,19 @@ class GatedRBM(TransformerMixin, BaseEstimator):
     (:class:`ebmlab.energies.GatedRBM`).
     """
 
-    def __init__(
-        self,
-        n_components: int = 64,
-        *,
-        n_factors: int = 200,
-        n_input: int | None = None,
-        learning_rate: float = 0.01,
-        batch_size: int = 100,
-        n_iter: int = 10,
-        k: int = 1,
-        init_std: float = 0.3,
-        random_state: int | np.random.RandomState | None = None,
-        verbose: int = 0,
-        dtype: str = "float32",
-        device: str = "cpu",
-    ) -> None:
-        self.n_components = n_components
-        self.n_factors = n_factors
-        self.n_input = n_input
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.n_iter = n_iter
-        self.k = k
-        self.init_std = init_std
-        self.random_state = random_state
-        self.verbose = verbose
-        self.dtype = dtype
-        self.device = device
+    n_components: int = 64
+    _: KW_ONLY
+    n_factors: int = 200
+    n_input: int | None = None
+    learning_rate: float = 0.01
+    batch_size: int = 100
+    n_iter: int = 10
+    k: int = 1
+    init_std: float = 0.3
+    random_state: int | np.random.RandomState | None = None
+    verbose: int = 0
+    dtype: str = "float32"
+    device: str = "cpu"
 
     def _pairs(self, X, reset: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Validated rows split into (outputs y, inputs x), as tensors."""

@@ -42,9 +42,11 @@ class EnergyModel(nn.Module):
         """Energies of a batch: ``x`` (B, ...) -> (B,); lower is more likely."""
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The energies, as :meth:`energy`: calling the module evaluates it."""
-        return self.energy(x)
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor | None) -> torch.Tensor:
+        """The energies, as :meth:`energy` with the same arguments (the inputs, and the
+        conditioning or latent variables of the models that take them): calling the
+        module evaluates it."""
+        return self.energy(*args, **kwargs)
 
     def unnormalized_log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """log p(x) + log Z = -E(x)."""

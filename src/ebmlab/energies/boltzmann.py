@@ -177,9 +177,6 @@ class _RBM(EnergyModel):
             return self.joint_energy(v, h)
         return self.free_energy(v)
 
-    def forward(self, v: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
-        return self.energy(v, h)
-
     def free_energy(self, v: torch.Tensor) -> torch.Tensor:
         return self.free_energy_from_logits(v, self.hidden_logits(v))
 
@@ -469,9 +466,6 @@ class SubspaceRBM(EnergyModel):
             return self.free_energy(x)
         return self.joint_energy(x, h, s)
 
-    def forward(self, x: torch.Tensor, h=None, s=None) -> torch.Tensor:
-        return self.energy(x, h, s)
-
     def gate_probs(self, x: torch.Tensor) -> torch.Tensor:
         """p(h_j = 1 | x) of the gates (Tomczak 2024, eq. 6.46): (B, D) -> (B, n_gates)."""
         return torch.sigmoid(self.gate_logits(x))
@@ -558,9 +552,6 @@ class ClassificationRBM(EnergyModel):
         if y is not None:
             return self.free_energy(x, y)
         return -(x.flatten(1) @ self.b) - torch.logsumexp(self.class_scores(x), 1)
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        return self.energy(x, y)
 
     def label_rbm(self, y: int) -> BernoulliRBM:
         """The Bernoulli RBM over x with the label clamped to ``y`` (hidden biases

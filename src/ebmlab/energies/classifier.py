@@ -66,9 +66,6 @@ class ClassifierEnergy(EnergyModel):
             return -torch.logsumexp(logits, 1)
         return -logits.gather(1, y.long().view(-1, 1)).squeeze(1)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        return self.energy(x, y)
-
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
         """p(y | x) = softmax(beta NN(x)) (eq. 6.16 at inverse temperature ``beta``)."""
         return torch.softmax(self.beta * self.logits(x), 1)

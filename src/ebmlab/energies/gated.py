@@ -155,9 +155,6 @@ class GatedRBM(EnergyModel):
         """The free energy F(y | x): (B, D_y), (B, D_x) -> (B,)."""
         return self.free_energy(y, x)
 
-    def forward(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return self.energy(y, x)
-
     def gibbs(
         self,
         y: torch.Tensor,

@@ -145,9 +145,6 @@ class ConditionalRBM(EnergyModel):
         """
         return self.free_energy(v, history)
 
-    def forward(self, v: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
-        return self.energy(v, history)
-
     def gibbs(
         self,
         v: torch.Tensor,

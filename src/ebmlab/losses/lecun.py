@@ -114,6 +114,9 @@ def log_loss(
 ) -> torch.Tensor:
     """L = log(1 + exp(E(W, Y^i, X^i) - E(W, Ybar^i, X^i))) (§2.2.3): a soft hinge.
 
+    The hinge with an infinite margin, smoothed: the gradient never vanishes, so the
+    answers keep being pushed apart however wide the gap between them already is.
+
     Args:
         e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
@@ -149,6 +152,10 @@ def mce_loss(
     e_correct: torch.Tensor, e_offending: torch.Tensor, *, reduction: str = "mean"
 ) -> torch.Tensor:
     """L = sigmoid(E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3, minimum classification error).
+
+    A smooth count of mistakes (Juang et al. 1997): it saturates at both ends, so
+    neither samples far on the right side nor gross errors move the parameters much,
+    and the loss is not convex in the energy difference.
 
     Args:
         e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
