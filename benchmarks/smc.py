@@ -4,7 +4,7 @@ Targets with a known log Z:
 
 - Gaussian mixtures (4 unit-variance components, means ~ N(0, 4 I)) in 2, 10 and 50
   dimensions, and Neal's funnel in 10 dimensions, from a broad Gaussian base with HMC
-  moves;
+  moves (on the funnel with step sizes spread log-uniformly over two decades);
 - a 64 x 16 Bernoulli RBM trained on the binarised digits (exact log Z by enumerating
   the 2^16 hidden states), from the data's base-rate model with Gibbs-with-Gradients
   moves.
@@ -88,9 +88,9 @@ def problems() -> dict[str, dict]:
     out["Neal's funnel, 10-d"] = {
         "target": funnel,
         "base": Gaussian(torch.zeros(10), torch.eye(10) * 9),
-        "kernel": HMC(0.05, 10),
+        "kernel": HMC(0.1, 10, step_spread=10.0),
         "particles": 512,
-        "steps": 5,
+        "steps": 10,
         "truth": float(funnel.log_partition()),
     }
     rbm, base = digits_rbm()

@@ -22,6 +22,7 @@ def target():
 SAMPLERS = {
     "mala": lambda: MALA(0.15),
     "hmc": lambda: HMC(0.25, 8),
+    "hmc_spread_steps": lambda: HMC(0.25, 8, step_spread=4.0),
     "adaptive_hmc": lambda: AdaptiveHMC(),
     "nuts": lambda: NUTS(),
     "metropolis": lambda: MetropolisHastings(1.0),
@@ -122,6 +123,23 @@ def test_adaptive_hmc_learns_the_scales_of_an_ill_conditioned_gaussian():
     assert run.final.trajectory_length > run.final.step_size
 
 
+def test_spread_step_sizes_move_where_scales_differ_by_a_hundred():
+    """With scales 0.01 and 1, a fixed step of 0.1 is unstable in the narrow coordinate
+    and every trajectory is rejected; step sizes spread log-uniformly over [0.1 / 30,
+    0.1 * 30] include stable ones, so the chains move and the wide coordinate's variance
+    is right (within 4 Monte Carlo standard errors)."""
+    g = DiagonalGaussian(torch.zeros(2), torch.tensor([0.01, 1.0]))
+    x0 = torch.zeros(64, 2)
+    fixed = HMC(0.1, 10).run(g, x0, 100, generator=1)
+    assert fixed.info["acceptance_rate"] < 0.01
+    spread = HMC(0.1, 10, step_spread=30.0)
+    traj = spread.sample(g, x0, 600, burn_in=100, thin=1, generator=1)
+    wide = traj[..., 1:] ** 2
+    assert_mean_close(
+        wide.reshape(-1, 1), torch.ones(1), ess=effective_sample_size(wide), what="variance"
+    )
+
+
 def test_nuts_doubles_until_the_trajectory_turns():
     # On N(0, I) with step 0.1 a trajectory turns back after about pi / 0.1 = 31 steps:
     # trees stop well before the depth limit, and a depth limit of 3 gives 7 steps each.
@@ -162,6 +180,8 @@ def test_samplers_work_on_image_shaped_events():
 def test_validation():
     with pytest.raises(ValueError, match="jitter must be < 1"):
         HMC(0.1, jitter=1.0)
+    with pytest.raises(ValueError, match="step_spread must be >= 1"):
+        HMC(0.1, step_spread=0.5)
     with pytest.raises(ValueError, match="inv_mass must be finite and > 0"):
         HMC(0.1, inv_mass=torch.tensor([1.0, 0.0]))
     with pytest.raises(ValueError, match="scale must be a finite number > 0"):

@@ -84,6 +84,11 @@ class HMC(Sampler[SamplerState]):
         inv_mass: diagonal inverse mass (event-shaped tensor or scalar); default 1.
         jitter: each chain's step size is drawn uniformly in step_size * [1 - jitter,
             1 + jitter] every step, which avoids periodic trajectories (0 disables).
+        step_spread: a factor s >= 1: each chain's step size is also drawn log-uniformly
+            in [step_size / s, step_size * s] every step, so that trajectories suit
+            every scale of a target whose scales differ by orders of magnitude (Neal's
+            funnel, hierarchical models). A step size drawn independently of the state
+            keeps the target invariant (Neal 2011, §5.4.2.2); 1 (the default) draws none.
         divergence_threshold: energy error beyond which a trajectory is divergent.
     """
 
@@ -94,6 +99,7 @@ class HMC(Sampler[SamplerState]):
         *,
         inv_mass: torch.Tensor | float = 1.0,
         jitter: float = 0.2,
+        step_spread: float = 1.0,
         divergence_threshold: float = 1000.0,
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
@@ -106,6 +112,9 @@ class HMC(Sampler[SamplerState]):
         if jitter >= 1:
             raise ArgumentError(f"jitter must be < 1, got {jitter}")
         self.jitter = jitter
+        self.step_spread = _checks.positive("step_spread", step_spread)
+        if step_spread < 1:
+            raise ArgumentError(f"step_spread must be >= 1, got {step_spread}")
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
@@ -122,9 +131,14 @@ class HMC(Sampler[SamplerState]):
         return self._rescaled("step_size", beta, 0.5)
 
     def _jittered(self, base: float | torch.Tensor, x: torch.Tensor, generator) -> torch.Tensor:
-        """Per-chain step sizes base (1 + jitter u), u uniform on [-1, 1), on x's device."""
+        """Per-chain step sizes base (1 + jitter u) spread^w, u and w uniform on [-1, 1),
+        on x's device."""
         u = torch.rand(x.shape[0], generator=generator, device=x.device)
-        return base * (1 + self.jitter * (u * 2 - 1))
+        eps = base * (1 + self.jitter * (u * 2 - 1))
+        if self.step_spread > 1:
+            w = torch.rand(x.shape[0], generator=generator, device=x.device)
+            eps = eps * self.step_spread ** (w * 2 - 1)
+        return eps
 
     def trajectory(
         self,
