@@ -14,14 +14,18 @@ real-valued (standardised) features and :class:`ConvolutionalRBM` for images;
 :class:`ClassificationRBM` is a classifier that models p(x, y) with an exact p(y | x),
 :class:`DBN` stacks Bernoulli RBMs greedily, and :class:`GatedRBM` turns pairs of images
 into features of the transformation between them.
+
+Each estimator declares its scikit-learn parameters as dataclass fields (``eq`` and
+``repr`` left to scikit-learn): the generated ``__init__`` stores every argument as
+given, as ``get_params`` and ``clone`` require, and a subclass declares only the
+parameters it adds or whose default it changes.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Iterator
-from dataclasses import KW_ONLY
+from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
 import torch
@@ -36,12 +40,6 @@ from ebmlab.energies import boltzmann, conv_rbm, gated, spike_slab
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.losses import classification_rbm_loss, conditional_cd_loss
 from ebmlab.partition import LogZEstimate, log_partition
-
-_parameters = dataclasses.dataclass(eq=False, repr=False)
-"""Declares an estimator's scikit-learn parameters as dataclass fields: the generated
-``__init__`` stores each argument as given, as scikit-learn's ``get_params`` and ``clone``
-require, and a subclass declares only the parameters it adds or whose default it
-changes. Equality and ``repr`` stay scikit-learn's."""
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NUMPY = {"float32": np.float32, "float64": np.float64}
@@ -98,7 +96,7 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.float64)
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class _RBMEstimator(TransformerMixin, BaseEstimator):
     """Training and scoring shared by the RBM estimators; subclasses build the energy
     (:meth:`_build`), validate inputs (:meth:`_check_X`) and give log Z."""
@@ -257,7 +255,7 @@ class _BinaryRBMEstimator(_RBMEstimator):
         return tags
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class BernoulliRBM(_BinaryRBMEstimator):
     """Bernoulli RBM trained by (persistent) contrastive divergence.
 
@@ -296,7 +294,7 @@ class BernoulliRBM(_BinaryRBMEstimator):
         return rbm
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class ConvolutionalRBM(_BinaryRBMEstimator):
     """Convolutional RBM (Lee et al. 2009) as a feature extractor for images in [0, 1],
     trained by (persistent) CD through its free energy.
@@ -347,7 +345,7 @@ class ConvolutionalRBM(_BinaryRBMEstimator):
         return self.rbm_.filter_images()
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class _RealRBMEstimator(_RBMEstimator):
     """An RBM estimator over real-valued (standardised) features, scored with log Z from
     :func:`ebmlab.partition.log_partition`; its default learning rate is a tenth of the
@@ -370,7 +368,7 @@ class _RealRBMEstimator(_RBMEstimator):
         return log_partition(self.rbm_, generator=self._generator)
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class GaussianBernoulliRBM(_RealRBMEstimator):
     """Gaussian-Bernoulli RBM for real-valued features, trained by (persistent) CD.
 
@@ -401,7 +399,7 @@ class GaussianBernoulliRBM(_RealRBMEstimator):
         return rbm
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class SpikeSlabRBM(_RealRBMEstimator):
     """Spike-and-slab RBM (µ-ssRBM, Courville et al. 2011) for real-valued features, a
     feature extractor trained by (persistent) CD through its free energy.
@@ -425,7 +423,7 @@ class SpikeSlabRBM(_RealRBMEstimator):
         return rbm
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
     """Classification RBM (Larochelle & Bengio 2008): an RBM over inputs and a one-hot
     label whose p(y | x) is exact, softmax_y(-F(x, y)).
@@ -618,7 +616,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return tags
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class DBN(TransformerMixin, BaseEstimator):
     """Deep belief network by greedy layer-wise training of RBMs (Hinton, Osindero & Teh 2006).
 
@@ -720,7 +718,7 @@ class DBN(TransformerMixin, BaseEstimator):
         return _numpy(h)
 
 
-@_parameters
+@dataclass(eq=False, repr=False)
 class GatedRBM(TransformerMixin, BaseEstimator):
     """Factored gated RBM on pairs (Memisevic & Hinton 2010): a transformer whose
     features say how one image follows from another.
