@@ -2,12 +2,14 @@
 
 The log-likelihood gradient of a Boltzmann machine or RBM is the difference between the
 data's and the model's sufficient statistics. Perturb-and-MAP replaces the model's by
-those of MAP states of randomly perturbed copies: Gumbel noise on each unit's two states,
-then the exact maximiser of -E(x) + noise (:func:`ebmlab.partition.perturbed_map`, by
-enumeration of the smaller layer). Such states are not exact samples (only perturbing
-every configuration would make them so), but they need no Markov chain, so they cannot
-mix slowly; and they come from the same perturbations whose mean maximum bounds log Z
-(Hazan & Jaakkola 2012).
+those of MAP states of randomly perturbed copies, the exact maximisers of -E(x) + noise
+(:func:`ebmlab.partition.perturbed_map`). They need no Markov chain, so they cannot mix
+slowly. Noise on every configuration of the enumerated units (``perturbation="joint"``)
+makes them exact samples, and the updates the exact log-likelihood gradient's
+unbiased estimate; first-order noise on each unit's two states (``"unit"``, the
+low-order perturbation of Papandreou & Yuille 2011, sec. 4) reaches models too wide to
+enumerate when their couplings are attractive, by graph cuts, but its states
+over-represent the model's modes, so the moments it matches are not the model's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
-from ebmlab.partition.variational import perturbed_map
+from ebmlab.partition.variational import check_perturbation, perturbed_map
 
 
 class PerturbAndMAP:
@@ -27,10 +29,17 @@ class PerturbAndMAP:
             ``ENUMERATION_LIMIT`` units) or :class:`~ebmlab.energies.BernoulliRBM`
             (smaller layer at most ``ENUMERATION_LIMIT`` units).
         n_samples: perturbed MAP states per update (default: the batch's size).
+        perturbation: ``"joint"`` (exact samples; at most ``ENUMERATION_LIMIT`` units,
+            the smaller layer of an RBM) or ``"unit"`` (first order; also attractive
+            models too wide to enumerate).
     """
 
     def __init__(
-        self, model: BernoulliRBM | BoltzmannMachine, n_samples: int | None = None
+        self,
+        model: BernoulliRBM | BoltzmannMachine,
+        n_samples: int | None = None,
+        *,
+        perturbation: str = "joint",
     ) -> None:
         if not isinstance(model, BernoulliRBM | BoltzmannMachine):
             raise _checks.ArgumentError(
@@ -38,6 +47,7 @@ class PerturbAndMAP:
             )
         self.model = model
         self.n_samples = None if n_samples is None else _checks.positive_int("n_samples", n_samples)
+        self.perturbation = check_perturbation(model, perturbation)
 
     def negatives(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """``n`` perturbed MAP states (n, D), or (n, D + M) for an RBM, in the model's dtype.
@@ -46,7 +56,7 @@ class PerturbAndMAP:
             generator: source of randomness, a ``torch.Generator`` on the data's device
                 (``None``: the global one).
         """
-        _, states = perturbed_map(self.model, n, generator)
+        _, states = perturbed_map(self.model, n, generator, self.perturbation)
         return states.to(self.model.b.dtype)
 
     def loss(self, data: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

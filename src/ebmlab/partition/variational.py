@@ -196,18 +196,34 @@ MAP_CHUNK = 1024
 
 
 def perturbed_map(
-    model, n_samples: int, generator: torch.Generator | None
+    model,
+    n_samples: int,
+    generator: torch.Generator | None,
+    perturbation: str = "unit",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact MAP states of ``n_samples`` Gumbel-perturbed copies of a Boltzmann machine or
-    Bernoulli RBM: each unit's two states get independent standard Gumbel noise, and
-    max_x (-E(x) + sum_i gamma_i(x_i)) is found by enumeration (a Boltzmann machine's
-    2^D states; an RBM's smaller layer, the other layer's maximum being separable in
-    closed form given it), in chunks of ``MAP_CHUNK`` states, or, for a model too wide
-    to enumerate whose couplings are all non-negative, by a minimum cut
+    Bernoulli RBM.
+
+    With ``perturbation="unit"`` (first order) each unit's two states get independent
+    standard Gumbel noise, and max_x (-E(x) + sum_i gamma_i(x_i)) is found by enumeration
+    (a Boltzmann machine's 2^D states; an RBM's smaller layer, the other layer's maximum
+    being separable in closed form given it), in chunks of ``MAP_CHUNK`` states, or, for a
+    model too wide to enumerate whose couplings are all non-negative, by a minimum cut
     (:func:`ebmlab.partition.graph_cut.max_attractive`; the noise only moves the fields,
-    so every perturbed copy stays attractive).
+    so every perturbed copy stays attractive). The mean maximum bounds log Z from above
+    (Hazan & Jaakkola 2012), and the states are not exact samples.
+
+    With ``perturbation="joint"`` every configuration of the enumerated units gets its own
+    Gumbel noise: the Gumbel-max trick (Papandreou & Yuille 2011, sec. 3), so the states
+    are exact draws from the model and the maxima average to log Z itself. An RBM's other
+    layer is summed out first (the enumerated layer's marginal -F(h) = c.h +
+    sum_i softplus(b_i + W_i. h)) and then drawn given the winner with one Gumbel pair
+    per unit, which is exact as its units are conditionally independent. Enumeration
+    only: at most ``ENUMERATION_LIMIT`` units (the smaller layer of an RBM).
 
     Args:
+        perturbation: ``"unit"`` (noise on each unit's two states) or ``"joint"`` (noise
+            on each configuration of the enumerated units).
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
 
@@ -221,6 +237,7 @@ def perturbed_map(
         raise ArgumentError(
             f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
         )
+    joint = check_perturbation(model, perturbation) == "joint"
     device = model.b.device
     if _map_width(model) > ENUMERATION_LIMIT:
         return _perturbed_cuts(model, n_samples, generator)
@@ -229,6 +246,11 @@ def perturbed_map(
             d = model.n_visible
             states = binary_states(d, device=device).double()
             neg_energy = -model.energy(states.to(model.b.dtype)).double()
+            if joint:
+                maxima, best = (
+                    neg_energy[None] + _gumbel((n_samples, len(states)), generator, device)
+                ).max(1)
+                return maxima, states[best]
             g = _gumbel((n_samples, d, 2), generator, device)
             scores = (
                 neg_energy[None]
@@ -242,28 +264,46 @@ def perturbed_map(
         if swapped:  # enumerate the visible layer instead of the hidden one
             W, b, c = W.T, c, b
         g_outer = _gumbel((n_samples, W.shape[0], 2), generator, device)  # the summed layer's
-        g_inner = _gumbel((n_samples, W.shape[1], 2), generator, device)  # the enumerated one's
         outer_shift = g_outer[:, :, 1] - g_outer[:, :, 0]
+        if not joint:
+            g_inner = _gumbel((n_samples, W.shape[1], 2), generator, device)  # enumerated
         maxima = torch.full((n_samples,), -math.inf, dtype=torch.float64, device=device)
         best = torch.zeros(n_samples, W.shape[1], dtype=torch.float64, device=device)
         n_states = 2 ** W.shape[1]
         for lo in range(0, n_states, MAP_CHUNK):
             states = binary_states(W.shape[1], lo, min(lo + MAP_CHUNK, n_states), device).double()
-            # -E = b.v + c.h + v W h; for fixed h the best v_i is 1 iff its field is positive
-            field = (b + states @ W.T)[None] + outer_shift[:, None, :]
-            scores = (
-                torch.relu(field).sum(2)
-                + (states @ c)[None]
-                + (g_inner[:, :, 1] - g_inner[:, :, 0]) @ states.T
-            )
+            field = b + states @ W.T
+            if joint:  # the marginal of the enumerated layer, plus noise per configuration
+                marginal = torch.nn.functional.softplus(field).sum(1) + states @ c
+                scores = marginal[None] + _gumbel((n_samples, len(states)), generator, device)
+            else:  # -E = b.v + c.h + v W h; given h the best v_i is 1 iff its field is > 0
+                scores = (
+                    torch.relu(field[None] + outer_shift[:, None, :]).sum(2)
+                    + (states @ c)[None]
+                    + (g_inner[:, :, 1] - g_inner[:, :, 0]) @ states.T
+                )
             chunk_max, chunk_arg = scores.max(1)
             better = chunk_max > maxima
             maxima = torch.where(better, chunk_max, maxima)
             best = torch.where(better[:, None], states[chunk_arg], best)
-        maxima = maxima + g_outer[:, :, 0].sum(1) + g_inner[:, :, 0].sum(1)
+        if not joint:
+            maxima = maxima + g_outer[:, :, 0].sum(1) + g_inner[:, :, 0].sum(1)
         outer_states = ((b + best @ W.T + outer_shift) > 0).double()
         visible, hidden = (best, outer_states) if swapped else (outer_states, best)
         return maxima, torch.cat([visible, hidden], 1)
+
+
+def check_perturbation(model, perturbation: str) -> str:
+    """``perturbation`` if it is ``"unit"``, or ``"joint"`` on a model narrow enough to
+    enumerate (see :func:`perturbed_map`)."""
+    _checks.one_of("perturbation", perturbation, ("unit", "joint"))
+    if perturbation == "joint" and _map_width(model) > ENUMERATION_LIMIT:
+        raise ArgumentError(
+            f"perturbation='joint' enumerates at most {ENUMERATION_LIMIT} units (the "
+            f"smaller layer of an RBM), got {_map_width(model)}; perturbation='unit' "
+            "reaches wider attractive models by graph cuts"
+        )
+    return perturbation
 
 
 def _map_width(model) -> int:
