@@ -7,7 +7,7 @@ from torch import nn
 
 from ebmlab.energies import NoiseConditionalEnergy
 from ebmlab.losses import diffusion_recovery_likelihood_loss
-from ebmlab.samplers.recovery import RecoverySampler, blur, noise_schedule, recover
+from ebmlab.samplers.recovery import OneLevel, RecoverySampler, blur, noise_schedule, recover
 from ebmlab.testing import assert_mean_close
 
 SIGMAS = noise_schedule(4, 0.1, 0.9)
@@ -50,6 +50,34 @@ def test_recover_samples_the_gaussian_posterior(t):
     alpha, sigma = float((1 - SIGMAS[t] ** 2).sqrt()), float(SIGMAS[t])
     assert_mean_close(draws, torch.full((2,), 1.5 * alpha))
     ratio = draws.var(0) / sigma**2
+    assert ((ratio > 0.93) & (ratio < 1.07)).all(), ratio
+
+
+class StandardNormal(nn.Module):
+    """E(x) = |x|^2 / 2 over every axis but the first: N(0, I) of any row shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unused = nn.Parameter(torch.zeros(()))
+
+    def energy(self, x):
+        return 0.5 * (x**2).flatten(1).sum(1)
+
+
+def test_one_level_recovers_image_shaped_rows_from_their_blur():
+    """An unconditional energy's recovery from one blur of N(0, I) rows shaped (2, 3):
+    p(x | x~) = N(alpha x~, sigma^2) on every pixel, as the JEM recipe's ``drl``
+    objective samples it."""
+    n, sigma = 4000, torch.tensor([0.3])
+    x = torch.randn(n, 2, 3, generator=torch.Generator().manual_seed(3))
+    level = torch.zeros(n, dtype=torch.long)
+    _, blurred = blur(x, sigma, level, torch.Generator().manual_seed(4))
+    assert blurred.shape == x.shape
+    draws = recover(OneLevel(StandardNormal()), blurred, level, sigma, 400, 0.02, torch.Generator())
+    alpha = float((1 - sigma**2).sqrt())
+    residual = (draws - alpha * blurred).flatten(1)
+    assert_mean_close(residual, torch.zeros(6))
+    ratio = residual.var(0) / 0.09
     assert ((ratio > 0.93) & (ratio < 1.07)).all(), ratio
 
 

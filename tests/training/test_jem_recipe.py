@@ -132,6 +132,22 @@ def test_energy_discrepancy_objective_trains_without_sampling(tmp_path):
     assert steps and all(np.isfinite(r["gen"]) and "sample_out_of_range" not in r for r in steps)
 
 
+def test_recovery_likelihood_objective_trains_on_recovered_images(tmp_path):
+    """--gen-objective drl: negatives are recoveries of blurred training images, so they
+    stay in the data's range (projected onto it after every step) and no replay-buffer
+    picture is written."""
+    run = tmp_path / "drl"
+    args = ["--gen-objective", "drl", "--drl-sigma", "0.2"]
+    assert main(["train", "jem", "--out", str(run), *TINY, *args]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "gen" in r]
+    assert steps and all(np.isfinite(r["gen"]) for r in steps)
+    assert all(r["sample_out_of_range"] == 0 for r in steps)
+    assert not (run / "samples" / "buffer.png").exists()
+    with pytest.raises(ValueError, match="drl_sigma must be in"):
+        JEMConfig(gen_objective="drl", drl_sigma=1.5)
+
+
 def test_conv_architecture_trains(tmp_path):
     args = ["--conv-width", "4", "--arch", "conv", "--sampler-steps", "2", "--buffer-size", "100"]
     assert (

@@ -53,10 +53,15 @@ def noise_schedule(n_levels: int = 8, first: float = 0.05, last: float = 0.99) -
     return check_schedule(torch.logspace(math.log10(first), math.log10(last), n_levels))
 
 
+def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Per-row ``values`` (B,) shaped to broadcast over ``like`` (B, ...), in its dtype."""
+    return values.to(like.dtype).view(-1, *[1] * (like.ndim - 1))
+
+
 def blur(
     x: torch.Tensor, sigmas: torch.Tensor, level: torch.Tensor, generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x_t, x_{t+1}) for data ``x`` (B, D) and per-row levels t (``level``, (B,)):
+    """(x_t, x_{t+1}) for data ``x`` (B, ...) and per-row levels t (``level``, (B,)):
     x_t = abar_t x + sqrt(1 - abar_t^2) eps with abar_t the product of the first t
     alphas, alpha_t = sqrt(1 - sigma_t^2) for the schedule ``sigmas``, then one more step.
 
@@ -66,10 +71,10 @@ def blur(
     """
     sigmas = sigmas.to(x.device)
     alphas = (1 - sigmas**2).sqrt()
-    abar = torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level].to(x.dtype)[:, None]
+    abar = _per_row(torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level], x)
     noise = gaussian_noise(x, generator)
     x_t = abar * x + (1 - abar**2).sqrt() * noise
-    a, s = alphas[level].to(x.dtype)[:, None], sigmas[level].to(x.dtype)[:, None]
+    a, s = _per_row(alphas[level], x), _per_row(sigmas[level], x)
     noise = gaussian_noise(x, generator)
     return x_t, a * x_t + s * noise
 
@@ -82,13 +87,14 @@ def recover(
     steps: int,
     step_scale: float,
     generator,
+    clamp: tuple[float, float] | None = None,
 ) -> torch.Tensor:
     """Draws of x_t given x_{t+1} = ``x_next`` at per-row levels t (short-run Langevin on
     the conditional energy), detached.
 
     Args:
         model: a noise-conditional energy with ``energy_at(x, level)``.
-        x_next: the noisier draws x_{t+1}, (B, D).
+        x_next: the noisier draws x_{t+1}, (B, ...).
         level: each row's level t, (B,) integers.
         sigmas: the noise schedule (T,), from :func:`check_schedule`.
         steps: Langevin steps.
@@ -96,18 +102,46 @@ def recover(
             variance (sigma_t / alpha_t)^2.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
+        clamp: (low, high) the chains are projected onto after every step (data in a
+            box, such as images), or ``None``.
     """
     sigmas = sigmas.to(x_next.device)
-    a = (1 - sigmas[level] ** 2).sqrt().to(x_next.dtype)[:, None]
-    s = sigmas[level].to(x_next.dtype)[:, None]
+    a, s = (1 - sigmas[level] ** 2).sqrt(), sigmas[level]
+    a_rows = _per_row(a, x_next)
 
     def conditional(x: torch.Tensor) -> torch.Tensor:
-        return model.energy_at(x, level) + ((x_next - a * x) ** 2).sum(1) / (2 * s[:, 0] ** 2)
+        squared = ((x_next - a_rows * x) ** 2).flatten(1).sum(1)
+        return model.energy_at(x, level) + squared / (2 * s.to(x.dtype) ** 2)
 
-    variance = (s[:, 0] / a[:, 0]) ** 2
-    sampler = Langevin(1.0)._with(step_size=step_scale * variance.clamp(max=1.0))
+    variance = (s / a).to(x_next.dtype) ** 2
+    sampler = Langevin(1.0, clamp=clamp)._with(step_size=step_scale * variance.clamp(max=1.0))
     with frozen_parameters(model):
-        return sampler.sample(conditional, x_next / a, steps, generator=generator)
+        return sampler.sample(conditional, x_next / a_rows, steps, generator=generator)
+
+
+class OneLevel(torch.nn.Module):
+    """An unconditional energy read as a noise-conditional one with a single level, so
+    that :func:`recover` samples its recovery conditional: recovery likelihood from one
+    noise level, whose maximiser is still a consistent estimate of the data's own energy
+    (Gao et al. 2021). ``energy_at(x, level)`` ignores the level.
+
+    Args:
+        model: the energy, an ``nn.Module`` with ``energy(x)``.
+    """
+
+    n_levels = 1
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def energy_at(self, x: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
+        """E(x), the model's energy, whatever ``level``.
+
+        Args:
+            level: each row's level (all 0).
+        """
+        return self.model.energy(x)
 
 
 class RecoverySampler:

@@ -8,6 +8,11 @@ plus the contrastive term E(x_data) - E(x_sample), with E(x) = -LogSumExp_y NN(x
 and samples from SGLD, x' = x - alpha grad E(x) + sigma eps (eq. 6.28, written there
 for f = -E).
 
+``gen_objective`` can replace those SGLD negatives: ``"drl"`` draws them from the
+recovery likelihood's conditional p(x | x~) of blurred training images x~ (Gao et al.
+2021, with one noise level, ``drl_sigma``), ``"ed"`` drops them for energy discrepancy
+(Schröder et al. 2023).
+
 Negatives start either from uniform noise in the data range (the book's variant,
 ``init="uniform"``) or from a replay buffer of persistent chains with
 re-initialisation (JEM's variant, the default). ``start`` says where fresh chains
@@ -74,6 +79,7 @@ from ebmlab.hardware import autocast
 from ebmlab.losses.discrepancy import energy_discrepancy_loss
 from ebmlab.plotting import image_grid
 from ebmlab.samplers import Langevin, gaussian_init, mixture_init, uniform_init
+from ebmlab.samplers.recovery import OneLevel, blur, recover
 from ebmlab.samplers.replay_buffer import InitFn
 from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
@@ -120,9 +126,13 @@ class JEMConfig:
         hflip: random horizontal flips (natural images, not digits).
         energy_l2: weight of the E^2 penalty on data and samples (Du & Mordatch 2019).
         gen_weight: weight of the generative term log p(x) against the cross-entropy.
-        gen_objective: the generative term: PCD with SGLD negatives, or energy discrepancy.
+        gen_objective: the generative term: PCD with SGLD negatives, recovery likelihood
+            from one noise level (``drl``), or energy discrepancy.
         ed_scale: energy discrepancy's Gaussian perturbation scale.
         ed_negatives: energy discrepancy's contrasting points per image.
+        drl_sigma: recovery likelihood's noise level (standard deviation of the blur).
+        drl_step_scale: the recovery's Langevin step as a fraction of the conditional
+            variance (sigma / alpha)^2; it runs ``sampler_steps`` steps.
         max_energy: stop as diverged when an energy's magnitude exceeds this.
         calibrate: fit p(y | x)'s inverse temperature on the validation split each epoch.
     """
@@ -135,7 +145,7 @@ class JEMConfig:
         "start": ("uniform", "gaussian"),
         "sampler_dtype": PRECISIONS,
         "train_dtype": TRAIN_PRECISIONS,
-        "gen_objective": ("pcd", "ed"),
+        "gen_objective": ("pcd", "drl", "ed"),
     }
 
     data: str = "digits"
@@ -172,6 +182,8 @@ class JEMConfig:
     gen_objective: str = "pcd"
     ed_scale: float = 0.3
     ed_negatives: int = 8
+    drl_sigma: float = 0.6
+    drl_step_scale: float = 0.1
     max_energy: float = 1e4
     calibrate: bool = True
 
@@ -199,6 +211,9 @@ class JEMConfig:
         _checks.positive("gen_weight", self.gen_weight, allow_zero=True)
         _checks.positive("ed_scale", self.ed_scale)
         _checks.positive_int("ed_negatives", self.ed_negatives)
+        if not 0 < self.drl_sigma < 1:
+            raise ArgumentError(f"drl_sigma must be in (0, 1), got {self.drl_sigma}")
+        _checks.positive("drl_step_scale", self.drl_step_scale)
         _checks.positive("max_energy", self.max_energy)
 
 
@@ -301,6 +316,19 @@ class JEMTask(BufferTask):
         self.buffer.push(x, slots)
         return x
 
+    def recovered(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Draws from the recovery likelihood's conditional p(x | x~) of the blurred images
+        x~ = alpha x + sigma eps (Gao et al. 2021, eq. 6, one noise level: the network's
+        own energy), by ``sampler_steps`` steps of Langevin dynamics from x~ / alpha,
+        projected onto the data range after each step when ``clamp`` is set."""
+        c = self.config
+        sigmas = torch.tensor([c.drl_sigma])
+        level = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        _, blurred = blur(x, sigmas, level, generator)
+        model, steps, scale = OneLevel(self.model), c.sampler_steps, c.drl_step_scale
+        box = self.train.value_range if c.clamp else None
+        return recover(model, blurred, level, sigmas, steps, scale, generator, clamp=box)
+
     def out_of_range(self, x: torch.Tensor) -> float:
         lo, hi = self.train.value_range
         return float(((x < lo) | (x > hi)).double().mean())
@@ -319,8 +347,13 @@ class JEMTask(BufferTask):
                 r + c.data_noise * torch.randn(r.shape, generator=generator, device=r.device)
                 for r in rows
             ]
-        sampled = c.gen_objective == "pcd"
-        x_neg = self.negatives(n, generator) if sampled else rows[0][:0]
+        sampled = c.gen_objective != "ed"
+        if c.gen_objective == "pcd":
+            x_neg = self.negatives(n, generator)
+        elif c.gen_objective == "drl":
+            x_neg = self.recovered(rows[0], generator)
+        else:
+            x_neg = rows[0][:0]
         # One forward pass: data, its augmented copy (classifier only), then the samples.
         low = None if c.train_dtype == "float32" else getattr(torch, c.train_dtype)
         with autocast(x.device, low):
@@ -393,7 +426,7 @@ class JEMTask(BufferTask):
     def on_epoch_end(
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
     ) -> None:
-        if run is not None and self.config.init == "buffer":
+        if run is not None and self.config.init == "buffer" and self.config.gen_objective == "pcd":
             self.grid(
                 self.buffer.buffer[:100],
                 run.samples / "buffer.png",
