@@ -3,7 +3,7 @@ import torch
 
 from ebmlab.data import load_dataset
 from ebmlab.partition import quadrature_log_partition
-from ebmlab.training.recipes.density import KDE_WIDE_WEIGHT, nce_noise
+from ebmlab.training.recipes.density import KDE_WIDE_WEIGHT, DensityConfig, DensityTask, nce_noise
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "kde"])
@@ -21,3 +21,11 @@ def test_nce_noise_is_a_normalised_density_that_covers_the_data(kind):
         test = load_dataset("rings", "test").x
         assert float(-noise.log_prob(test).mean()) < float(-wide.log_prob(test).mean()) - 0.5
         assert float(noise.mixture_weights()[-1]) == pytest.approx(KDE_WIDE_WEIGHT, rel=1e-5)
+
+
+def test_recovery_schedule_starts_where_asked():
+    task = DensityTask(DensityConfig(method="drl", drl_levels=4, drl_first=0.3), seed=0)
+    assert task.sigmas[0] == pytest.approx(0.3) and task.sigmas[-1] == pytest.approx(0.99)
+    assert task.model.n_levels == 4
+    with pytest.raises(ValueError, match="drl_first must be in"):
+        DensityConfig(method="drl", drl_first=1.5)

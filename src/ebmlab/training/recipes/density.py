@@ -71,6 +71,7 @@ class DensityConfig:
         ed_negatives: contrasting points per data point (ed).
         ed_w: energy discrepancy's stabilising weight w.
         drl_levels: noise levels of diffusion recovery likelihood.
+        drl_first: its first (smallest) noise level; they rise geometrically to 0.99.
         drl_steps: Langevin steps of each recovery (drl).
         drl_step_scale: recovery step as a fraction of the conditional variance (drl).
     """
@@ -98,6 +99,7 @@ class DensityConfig:
     ed_negatives: int = 16
     ed_w: float = 1.0
     drl_levels: int = 8
+    drl_first: float = 0.05
     drl_steps: int = 30
     drl_step_scale: float = 0.1
 
@@ -109,6 +111,8 @@ class DensityConfig:
         _checks.positive_int("ed_negatives", self.ed_negatives)
         _checks.positive("ed_w", self.ed_w, allow_zero=True)
         _checks.positive_int("drl_levels", self.drl_levels)
+        if not 0 < self.drl_first < 0.99:
+            raise _checks.ArgumentError(f"drl_first must be in (0, 0.99), got {self.drl_first}")
         _checks.positive_int("drl_steps", self.drl_steps)
         _checks.positive("drl_step_scale", self.drl_step_scale)
         _checks.positive_int("hidden", self.hidden)
@@ -170,7 +174,7 @@ class DensityTask(BufferTask):
         torch.manual_seed(seed)
         hidden = (config.hidden,) * config.depth
         if config.method == "drl":
-            self.sigmas = noise_schedule(config.drl_levels)
+            self.sigmas = noise_schedule(config.drl_levels, config.drl_first)
             self.model = NoiseConditionalEnergy(2, config.drl_levels, hidden=hidden)
         else:
             self.model = MLPEnergy(2, hidden=hidden)
