@@ -3,7 +3,8 @@ import math
 
 import torch
 
-from ebmlab.energies import GaussianBernoulliRBM, SubspaceRBM
+from ebmlab.energies import BoltzmannMachine, GaussianBernoulliRBM, SubspaceRBM
+from ebmlab.energies.base import _autograd_energy_and_grad
 from ebmlab.partition import binary_states
 
 
@@ -205,3 +206,21 @@ def test_bernoulli_draws_match_their_probabilities_in_every_dtype():
         stderr = (exact * (1 - exact) / n).sqrt()
         assert ((freq - exact).abs() <= 4 * stderr + 2**-17).all(), (dtype, freq, exact)
         assert freq[0] == 0 and freq[-1] == 1
+
+
+def test_boltzmann_machine_closed_form_gradient_gives_exact_flip_energies():
+    """One product x W gives E and its gradient as autograd does, and on binary x
+    (1 - 2 x_i) grad_i is the exact energy change of flipping unit i."""
+    torch.manual_seed(0)
+    bm = BoltzmannMachine(7).double()
+    with torch.no_grad():
+        bm.weight.normal_()
+        bm.b.normal_()
+    x = (torch.rand(5, 7, dtype=torch.float64) < 0.5).double()
+    e, g = bm.energy_and_grad(x)
+    e_ref, g_ref = _autograd_energy_and_grad(bm.energy, x)
+    torch.testing.assert_close(e, e_ref)
+    torch.testing.assert_close(g, g_ref)
+    flipped = x[:, None, :] + torch.eye(7, dtype=torch.float64) * (1 - 2 * x[:, None, :])
+    delta = bm.energy(flipped.reshape(-1, 7)).view(5, 7) - e[:, None]
+    torch.testing.assert_close(delta.detach(), (1 - 2 * x) * g)

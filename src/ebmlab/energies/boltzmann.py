@@ -133,6 +133,16 @@ class BoltzmannMachine(EnergyModel):
         x = x.flatten(1)
         return -((x @ self.W) * x).sum(1) - x @ self.b
 
+    def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """E(x) and grad E(x) = -(2 W x + b) from one product x W (autograd takes two).
+        On binary x the gradient's entries give the exact energy change of flipping each
+        unit, (1 - 2 x_i) grad_i, as E is linear in every unit (W has a zero diagonal)."""
+        flat = x.flatten(1)
+        with torch.no_grad():
+            field = flat @ self.W
+            energy = -(field * flat).sum(1) - flat @ self.b
+            return energy, (-2 * field - self.b).view_as(x)
+
     def couplings(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(W, b) of E(x) = -x^T W x - b^T x, detached: what single-site Gibbs needs
         (the log-odds of x_i = 1 given the other units are 2 W_i . x + b_i)."""
