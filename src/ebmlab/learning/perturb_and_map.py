@@ -7,7 +7,7 @@ those of MAP states of randomly perturbed copies, the exact maximisers of -E(x) 
 slowly. Noise on every configuration of the enumerated units (``perturbation="joint"``)
 makes them exact samples, and the updates the exact log-likelihood gradient's
 unbiased estimate; first-order noise on each unit's two states (``"unit"``, the
-low-order perturbation of Papandreou & Yuille 2011, sec. 4) reaches models too wide to
+low-order perturbation of Papandreou & Yuille 2011) reaches models too wide to
 enumerate when their couplings are attractive, by graph cuts, but its states
 over-represent the model's modes, so the moments it matches are not the model's.
 """

@@ -214,7 +214,7 @@ def perturbed_map(
     (Hazan & Jaakkola 2012), and the states are not exact samples.
 
     With ``perturbation="joint"`` every configuration of the enumerated units gets its own
-    Gumbel noise: the Gumbel-max trick (Papandreou & Yuille 2011, sec. 3), so the states
+    Gumbel noise: the Gumbel-max trick (Papandreou & Yuille 2011), so the states
     are exact draws from the model and the maxima average to log Z itself. An RBM's other
     layer is summed out first (the enumerated layer's marginal -F(h) = c.h +
     sum_i softplus(b_i + W_i. h)) and then drawn given the winner with one Gumbel pair

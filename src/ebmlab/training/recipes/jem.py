@@ -262,6 +262,8 @@ class JEMTask(BufferTask):
             network(config, self.train.x.shape[1], self.train.image_shape, k), k
         )
         self.model.grad_dtype = None if config.sampler_dtype == "float32" else torch.bfloat16
+        self.recovery = OneLevel(self.model)  # the network as drl's one-level energy
+        self.recovery_sigmas = torch.tensor([config.drl_sigma])
         self.init_fn = self._start_fn()
         self.buffer = self._replay_buffer(
             config.buffer_size, self.init_fn, config.reinit_prob, seed
@@ -321,13 +323,14 @@ class JEMTask(BufferTask):
         x~ = alpha x + sigma eps (Gao et al. 2021, eq. 6, one noise level: the network's
         own energy), by ``sampler_steps`` steps of Langevin dynamics from x~ / alpha,
         projected onto the data range after each step when ``clamp`` is set."""
-        c = self.config
-        sigmas = torch.tensor([c.drl_sigma])
+        c, sigmas = self.config, self.recovery_sigmas
         level = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         _, blurred = blur(x, sigmas, level, generator)
-        model, steps, scale = OneLevel(self.model), c.sampler_steps, c.drl_step_scale
         box = self.train.value_range if c.clamp else None
-        return recover(model, blurred, level, sigmas, steps, scale, generator, clamp=box)
+        return recover(
+            self.recovery, blurred, level, sigmas, c.sampler_steps, c.drl_step_scale,
+            generator, clamp=box,
+        )  # fmt: skip
 
     def out_of_range(self, x: torch.Tensor) -> float:
         lo, hi = self.train.value_range
