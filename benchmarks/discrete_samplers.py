@@ -1,7 +1,8 @@
 """Discrete samplers: effective samples of the energy per second.
 
-Gibbs-with-Gradients and discrete Langevin (DMALA) against the single-site Gibbs
-sampler users have for any binary energy, and against ebmkit's Gibbs-with-Gradients
+Gibbs-with-Gradients (one flip per step, and a path of several flips per gradient:
+``n_flips``) and discrete Langevin (DMALA) against the single-site Gibbs sampler users
+have for any binary energy, and against ebmkit's Gibbs-with-Gradients
 (``pip install ebmkit``; its row is left out when it is absent), on
 
 - a 784 x 500 Bernoulli RBM trained by ten epochs of CD-1 on mnist10k (binarised;
@@ -111,6 +112,9 @@ def rbm_figures() -> dict[str, dict]:
     )
     figures = {
         "gwg": ess_per_second(ebmlab_stepper(GibbsWithGradients(), rbm), rbm, x0, 1000, 3000),
+        "gwg_8_flips": ess_per_second(
+            ebmlab_stepper(GibbsWithGradients(n_flips=8), rbm), rbm, x0, 1000, 3000
+        ),
         "dmala": ess_per_second(ebmlab_stepper(DiscreteLangevin(0.2), rbm), rbm, x0, 300, 1000),
         "gibbs": ess_per_second(ebmlab_stepper(Gibbs(), rbm), rbm, x0, 2, 12),
         "block_gibbs": ess_per_second(ebmlab_stepper(BlockGibbs(rbm), rbm), rbm, x0, 100, 1000),
@@ -127,6 +131,9 @@ def ising_figures() -> dict[str, dict]:
     x0 = (torch.rand(CHAINS, 400, generator=torch.Generator().manual_seed(0)) < 0.5).float()
     figures = {
         "gwg": ess_per_second(ebmlab_stepper(GibbsWithGradients(), model), model, x0, 2000, 8000),
+        "gwg_16_flips": ess_per_second(
+            ebmlab_stepper(GibbsWithGradients(n_flips=16), model), model, x0, 2000, 8000
+        ),
         "dmala": ess_per_second(ebmlab_stepper(DiscreteLangevin(0.2), model), model, x0, 500, 2000),
         "gibbs": ess_per_second(ebmlab_stepper(Gibbs(model=model), model), model, x0, 50, 300),
         "gibbs_generic": ess_per_second(ebmlab_stepper(Gibbs(), model), model, x0, 3, 12),
@@ -147,15 +154,23 @@ def _case(what: str, figures: Callable[[], dict], ours: str, anchor: str, name: 
 
 def cases() -> list[MetricCase]:
     rows = []
-    for label, figures in (
-        ("RBM 784 x 500 (CD-1 on mnist10k)", rbm_figures),
-        ("Ising 20 x 20, J = 0.35", ising_figures),
+    for label, figures, path in (
+        ("RBM 784 x 500 (CD-1 on mnist10k)", rbm_figures, "gwg_8_flips"),
+        ("Ising 20 x 20, J = 0.35", ising_figures, "gwg_16_flips"),
     ):
+        flips = path.split("_")[1]
         rows += [
             _case(
                 f"Gibbs-with-Gradients, {label}, 64 chains: ESS of the energy per second",
                 figures,
                 "gwg",
+                "gibbs",
+                "single-site Gibbs (ebmlab)",
+            ),
+            _case(
+                f"Gibbs-with-Gradients, {flips} flips per step, {label}",
+                figures,
+                path,
                 "gibbs",
                 "single-site Gibbs (ebmlab)",
             ),
@@ -174,6 +189,16 @@ def cases() -> list[MetricCase]:
                 "single-site Gibbs (ebmlab)",
             ),
         ]
+    rows.append(
+        _case(
+            "Gibbs-with-Gradients, 16 flips per step, Ising 20 x 20: against single-site "
+            "Gibbs from energy differences",
+            ising_figures,
+            "gwg_16_flips",
+            "gibbs_generic",
+            "single-site Gibbs, generic path (ebmlab)",
+        )
+    )
     return rows
 
 

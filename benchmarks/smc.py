@@ -4,7 +4,8 @@ Targets with a known log Z:
 
 - Gaussian mixtures (4 unit-variance components, means ~ N(0, 4 I)) in 2, 10 and 50
   dimensions, and Neal's funnel in 10 dimensions, from a broad Gaussian base with HMC
-  moves (on the funnel with step sizes spread log-uniformly over two decades);
+  moves (on the funnel with step sizes spread log-uniformly over two decades, waste-free
+  chains of 64 kept states and an ESS fraction of 0.95);
 - a 64 x 16 Bernoulli RBM trained on the binarised digits (exact log Z by enumerating
   the 2^16 hidden states), from the data's base-rate model with Gibbs-with-Gradients
   moves.
@@ -89,8 +90,12 @@ def problems() -> dict[str, dict]:
         "target": funnel,
         "base": Gaussian(torch.zeros(10), torch.eye(10) * 9),
         "kernel": HMC(0.1, 10, step_spread=10.0),
-        "particles": 512,
-        "steps": 10,
+        "particles": 2048,
+        "steps": 2,
+        "chain_length": 64,
+        "ess_fraction": 0.95,
+        "ais_chains": 4096,
+        "ais_steps": 10,
         "truth": float(funnel.log_partition()),
     }
     rbm, base = digits_rbm()
@@ -113,17 +118,19 @@ def run_smc(p: dict, seed: int):
         p["kernel"],
         n_particles=p["particles"],
         n_runs=8,
-        ess_fraction=0.8,
+        ess_fraction=p.get("ess_fraction", 0.8),
         steps_per_stage=p["steps"],
+        chain_length=p.get("chain_length", 1),
         generator=seed,
     )
     return estimate, counted.rows
 
 
 def run_ais(p: dict, seed: int, budget: int):
-    """AIS with 8 x particles chains and as many temperatures as ``budget`` target
-    evaluations allow, the cost of one temperature measured on a short probe run."""
-    chains = 8 * p["particles"]
+    """AIS with 8 x particles chains (or the problem's ``ais_chains`` and ``ais_steps``)
+    and as many temperatures as ``budget`` target evaluations allow, the cost of one
+    temperature measured on a short probe run."""
+    chains = p.get("ais_chains", 8 * p["particles"])
 
     def anneal(temperatures: int):
         counted = Counted(p["target"])
@@ -133,7 +140,7 @@ def run_ais(p: dict, seed: int, budget: int):
             kernel=p["kernel"],
             n_chains=chains,
             n_temperatures=temperatures,
-            steps_per_temperature=p["steps"],
+            steps_per_temperature=p.get("ais_steps", p["steps"]),
             generator=seed,
         )
         return estimate, counted.rows

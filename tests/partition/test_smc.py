@@ -34,10 +34,20 @@ def test_gaussian_mixture(d):
     assert estimate.method == "smc" and len(estimate.cost["n_stages"]) == 8
 
 
-def test_funnel():
+@pytest.mark.parametrize("chain_length", [1, 8])
+def test_funnel(chain_length):
+    """Resample-move and waste-free SMC (8 particles kept per chain)."""
     target = Funnel(5, scale=1.5)
     base = Gaussian(torch.zeros(5), torch.eye(5) * 4)
-    estimate = smc(target, base, MALA(0.05), n_particles=256, steps_per_stage=5, generator=1)
+    estimate = smc(
+        target,
+        base,
+        MALA(0.05),
+        n_particles=256,
+        steps_per_stage=5,
+        chain_length=chain_length,
+        generator=1,
+    )
     assert_within(estimate, float(target.log_partition()))
 
 
@@ -78,6 +88,8 @@ def test_bad_input():
         smc(target, base, kernel, n_runs=1)
     with pytest.raises(ValueError, match="ess_fraction must be in"):
         smc(target, base, kernel, ess_fraction=1.0)
+    with pytest.raises(ValueError, match="chain_length must divide n_particles"):
+        smc(target, base, kernel, n_particles=100, chain_length=8)
     with pytest.raises(TypeError, match="kernel must be an ebmlab Sampler"):
         smc(target, base, "mala")
     with pytest.raises(TypeError, match="base must provide sample"):

@@ -11,6 +11,12 @@ path as AIS, E_beta = (1 - beta) E_0 + beta E_1. Each stage
 3. resamples the particles by their weights (systematic resampling) and
 4. moves them with ``steps_per_stage`` steps of any MCMC kernel at beta'.
 
+With ``chain_length = P > 1`` the stage resamples only n / P particles and runs each
+for P rounds of ``steps_per_stage`` steps, keeping the state after every round: n
+particles again, for the same number of kernel steps (waste-free SMC, Dau & Chopin
+2022). A particle's lineage then moves P times as far per stage, which is what regions
+that only open late on the path (the neck of a funnel) need.
+
 Unlike AIS, resampling drops the particles that annealing has made irrelevant, and
 the adaptive schedule spends temperatures where the path changes fastest. The
 product of mean weights is an unbiased estimate of Z_1 / Z_0.
@@ -56,12 +62,12 @@ def _next_increment(diff: torch.Tensor, room: torch.Tensor, log_target: float) -
     return torch.where(full, room, lo.clamp_min(room.clamp_max(1e-12)))
 
 
-def _systematic(log_w: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Indices (runs, particles) drawn by systematic resampling within each run."""
+def _systematic(log_w: torch.Tensor, draws: int, generator: torch.Generator | None) -> torch.Tensor:
+    """Indices (runs, draws) drawn by systematic resampling within each run."""
     runs, n = log_w.shape
     cdf = torch.softmax(log_w, -1).cumsum(-1)
     u = torch.rand(runs, 1, generator=generator, dtype=cdf.dtype, device=cdf.device)
-    positions = (u + torch.arange(n, dtype=cdf.dtype, device=cdf.device)) / n
+    positions = (u + torch.arange(draws, dtype=cdf.dtype, device=cdf.device)) / draws
     return torch.searchsorted(cdf, positions).clamp_max(n - 1)
 
 
@@ -74,6 +80,7 @@ def smc(
     n_runs: int = 8,
     ess_fraction: float = 0.5,
     steps_per_stage: int = 2,
+    chain_length: int = 1,
     max_stages: int = 10_000,
     generator: torch.Generator | int | None = None,
 ) -> LogZEstimate:
@@ -89,7 +96,11 @@ def smc(
         n_particles: particles per run.
         n_runs: independent runs (at least 2, for the standard error).
         ess_fraction: the effective sample size kept at each stage, in (0, 1).
-        steps_per_stage: kernel steps after each resampling.
+        steps_per_stage: kernel steps after each resampling (between kept states
+            with ``chain_length`` > 1).
+        chain_length: particles each resampled particle's chain contributes per stage;
+            1 is resample-move, more is waste-free SMC (``n_particles`` must be a
+            multiple, with at least two chains per run).
         max_stages: a stage limit per run; exceeding it is an error.
         generator: randomness, on the base's device.
     """
@@ -106,6 +117,12 @@ def smc(
     if not 0 < ess_fraction < 1:
         raise ArgumentError(f"ess_fraction must be in (0, 1), got {ess_fraction}")
     _checks.positive_int("steps_per_stage", steps_per_stage)
+    _checks.positive_int("chain_length", chain_length)
+    if n_particles % chain_length or n_particles // chain_length < 2:
+        raise ArgumentError(
+            f"chain_length must divide n_particles into at least two chains, got "
+            f"chain_length={chain_length} for n_particles={n_particles}"
+        )
     _checks.positive_int("max_stages", max_stages)
     if not isinstance(kernel, Sampler):
         raise ArgumentError(f"kernel must be an ebmlab Sampler, got {type(kernel).__name__}")
@@ -122,6 +139,7 @@ def smc(
     log_ratio = torch.zeros(n_runs, dtype=f64, device=device)
     log_target = math.log(ess_fraction * n_particles)
     offsets = (torch.arange(n_runs, device=device) * n_particles)[:, None]
+    n_chains = n_particles // chain_length  # per run
     stages = torch.zeros(n_runs, dtype=torch.long, device=device)
     with frozen_parameters(energy):
         for _ in range(max_stages):
@@ -141,13 +159,16 @@ def smc(
             stages += active.long()
             if not bool((beta < 1).any()):
                 break
-            rows = (_systematic(log_w, gen) + offsets).view(-1)
-            x = x.index_select(0, rows)
-            path = geometric_path(e0, e1, beta.repeat_interleave(n_particles).to(x.dtype))
-            state = kernel.init(x, path)
-            for _ in range(steps_per_stage):
-                state = kernel.step(state, path, gen)
-            x = state.x
+            rows = (_systematic(log_w, n_chains, gen) + offsets).view(-1)
+            path = geometric_path(e0, e1, beta.repeat_interleave(n_chains).to(x.dtype))
+            state = kernel.init(x.index_select(0, rows), path)
+            kept = []
+            for _ in range(chain_length):
+                for _ in range(steps_per_stage):
+                    state = kernel.step(state, path, gen)
+                kept.append(state.x)
+            # (runs * chains, length, ...) -> run-major particles
+            x = torch.stack(kept, 1).flatten(0, 1)
         else:
             raise ArgumentError(
                 f"smc did not reach beta = 1 within max_stages={max_stages}: raise max_stages "

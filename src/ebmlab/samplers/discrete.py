@@ -14,7 +14,10 @@ for a categorical site Delta_{i,k} = g_{i,c} - g_{i,k}, c being the current valu
 - :class:`GibbsWithGradients` (Grathwohl et al. 2021, Alg. 1) proposes a single
   change (i, k) with probability softmax(Delta / 2) over all changes, and corrects the
   approximation with a Metropolis-Hastings test using the reverse proposal's
-  probability at x'.
+  probability at x'. With ``n_flips = R > 1`` on binary sites it draws R flips from
+  the same distribution at x (a path of flips; a site drawn twice flips back) and
+  tests the path against the same flips drawn at x' (the path auxiliary proposal of
+  Sun et al. 2022): R sites can change for the price of one gradient.
 - :class:`DiscreteLangevin` (Zhang et al. 2022, eq. 3) changes every site at once,
   independently: site i takes value k with probability proportional to
   exp(Delta_{i,k} / 2 - |x'_i - x_i|^2 / (2 alpha)). Unadjusted it is DULA;
@@ -71,11 +74,13 @@ class _BinarySites:
         return (g * (2 * x - 1)).flatten(1) / 2
 
     @staticmethod
-    def apply(x: torch.Tensor, move: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x with the change ``move`` (B, 1) made, and the change that undoes it."""
+    def apply(x: torch.Tensor, moves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x with the flips ``moves`` (B, R) made, a site drawn twice flipping back, and
+        the flips that undo them (the same ones)."""
         flat = x.flatten(1)
-        flipped = flat.scatter(1, move, 1 - flat.gather(1, move))
-        return flipped.view(x.shape), move
+        ones = torch.ones_like(moves, dtype=flat.dtype)
+        odd = torch.zeros_like(flat).scatter_add_(1, moves, ones).remainder_(2)
+        return (flat + odd * (1 - 2 * flat)).view(x.shape), moves
 
     def langevin(
         self, x: torch.Tensor, g: torch.Tensor, alpha: float, generator
@@ -168,26 +173,47 @@ class _DiscreteSampler(Sampler[SamplerState]):
         return metropolis_update(state, proposal, e_new, g_new, log_ratio, generator)
 
 
+def _draw_moves(log_q: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``n`` independent draws (B, n) from softmax(log_q) over the last dimension per row,
+    by inverting the cumulative distribution (no host synchronisation)."""
+    cdf = log_q.exp().cumsum(-1)
+    u = torch.rand((log_q.shape[0], n), generator=generator, dtype=log_q.dtype, device=log_q.device)
+    moves = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return moves.clamp_max_(log_q.shape[-1] - 1)
+
+
 class GibbsWithGradients(_DiscreteSampler):
-    """Gibbs-with-Gradients (Grathwohl et al. 2021): one gradient-guided change per
-    step, Metropolis-Hastings corrected, so the chain targets exp(-E)/Z exactly.
+    """Gibbs-with-Gradients (Grathwohl et al. 2021): gradient-guided changes,
+    Metropolis-Hastings corrected, so the chain targets exp(-E)/Z exactly.
 
     Args:
+        n_flips: changes proposed per step. 1 is Gibbs-with-Gradients; more (binary
+            sites only) draws that many flips from the proposal at x and corrects with
+            the same flips' probability at x' (Sun et al. 2022, path auxiliary
+            proposal), so one gradient moves several sites: on large grids and images
+            about n_flips times the effective samples per step while acceptance stays
+            high; too many flips for the energy's curvature lower the acceptance.
         one_hot: the last dimension holds one-hot categories (else binary units).
     """
 
-    def __init__(self, *, one_hot: bool = False) -> None:
+    def __init__(self, *, n_flips: int = 1, one_hot: bool = False) -> None:
         super().__init__(one_hot)
+        self.n_flips = _checks.positive_int("n_flips", n_flips)
+        if one_hot and n_flips > 1:
+            raise ArgumentError(
+                f"n_flips must be 1 with one_hot=True (paths of several changes need binary "
+                f"sites), got {n_flips}"
+            )
 
     def step(
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
         log_q = torch.log_softmax(self.sites.move_logits(state.x, state.grad), -1)
-        move = _gumbel_argmax(log_q, generator)
-        proposal, back = self.sites.apply(state.x, move)
+        moves = _draw_moves(log_q, self.n_flips, generator)
+        proposal, back = self.sites.apply(state.x, moves)
         e_new, g_new = energy_and_grad(energy, proposal)
         log_q_back = torch.log_softmax(self.sites.move_logits(proposal, g_new), -1)
-        log_q_ratio = (log_q_back.gather(1, back) - log_q.gather(1, move)).squeeze(1)
+        log_q_ratio = (log_q_back.gather(1, back) - log_q.gather(1, moves)).sum(1)
         return self._metropolis(state, proposal, log_q_ratio, e_new, g_new, generator)
 
 
