@@ -51,11 +51,15 @@ def test_funnel(chain_length):
     assert_within(estimate, float(target.log_partition()))
 
 
-def test_binary_boltzmann_machine():
+@pytest.mark.parametrize("chain_length", [1, 4])
+def test_binary_boltzmann_machine(chain_length):
     torch.manual_seed(0)
     bm = BoltzmannMachine(12, init_std=0.4)
     base = IndependentBernoulli(torch.zeros(12))
-    estimate = smc(bm, base, GibbsWithGradients(), n_particles=256, steps_per_stage=4, generator=2)
+    kernel = GibbsWithGradients()
+    estimate = smc(
+        bm, base, kernel, n_particles=256, steps_per_stage=4, chain_length=chain_length, generator=2
+    )
     assert_within(estimate, exact_log_partition(bm).log_z)
 
 
