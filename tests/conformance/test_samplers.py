@@ -69,6 +69,7 @@ BINARY = {
     "gibbs": lambda model: Gibbs(),
     "block_gibbs": lambda model: BlockGibbs(model),
     "gibbs_with_gradients": lambda model: GibbsWithGradients(),
+    "gibbs_with_gradients_path": lambda model: GibbsWithGradients(n_flips=3),
     "dula": lambda model: DiscreteLangevin(0.5, adjusted=False),
     "dmala": lambda model: DiscreteLangevin(0.5),
 }
