@@ -6,9 +6,10 @@ training split (1000 images). Both runs use persistent contrastive divergence wi
 256 chains, Adam (learning rate 1e-3), batch 100, energy L2 0.01, 1500 updates and
 the same seed; per update the chains take 64 Gibbs-with-Gradients steps (64 energy
 and gradient evaluations), 16 steps of 4-flip paths (16 evaluations) or one sweep of
-single-site Gibbs (64 sites, 128 energy evaluations). The test log-likelihood of the 447 test digits uses log Z by tempered
-SMC from the data's base-rate model with Gibbs-with-Gradients moves (8 runs x 512
-particles), reported with its standard error. ``python -m benchmarks.binary_ebm``.
+single-site Gibbs (64 sites, 128 energy evaluations). The test log-likelihood of the
+447 test digits uses log Z by tempered SMC from the data's base-rate model with
+Gibbs-with-Gradients moves (8 runs x 512 particles), reported with its standard error.
+``python -m benchmarks.binary_ebm``.
 """
 
 from __future__ import annotations
