@@ -190,9 +190,10 @@ class GibbsWithGradients(_DiscreteSampler):
         n_flips: changes proposed per step. 1 is Gibbs-with-Gradients; more (binary
             sites only) draws that many flips from the proposal at x and corrects with
             the same flips' probability at x' (Sun et al. 2022, path auxiliary
-            proposal), so one gradient moves several sites: on large grids and images
-            about n_flips times the effective samples per step while acceptance stays
-            high; too many flips for the energy's curvature lower the acceptance.
+            proposal), so one gradient moves several sites: up to n_flips times the
+            effective samples per step where one flip barely changes the gradient
+            elsewhere (large, weakly coupled grids); on small or strongly coupled
+            models the acceptance falls and one flip does better.
         one_hot: the last dimension holds one-hot categories (else binary units).
     """
 
