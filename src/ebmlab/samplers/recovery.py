@@ -25,7 +25,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.samplers.base import frozen_parameters
+from ebmlab.samplers.base import frozen_parameters, per_chain
 from ebmlab.samplers.integrators import gaussian_noise
 from ebmlab.samplers.langevin import Langevin
 
@@ -53,11 +53,6 @@ def noise_schedule(n_levels: int = 8, first: float = 0.05, last: float = 0.99) -
     return check_schedule(torch.logspace(math.log10(first), math.log10(last), n_levels))
 
 
-def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Per-row ``values`` (B,) shaped to broadcast over ``like`` (B, ...), in its dtype."""
-    return values.to(like.dtype).view(-1, *[1] * (like.ndim - 1))
-
-
 def blur(
     x: torch.Tensor, sigmas: torch.Tensor, level: torch.Tensor, generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,10 +66,10 @@ def blur(
     """
     sigmas = sigmas.to(x.device)
     alphas = (1 - sigmas**2).sqrt()
-    abar = _per_row(torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level], x)
+    abar = per_chain(torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level], x)
     noise = gaussian_noise(x, generator)
     x_t = abar * x + (1 - abar**2).sqrt() * noise
-    a, s = _per_row(alphas[level], x), _per_row(sigmas[level], x)
+    a, s = per_chain(alphas[level], x), per_chain(sigmas[level], x)
     noise = gaussian_noise(x, generator)
     return x_t, a * x_t + s * noise
 
@@ -107,7 +102,7 @@ def recover(
     """
     sigmas = sigmas.to(x_next.device)
     a, s = (1 - sigmas[level] ** 2).sqrt(), sigmas[level]
-    a_rows = _per_row(a, x_next)
+    a_rows = per_chain(a, x_next)
 
     def conditional(x: torch.Tensor) -> torch.Tensor:
         squared = ((x_next - a_rows * x) ** 2).flatten(1).sum(1)
