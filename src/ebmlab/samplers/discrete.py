@@ -38,13 +38,15 @@ from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.base import Sampler, SamplerState, metropolis_update
 
 
-def _gumbel_argmax(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw from softmax(logits) over the last dimension per row: the argmax of
-    logits - log(-log u), u ~ U(0, 1) (the Gumbel-max trick), with no host
-    synchronisation."""
-    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)
-    tiny = torch.finfo(logits.dtype).tiny
-    return (logits - u.clamp_min_(tiny).log_().neg_().log_()).argmax(-1, keepdim=True)
+def _draw_moves(log_q: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``n`` independent draws (..., n) from softmax(log_q) over its last dimension, by
+    inverting the cumulative distribution (no host synchronisation)."""
+    cdf = log_q.exp().cumsum(-1)
+    u = torch.rand(
+        (*log_q.shape[:-1], n), generator=generator, dtype=log_q.dtype, device=log_q.device
+    )
+    moves = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)
+    return moves.clamp_max_(log_q.shape[-1] - 1)
 
 
 def _check_discrete(x0: torch.Tensor, one_hot: bool) -> torch.Tensor:
@@ -138,7 +140,7 @@ class _OneHotSites:
 
     def langevin(self, x: torch.Tensor, g: torch.Tensor, alpha: float, generator):
         log_p = self._langevin_log_probs(x, g, alpha)
-        codes = _gumbel_argmax(log_p, generator)  # (B, N, 1)
+        codes = _draw_moves(log_p, 1, generator)  # (B, N, 1)
         proposal = torch.zeros_like(log_p).scatter_(-1, codes, 1.0).to(x.dtype).view(x.shape)
         return proposal, log_p.gather(-1, codes).sum((1, 2))
 
@@ -171,15 +173,6 @@ class _DiscreteSampler(Sampler[SamplerState]):
         log q(x | x') - log q(x' | x))); ``log_q_ratio`` None accepts every proposal."""
         log_ratio = None if log_q_ratio is None else state.energy - e_new + log_q_ratio
         return metropolis_update(state, proposal, e_new, g_new, log_ratio, generator)
-
-
-def _draw_moves(log_q: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
-    """``n`` independent draws (B, n) from softmax(log_q) over the last dimension per row,
-    by inverting the cumulative distribution (no host synchronisation)."""
-    cdf = log_q.exp().cumsum(-1)
-    u = torch.rand((log_q.shape[0], n), generator=generator, dtype=log_q.dtype, device=log_q.device)
-    moves = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
-    return moves.clamp_max_(log_q.shape[-1] - 1)
 
 
 class GibbsWithGradients(_DiscreteSampler):
