@@ -40,6 +40,39 @@ def test_fast_paths_are_for_cpu_tensors_only():
         assert not hardware.cache_blocking(device)
 
 
+@pytest.mark.parametrize(
+    ("vendor", "dtype", "forward", "backward"),
+    [
+        ("AuthenticAMD", torch.float32, 64, 64),  # the BLAS leaves AVX-512 unused there
+        ("GenuineIntel", torch.float32, 256, None),
+        ("GenuineIntel", torch.bfloat16, 1, 1),
+        ("AuthenticAMD", torch.bfloat16, 1, 1),
+    ],
+)
+def test_packed_products_from_the_rows_that_pay_off(vendor, dtype, forward, backward, monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(hardware, "packed_linear", lambda device, dtype: True)
+    cpu = torch.device("cpu")
+    assert hardware.packed_min_rows(cpu, dtype) == forward
+    assert hardware.packed_min_rows(cpu, dtype, backward=True) == backward
+    monkeypatch.setattr(hardware, "packed_linear", lambda device, dtype: False)
+    assert hardware.packed_min_rows(cpu, dtype) is None
+    assert hardware.packed_min_rows(cpu, dtype, backward=True) is None
+
+
+@pytest.mark.fastpath
+@pytest.mark.parametrize("rows", [1, None], ids=["onednn", "addmm"])
+def test_matmul_is_the_product_on_either_kernel(rows, monkeypatch):
+    if rows and not hardware._packed_linear(torch.float32):  # the kernel, not the policy
+        pytest.skip("this CPU has no oneDNN float32 kernels")
+    monkeypatch.setattr(hardware, "packed_min_rows", lambda device, dtype, backward=False: rows)
+    gen = torch.Generator().manual_seed(0)
+    a, b, bias = (torch.randn(*shape, generator=gen) for shape in ((70, 30), (30, 20), (20,)))
+    for right in (b, b.T.contiguous().T):  # either memory layout of the right factor
+        torch.testing.assert_close(hardware.matmul(a, right, bias), a @ b + bias)
+        torch.testing.assert_close(hardware.matmul(a, right), a @ b)
+
+
 def test_the_override_turns_every_cpu_fast_path_off(monkeypatch):
     monkeypatch.setenv("EBMLAB_CPU_FAST_PATHS", "0")
     hardware._packed_linear.cache_clear()

@@ -51,8 +51,9 @@ def test_fused_mlp_gradient_equals_autograd(activation, hidden, packed, monkeypa
 
     if packed and not mlp.hardware._packed_linear(torch.float32):  # the kernel, not the policy
         pytest.skip("this CPU has no oneDNN packed float32 kernels")
-    monkeypatch.setattr(mlp.hardware, "packed_linear", lambda device, dtype: packed)
-    monkeypatch.setattr(mlp, "PACKED_FLOAT32_MIN_ROWS", 1)  # packed products for any batch
+    # both products on packed weights for any batch, or neither
+    rows = 1 if packed else None
+    monkeypatch.setattr(mlp.hardware, "packed_min_rows", lambda device, dtype, backward=False: rows)
     m = MLPEnergy(6, hidden=hidden, activation=activation)
     x = torch.randn(9, 2, 3)
     e, g = m.energy_and_grad(x)

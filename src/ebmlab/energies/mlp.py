@@ -68,11 +68,10 @@ MIN_BLOCK_ROWS = 128
 
 # oneDNN can keep a weight matrix in its own blocked layout, so that a product need not
 # reorder it on every call (bfloat16 products of small batches get a third faster), and
-# adds the bias inside the product: float32 forward products of blocks of at least
-# PACKED_FLOAT32_MIN_ROWS rows get 5-20% faster (smaller ones get slower). Where
-# ``hardware.packed_linear`` says no (other devices, CPUs without the kernels), the
-# products are plain ``addmm``/``matmul`` with the same results.
-PACKED_FLOAT32_MIN_ROWS = 256
+# adds the bias inside the product. ``hardware.packed_min_rows`` says from how many rows
+# each product is faster that way on this machine; where it says never (other devices,
+# CPUs without the kernels), the products are plain ``addmm``/``matmul`` with the same
+# results.
 
 
 def block_rows(x: torch.Tensor, widest: int) -> int | None:
@@ -84,35 +83,38 @@ def block_rows(x: torch.Tensor, widest: int) -> int | None:
 
 class _FusedLayer:
     """One linear layer prepared for the hand-fused pass in one dtype:
-    ``forward(h) = h W^T + b`` and ``input_grad(g) = g W`` (the product's two uses).
-    bfloat16 layers use oneDNN-packed W and W^T; float32 ones a packed W for the forward
-    product of large blocks, else W in place. A layer with one output
+    ``forward(h) = h W^T + b`` and ``input_grad(g) = g W`` (the product's two uses),
+    each on oneDNN-packed weights (W, W^T) for blocks of as many rows as
+    ``hardware.packed_min_rows`` asks, else on W in place. A layer with one output
     back-propagates by a broadcast product, which also takes a gradient shared by all
     rows, (1, 1), without materialising it."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, dtype: torch.dtype) -> None:
         w, self.bias = weight.detach().to(dtype), bias.detach().to(dtype)
         self.single_output = len(w) == 1
-        packed = not self.single_output and hardware.packed_linear(w.device, dtype)
-        self.packed_backward = packed and dtype == torch.bfloat16
-        # the fewest rows for which the forward product uses the packed W
-        self.packed_min_rows = 1 if self.packed_backward else PACKED_FLOAT32_MIN_ROWS
+        self.w_forward, self.w = w.t(), w
         pack = torch.ops.mkldnn._reorder_linear_weight
-        self.w_packed = pack(w) if packed else None
-        self.w_forward = w.t()
-        self.w_backward = pack(w.t().contiguous()) if self.packed_backward else w
+        self.forward_rows = self.backward_rows = None
+        self.w_packed = self.w_t_packed = None
+        if not self.single_output:
+            self.forward_rows = hardware.packed_min_rows(w.device, dtype)
+            self.backward_rows = hardware.packed_min_rows(w.device, dtype, backward=True)
+            if self.forward_rows is not None:
+                self.w_packed = pack(w)
+            if self.backward_rows is not None:
+                self.w_t_packed = pack(w.t().contiguous())
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if self.w_packed is not None and len(h) >= self.packed_min_rows:
+        if self.w_packed is not None and len(h) >= self.forward_rows:
             return torch.ops.mkldnn._linear_pointwise(h, self.w_packed, self.bias, "none", [], "")
         return torch.addmm(self.bias, h, self.w_forward)
 
     def input_grad(self, g: torch.Tensor) -> torch.Tensor:
         if self.single_output:
-            return g * self.w_backward
-        if self.packed_backward:
-            return torch.ops.mkldnn._linear_pointwise(g, self.w_backward, None, "none", [], "")
-        return g @ self.w_backward
+            return g * self.w
+        if self.w_t_packed is not None and len(g) >= self.backward_rows:
+            return torch.ops.mkldnn._linear_pointwise(g, self.w_t_packed, None, "none", [], "")
+        return g @ self.w
 
 
 class FeedForward(nn.Module):

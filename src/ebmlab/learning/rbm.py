@@ -174,14 +174,14 @@ class ContrastiveDivergence(PersistentChains):
         W, b, c = (p.detach().to(dtype) for p in (rbm.W, rbm.b, rbm.c))
 
         def hidden_probs(x: torch.Tensor) -> torch.Tensor:
-            return torch.sigmoid(torch.addmm(c, x.to(dtype), W))
+            return torch.sigmoid(hardware.matmul(x.to(dtype), W, c))
 
         ph_data = hidden_probs(v)
         start = self.start(v, generator)
         v_neg, ph_neg = start, ph_data if start is v else hidden_probs(start)
         for _ in range(self.k):
             h = bernoulli_draw(ph_neg, generator)
-            v_neg = rbm.sample_visible_from_logits(torch.addmm(b, h, W.T), generator)
+            v_neg = rbm.sample_visible_from_logits(hardware.matmul(h, W.T, b), generator)
             ph_neg = hidden_probs(v_neg)
         self.keep(v_neg, self.rbm.W.dtype)
         grad_w, grad_b, grad_c = _phase_difference(v_neg, ph_neg, v, ph_data)
@@ -241,7 +241,7 @@ def _phase_difference(
     torch.div(ph_data, -n_pos, out=right[n_neg:, :n_hidden])
     right[:n_neg, n_hidden] = 1 / n_neg
     right[n_neg:, n_hidden] = -1 / n_pos
-    product = rows.T.contiguous() @ right
+    product = hardware.matmul(rows.T.contiguous(), right)
     return (
         product[:n_visible, :n_hidden],
         product[:n_visible, n_hidden],
