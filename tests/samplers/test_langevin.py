@@ -81,6 +81,28 @@ def test_validation():
         Langevin(0.1).sample(lambda x: (x**2).sum(1), torch.tensor([[math.nan]]), 1)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_watch_names_the_first_chain_and_step_that_turned_non_finite(dtype):
+    from ebmlab.samplers import MetropolisHastings, NonFiniteChainError
+
+    class Planted(MetropolisHastings):
+        def step(self, state, energy, generator=None):
+            x = torch.full_like(state.x, 3e4)  # finite, though a row sums beyond float16
+            if state.t + 1 >= 100:
+                x[3, 1] = math.nan
+            if state.t + 1 >= 90:
+                x[1, 0] = math.inf
+            return state.replace(x=x, t=state.t + 1)
+
+    x0 = torch.zeros(5, 4, dtype=dtype)
+    with pytest.raises(NonFiniteChainError, match=r"chain 1 became .* at step 90 of 128"):
+        Planted(0.1).sample(lambda x: x.sum(1), x0, 200)
+    # the last, partial window is read at the end of the run
+    with pytest.raises(NonFiniteChainError, match=r"chain 1 .* at step 90 of 95"):
+        Planted(0.1).sample(lambda x: x.sum(1), x0, 95)
+    Planted(0.1).sample(lambda x: x.sum(1), x0, 89)  # finite, if large, until then
+
+
 def test_a_diverging_chain_stops_the_run_naming_step_and_chain():
     from ebmlab.samplers import NonFiniteChainError
 
