@@ -71,6 +71,10 @@ def test_matmul_is_the_product_on_either_kernel(rows, monkeypatch):
     for right in (b, b.T.contiguous().T):  # either memory layout of the right factor
         torch.testing.assert_close(hardware.matmul(a, right, bias), a @ b + bias)
         torch.testing.assert_close(hardware.matmul(a, right), a @ b)
+    # a product autograd records differentiates correctly
+    b.requires_grad_(True)
+    hardware.matmul(a, b, bias).sum().backward()
+    torch.testing.assert_close(b.grad, a.sum(0)[:, None].expand(-1, 20))
 
 
 def test_the_override_turns_every_cpu_fast_path_off(monkeypatch):

@@ -63,6 +63,27 @@ def test_fused_mlp_gradient_equals_autograd(activation, hidden, packed, monkeypa
     assert not e.requires_grad and not g.requires_grad
 
 
+@pytest.mark.parametrize("kind", ["bernoulli", "categorical"])
+def test_closed_form_rbm_gradients_equal_autograd(kind):
+    from ebmlab.energies import BernoulliRBM, CategoricalRBM
+    from ebmlab.energies.base import _autograd_energy_and_grad
+
+    torch.manual_seed(0)
+    if kind == "bernoulli":
+        model = BernoulliRBM(12, 5, init_std=0.5)
+    else:
+        model = CategoricalRBM(4, 3, 5, init_std=0.5)
+    with torch.no_grad():
+        model.b.normal_()
+        model.c.normal_()
+    x = torch.randint(0, 2, (70, 12)).float().view(70, 3, 4)  # image-shaped rows
+    e, g = model.energy_and_grad(x)
+    e_ref, g_ref = _autograd_energy_and_grad(model.energy, x)
+    torch.testing.assert_close(e, e_ref)
+    torch.testing.assert_close(g, g_ref, atol=1e-5, rtol=1e-5)
+    assert g.shape == x.shape and not g.requires_grad
+
+
 def test_closed_form_gaussian_gradients_equal_autograd():
     from ebmlab.energies import Gaussian
     from ebmlab.energies.base import _autograd_energy_and_grad

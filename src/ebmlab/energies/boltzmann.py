@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ebmlab import _checks
+from ebmlab import _checks, hardware
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.analytic import DiagonalGaussian
 from ebmlab.energies.base import EnergyModel
@@ -139,7 +139,7 @@ class BoltzmannMachine(EnergyModel):
         unit, (1 - 2 x_i) grad_i, as E is linear in every unit (W has a zero diagonal)."""
         flat = x.flatten(1)
         with torch.no_grad():
-            field = flat @ self.W
+            field = hardware.matmul(flat, self.W)
             energy = -(field * flat).sum(1) - flat @ self.b
             return energy, (-2 * field - self.b).view_as(x)
 
@@ -234,11 +234,11 @@ class BernoulliRBM(_RBM):
 
     def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
         """c + v^T W, the log-odds of p(h = 1 | v) (eq. 6.38)."""
-        return F.linear(_checks.rows_of("v", v, self.W.shape[0]).flatten(1), self.W.T, self.c)
+        return hardware.matmul(_checks.rows_of("v", v, self.W.shape[0]).flatten(1), self.W, self.c)
 
     def visible_logits(self, h: torch.Tensor) -> torch.Tensor:
         """b + W h, the log-odds of p(v = 1 | h) (eq. 6.39)."""
-        return F.linear(h, self.W, self.b)
+        return hardware.matmul(h, self.W.T, self.b)
 
     def free_energy_from_logits(self, v: torch.Tensor, hidden_logits: torch.Tensor) -> torch.Tensor:
         """F(v) = -b^T v - sum_j softplus(c_j + v^T W_.j) (eq. 6.37), given c + v^T W.
@@ -248,6 +248,20 @@ class BernoulliRBM(_RBM):
                 computed.
         """
         return -(v.flatten(1) @ self.b) - F.softplus(hidden_logits).sum(1)
+
+    def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """F(x) and grad F(x) = -b - W sigmoid(c + W^T x) from two products, one for the
+        hidden logits and one back through W (autograd takes three); with ``grad_dtype``
+        set, autograd in that precision. What the gradient samplers (Gibbs-with-Gradients,
+        DMALA) call at every step."""
+        if self.grad_dtype is not None:
+            return super().energy_and_grad(x)
+        flat = x.flatten(1)
+        with torch.no_grad():
+            logits = self.hidden_logits(flat)
+            energy = self.free_energy_from_logits(flat, logits)
+            grad = -self.b - hardware.matmul(torch.sigmoid(logits), self.W.T)
+        return energy, grad.view_as(x)
 
     def visible_probs(self, h: torch.Tensor) -> torch.Tensor:
         """p(v_i = 1 | h) = sigmoid(b + W h) for hidden states ``h`` (B, M) -> (B, D)."""
@@ -349,7 +363,7 @@ class GaussianBernoulliRBM(_RBM):
 
     def hidden_logits(self, v: torch.Tensor) -> torch.Tensor:
         """c + W^T (v / sigma), the log-odds of p(h = 1 | v): (B, D) -> (B, M)."""
-        return F.linear(v.flatten(1) / self.sigma, self.W.T, self.c)
+        return hardware.matmul(v.flatten(1) / self.sigma, self.W, self.c)
 
     def joint_energy(self, v: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """E(v, h) = |v - b|^2 / (2 sigma^2) - c^T h - (v / sigma)^T W h: (B, D), (B, M) -> (B,)."""
@@ -367,7 +381,7 @@ class GaussianBernoulliRBM(_RBM):
 
     def visible_mean(self, h: torch.Tensor) -> torch.Tensor:
         """E[v | h] = b + sigma * (W h)."""
-        return self.b + self.sigma * F.linear(h, self.W)
+        return self.b + self.sigma * hardware.matmul(h, self.W.T)
 
     def sample_visible(
         self, h: torch.Tensor, generator: torch.Generator | None = None
