@@ -6,6 +6,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from ebmlab.evaluation import (
+    accuracy,
     auroc,
     expected_calibration_error,
     load_ood_file,
@@ -25,6 +26,37 @@ def test_ece_is_small_for_a_calibrated_predictor_and_large_otherwise():
     assert expected_calibration_error(probs, y) < 0.01
     overconfident = torch.stack([torch.full_like(conf, 0.99), torch.full_like(conf, 0.01)], 1)
     assert expected_calibration_error(overconfident, y) > 0.2
+
+
+def _overconfident(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A two-class predictor right with probability 0.1 below its confidence, n rows."""
+    conf = 0.5 + 0.5 * torch.rand(n, generator=gen)
+    correct = torch.rand(n, generator=gen) < conf - 0.1
+    return torch.stack([conf, 1 - conf], 1), torch.where(correct, 0, 1)
+
+
+def test_standard_errors_match_the_spread_over_independent_test_sets():
+    gen = torch.Generator().manual_seed(1)
+    values = {"accuracy": [], "nll": [], "ece": []}
+    reported = {"accuracy": [], "nll": [], "ece": []}
+    for seed in range(100):
+        probs, y = _overconfident(400, gen)
+        for name, fn in (("accuracy", accuracy), ("nll", nll)):
+            value, stderr = fn(probs, y, return_stderr=True)
+            values[name].append(value)
+            reported[name].append(stderr)
+        value, stderr = expected_calibration_error(probs, y, return_stderr=True, generator=seed)
+        values["ece"].append(value)
+        reported["ece"].append(stderr)
+    for name in values:
+        spread = float(torch.tensor(values[name]).std())
+        mean_reported = float(torch.tensor(reported[name]).mean())
+        # 100 test sets estimate the spread within about 7 %
+        assert 0.7 * spread < mean_reported < 1.3 * spread, (name, spread, mean_reported)
+    probs, y = _overconfident(400, gen)
+    acc, stderr = accuracy(probs, y, return_stderr=True)
+    assert stderr == pytest.approx(math.sqrt(acc * (1 - acc) / 399))
+    assert accuracy(probs, y) == acc
 
 
 def test_nll_and_reliability_png(tmp_path):

@@ -54,6 +54,8 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
     assert main(["evaluate", str(jem_run), "--ood-data", str(ood)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert 0 <= result["test_error"] <= 1 and 0 <= result["ece"] <= 1
+    for name in ("test_error", "test_accuracy", "test_nll", "ece"):
+        assert 0 < result[f"{name}_stderr"] < 0.5, name  # from a few hundred test rows
     assert 0 <= result["ece_at_beta_1"] <= 1 and result["beta"] > 0
     assert set(result["ood_auroc"]) == {
         "uniform_noise",

@@ -20,6 +20,9 @@ def test_rbm_recipe_trains_evaluates_and_estimates_log_z(tmp_path, capsys):
     assert result["test_log_likelihood"] == summary["test_log_likelihood"]
     assert result["log_z"]["method"] == "enumeration"
     assert -40 < result["test_log_likelihood"] < result["train_log_likelihood"] + 5
+    # exact log Z: the error is the rows' spread over sqrt(rows), a fraction of a nat
+    assert 0 < result["test_log_likelihood_stderr"] < 1
+    assert result["test_log_likelihood_stderr"] == summary["test_log_likelihood_stderr"]
     assert main(["logz", str(run), "--method", "ais"]) == 0
     ais = json.loads(capsys.readouterr().out)
     assert abs(ais["log_z"] - result["log_z"]["log_z"]) < 0.05 + 3 * ais["stderr"]

@@ -497,12 +497,21 @@ def evaluate(
         logits = in_chunks(task.model.logits, test.x)
     probs = torch.softmax(task.model.beta * logits, 1)
     reliability_diagram(probs, test.y, run.path / "reliability.png")
+    acc, acc_stderr = accuracy(probs, test.y, return_stderr=True)
+    test_nll, test_nll_stderr = nll(probs, test.y, return_stderr=True)
+    ece, ece_stderr = expected_calibration_error(
+        probs, test.y, 15, return_stderr=True, generator=2024
+    )
     result: dict[str, Any] = {
         "data": task.config.data,
-        "test_accuracy": accuracy(probs, test.y),
-        "test_error": 1 - accuracy(probs, test.y),
-        "test_nll": nll(probs, test.y),
-        "ece": expected_calibration_error(probs, test.y, 15),
+        "test_accuracy": acc,
+        "test_accuracy_stderr": acc_stderr,
+        "test_error": 1 - acc,
+        "test_error_stderr": acc_stderr,
+        "test_nll": test_nll,
+        "test_nll_stderr": test_nll_stderr,
+        "ece": ece,
+        "ece_stderr": ece_stderr,
         "beta": float(task.model.beta),
         "ece_at_beta_1": expected_calibration_error(torch.softmax(logits, 1), test.y, 15),
     }

@@ -41,6 +41,7 @@ directory gets the weight filters and samples from the persistent chains as PNG 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,29 +355,38 @@ class RBMTask(Task):
             return None if self.dbm.chains is None else torch.cat(self.dbm.chains, 1)
         return None if self.cd is None else self.cd.chains
 
-    def log_likelihood(self, part, log_z: LogZEstimate) -> float:
-        """Mean log-likelihood of a data split given log Z."""
-        return log_likelihood(self.model, part.x, log_z).mean
+    def log_likelihood(self, part, log_z: LogZEstimate) -> tuple[float, float]:
+        """Mean log-likelihood of a data split given log Z, and its standard error (the
+        rows' spread and log Z's, independent of each other)."""
+        fit = log_likelihood(self.model, part.x, log_z)
+        return fit.mean, math.hypot(fit.data_stderr, fit.stderr)
+
+    def _log_likelihoods(self, log_z: LogZEstimate, *splits: str) -> dict[str, float]:
+        """``{split}_log_likelihood`` and its ``_stderr`` for each named split."""
+        out = {}
+        for split in splits:
+            value, stderr = self.log_likelihood(getattr(self, split), log_z)
+            out[f"{split}_log_likelihood"], out[f"{split}_log_likelihood_stderr"] = value, stderr
+        return out
 
     def final_metrics(self, generator: torch.Generator) -> dict[str, Any]:
         """The test log-likelihood at the end of training, with the log Z used (exact when
         enumerable, else AIS with ``ais_temperatures``)."""
         log_z = self.log_partition("auto", generator)
-        return {"test_log_likelihood": self.log_likelihood(self.test, log_z),
-                "log_z": log_z.to_dict()}  # fmt: skip
+        return {**self._log_likelihoods(log_z, "test"), "log_z": log_z.to_dict()}
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         log_z = self.log_partition("auto", generator)
-        return {"val_nll": -self.log_likelihood(self.val, log_z)}
+        return {"val_nll": -self.log_likelihood(self.val, log_z)[0]}
 
     def evaluate(self) -> dict[str, Any]:
-        """Train and test log-likelihood with the partition function used."""
+        """Train and test log-likelihood, each with its standard error, and the partition
+        function used."""
         log_z = self.log_partition("auto", self.generator(0))
         return {
             "n_visible": self.train.x.shape[1],
             "log_z": log_z.to_dict(),
-            "train_log_likelihood": self.log_likelihood(self.train, log_z),
-            "test_log_likelihood": self.log_likelihood(self.test, log_z),
+            **self._log_likelihoods(log_z, "train", "test"),
         }
 
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
@@ -500,10 +510,12 @@ class ClassificationRBMTask(RBMTask):
         )
         return StepResult(loss)
 
-    def log_likelihood(self, part, log_z: LogZEstimate) -> float:
-        """Mean joint log-likelihood log p(x, y) of a split."""
+    def log_likelihood(self, part, log_z: LogZEstimate) -> tuple[float, float]:
+        """Mean joint log-likelihood log p(x, y) of a split, and its standard error."""
         with torch.no_grad():
-            return float(-self.model.free_energy(part.x, part.y).double().mean() - log_z.log_z)
+            per_row = -self.model.free_energy(part.x, part.y).double() - log_z.log_z
+        spread = float(per_row.std() / math.sqrt(len(per_row))) if len(per_row) > 1 else 0.0
+        return float(per_row.mean()), math.hypot(spread, log_z.stderr)
 
     def classification(self, part) -> dict[str, float]:
         """Exact error rate and mean -log p(y | x) of a split."""
@@ -597,12 +609,14 @@ class DBNTask(RBMTask):
             generator=generator,
         )
 
-    def log_likelihood(self, part, log_z: LogZEstimate) -> float:
+    def log_likelihood(self, part, log_z: LogZEstimate) -> tuple[float, float]:
         """The bottom RBM's mean log-likelihood, or once the top RBM trains, the stack's
-        variational lower bound (10 draws per image)."""
+        variational lower bound (10 draws per image), each with its standard error."""
         if self.layer == 0:
-            return log_likelihood(self.model.layers[0], part.x, log_z).mean
-        return self.model.log_likelihood_bound(part.x, log_z.log_z, 10, self.generator(0))[0]
+            fit = log_likelihood(self.model.layers[0], part.x, log_z)
+            return fit.mean, math.hypot(fit.data_stderr, fit.stderr)
+        bound, stderr = self.model.log_likelihood_bound(part.x, log_z.log_z, 10, self.generator(0))
+        return bound, math.hypot(stderr, log_z.stderr)
 
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
         if self.layer == 0:
