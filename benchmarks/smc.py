@@ -4,8 +4,8 @@ Targets with a known log Z:
 
 - Gaussian mixtures (4 unit-variance components, means ~ N(0, 4 I)) in 2, 10 and 50
   dimensions, and Neal's funnel in 10 dimensions, from a broad Gaussian base with HMC
-  moves (on the funnel with step sizes spread log-uniformly over two decades, waste-free
-  chains of 64 kept states and an ESS fraction of 0.95);
+  moves (on the funnel with step sizes spread log-uniformly over two decades, 4096
+  particles in waste-free chains of 64 kept states and an ESS fraction of 0.95);
 - a 64 x 16 Bernoulli RBM trained on the binarised digits (exact log Z by enumerating
   the 2^16 hidden states), from the data's base-rate model with Gibbs-with-Gradients
   moves.
@@ -90,7 +90,7 @@ def problems() -> dict[str, dict]:
         "target": funnel,
         "base": Gaussian(torch.zeros(10), torch.eye(10) * 9),
         "kernel": HMC(0.1, 10, step_spread=10.0),
-        "particles": 2048,
+        "particles": 4096,
         "steps": 2,
         "chain_length": 64,
         "ess_fraction": 0.95,
