@@ -56,8 +56,9 @@ def cpu_vendor() -> str:
     return _cpuinfo().get("vendor_id", "")
 
 
+@functools.cache
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux reports them (empty elsewhere)."""
+    """The CPU's feature flags as Linux reports them (empty elsewhere), read once."""
     info = _cpuinfo()
     return frozenset((info.get("flags") or info.get("Features") or "").split())
 

@@ -8,24 +8,20 @@ is not a mean of per-row values.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Literal, overload
 
 import torch
 
 from ebmlab import _checks
+from ebmlab.evaluation.likelihood import mean_and_stderr
 
 ECE_BOOTSTRAP = 200  # resamples of the test rows behind ECE's standard error
 
 
 def _mean(values: torch.Tensor, return_stderr: bool) -> float | tuple[float, float]:
-    """The mean of per-row ``values``, with sd / sqrt(N) when asked (0 for one row)."""
-    mean = float(values.mean())
-    if not return_stderr:
-        return mean
-    n = len(values)
-    return mean, float(values.std() / math.sqrt(n)) if n > 1 else 0.0
+    """The mean of per-row ``values``, with its standard error when asked."""
+    return mean_and_stderr(values) if return_stderr else float(values.mean())
 
 
 @overload

@@ -20,6 +20,13 @@ from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 
 
+def mean_and_stderr(values: torch.Tensor) -> tuple[float, float]:
+    """The mean of per-row ``values`` (N,) and its standard error sd / sqrt(N) (0 for
+    one row)."""
+    n = len(values)
+    return float(values.mean()), float(values.std() / math.sqrt(n)) if n > 1 else 0.0
+
+
 @dataclass(frozen=True)
 class LogLikelihood:
     """Mean log p(x) over ``n`` rows with its uncertainty.
@@ -36,6 +43,11 @@ class LogLikelihood:
     data_stderr: float
     n: int
     log_z_method: str
+
+    @property
+    def total_stderr(self) -> float:
+        """The standard error of ``mean`` from both sources, independent of each other."""
+        return math.hypot(self.stderr, self.data_stderr)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-serialisable dict."""
@@ -69,8 +81,7 @@ def log_likelihood(
         neg = torch.cat([-fn(part.to(device, dtype)).double() for part in x.split(chunk)])
     if not torch.isfinite(neg).all():
         raise ArgumentError("the model's energy is not finite on some rows of data")
-    spread = float(neg.std() / math.sqrt(len(neg))) if len(neg) > 1 else 0.0
-    mean = float(neg.mean())
+    mean, spread = mean_and_stderr(neg)
     return LogLikelihood(
         mean=mean - log_z.log_z,
         stderr=log_z.stderr,

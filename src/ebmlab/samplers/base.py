@@ -205,15 +205,15 @@ class _FiniteWatch:
 
     def __init__(self, x0: torch.Tensor) -> None:
         self.finite = torch.ones(self.every, x0.shape[0], dtype=torch.bool, device=x0.device)
+        low = x0.is_floating_point() and x0.element_size() < 4
+        self.sum_dtype = torch.float32 if low else None  # chains keep x0's dtype
         self.rows = 0  # steps recorded since the last check
         self.first_t = 0  # the step of the first recorded row
 
     def update(self, state: SamplerState) -> None:
         if self.rows == 0:
             self.first_t = state.t
-        flat = state.x.flatten(1)
-        wide = torch.float32 if flat.is_floating_point() and flat.element_size() < 4 else None
-        self.finite[self.rows] = flat.sum(1, dtype=wide).isfinite()
+        self.finite[self.rows] = state.x.flatten(1).sum(1, dtype=self.sum_dtype).isfinite()
         self.rows += 1
         if self.rows == self.every:
             self.check(state.t)

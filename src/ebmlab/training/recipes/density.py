@@ -12,7 +12,6 @@ MMD^2 between model samples and test data.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,8 +325,7 @@ def evaluate(
     result = {
         "data": task.config.data,
         "test_nll": -fit.mean,
-        # the test rows' spread and log Z's uncertainty, independent of each other
-        "test_nll_stderr": math.hypot(fit.data_stderr, fit.stderr),
+        "test_nll_stderr": fit.total_stderr,
         "true_nll": true_nll,
         "nll_gap": -fit.mean - true_nll,
         "log_z": est.to_dict(),

@@ -66,6 +66,7 @@ from ebmlab.energies import (
 )
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT, base_rate_logits
 from ebmlab.evaluation import log_likelihood
+from ebmlab.evaluation.likelihood import mean_and_stderr
 from ebmlab.learning.rbm import ContrastiveDivergence, DBMLearning, pretrain_dbm
 from ebmlab.losses import classification_rbm_loss
 from ebmlab.partition import LogZEstimate
@@ -359,7 +360,7 @@ class RBMTask(Task):
         """Mean log-likelihood of a data split given log Z, and its standard error (the
         rows' spread and log Z's, independent of each other)."""
         fit = log_likelihood(self.model, part.x, log_z)
-        return fit.mean, math.hypot(fit.data_stderr, fit.stderr)
+        return fit.mean, fit.total_stderr
 
     def _log_likelihoods(self, log_z: LogZEstimate, *splits: str) -> dict[str, float]:
         """``{split}_log_likelihood`` and its ``_stderr`` for each named split."""
@@ -514,8 +515,8 @@ class ClassificationRBMTask(RBMTask):
         """Mean joint log-likelihood log p(x, y) of a split, and its standard error."""
         with torch.no_grad():
             per_row = -self.model.free_energy(part.x, part.y).double() - log_z.log_z
-        spread = float(per_row.std() / math.sqrt(len(per_row))) if len(per_row) > 1 else 0.0
-        return float(per_row.mean()), math.hypot(spread, log_z.stderr)
+        mean, spread = mean_and_stderr(per_row)
+        return mean, math.hypot(spread, log_z.stderr)
 
     def classification(self, part) -> dict[str, float]:
         """Exact error rate and mean -log p(y | x) of a split."""
@@ -614,7 +615,7 @@ class DBNTask(RBMTask):
         variational lower bound (10 draws per image), each with its standard error."""
         if self.layer == 0:
             fit = log_likelihood(self.model.layers[0], part.x, log_z)
-            return fit.mean, math.hypot(fit.data_stderr, fit.stderr)
+            return fit.mean, fit.total_stderr
         bound, stderr = self.model.log_likelihood_bound(part.x, log_z.log_z, 10, self.generator(0))
         return bound, math.hypot(stderr, log_z.stderr)
 
