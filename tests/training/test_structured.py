@@ -46,6 +46,7 @@ def test_structured_recipe_runs(tmp_path, capsys):
     assert main(["evaluate", str(run)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["loss"] == "square_exponential" and 0 <= result["test_accuracy"] <= 1
+    assert 0 < result["test_accuracy_stderr"] < 0.05  # a few hundred test digits
 
 
 def test_learner_validation():
@@ -102,6 +103,16 @@ def test_chain_evaluation_reports_exact_and_approximate_inference(tmp_path, caps
     by = result["test_error_by_inference"]
     assert set(by) == {"viterbi", "annealed_gibbs", "icm", "mean_field"}
     assert by["viterbi"] == result["test_error"]
+    # the standard error is over sequences: between that of independent positions and
+    # that of sequences wholly right or wrong
+    from ebmlab.training.recipes.structured import StructuredConfig
+    from ebmlab.training.recipes.structured.tasks import ChainTask
+
+    x, _ = ChainTask(StructuredConfig(task="chain", n_sequences=100), 0).test
+    e, (n, length) = result["test_error"], x.shape[:2]
+    bernoulli = (e * (1 - e)) ** 0.5
+    stderr = result["test_error_stderr"]
+    assert bernoulli / (n * length) ** 0.5 < stderr < bernoulli / (n - 1) ** 0.5
     # annealing finds (nearly) the exact minimisers on a chain
     assert abs(by["annealed_gibbs"] - by["viterbi"]) < 0.05
 
@@ -122,6 +133,14 @@ def test_completion_learns_the_bottom_half_with_annealed_gibbs_answers():
     always_off = float(task.test.x[:, 32:].mean())  # error of predicting every pixel 0
     assert after < before and after < min(always_off, 1 - always_off) - 0.05, (before, after)
     assert float(task.model.coupling.detach().abs().max()) > 0  # couplings were learned
+    from ebmlab.training.recipes import Setup
+    from ebmlab.training.recipes.structured import evaluate
+
+    result = evaluate(Setup(task, (task.train.x,)), None)
+    e, n = result["test_pixel_error"], len(task.test.x)
+    bernoulli = (e * (1 - e)) ** 0.5  # the stderr lies between independent and tied pixels
+    stderr = result["test_pixel_error_stderr"]
+    assert bernoulli / (32 * n) ** 0.5 < stderr < bernoulli / (n - 1) ** 0.5
     assert 0 < mean_pixel < 1
 
 

@@ -36,6 +36,7 @@ from ebmlab.data.motion import JOINTS, walking_gaits
 from ebmlab.data.pairs import TRANSFORMATIONS, digits_on_canvas, transform_images, transformed_pairs
 from ebmlab.energies import ConditionalRBM, GatedRBM
 from ebmlab.energies.base import energy_device
+from ebmlab.evaluation.likelihood import mean_and_stderr
 from ebmlab.losses import conditional_cd_loss
 from ebmlab.plotting import image_grid, save_figure
 from ebmlab.training.run_dir import RunDirectory
@@ -188,9 +189,9 @@ class GatedRBMTask(_ConditionalTask):
         x, y, _ = self.pairs["train"]
         return y, x
 
-    def error(self, split: str) -> float:
-        """The fraction of the split's pairs whose transformation a logistic regression
-        on the mapping units (fitted on training pairs) infers wrongly."""
+    def wrong(self, split: str) -> torch.Tensor:
+        """1 for each of the split's pairs (float64, (N,)) whose transformation a logistic
+        regression on the mapping units (fitted on training pairs) infers wrongly, else 0."""
 
         def features(split: str) -> tuple[np.ndarray, np.ndarray]:
             x, y, labels = self.pairs[split]
@@ -200,14 +201,17 @@ class GatedRBMTask(_ConditionalTask):
 
         h, labels = features("train")
         probe = LogisticRegression(max_iter=2000).fit(h[:PROBE_PAIRS], labels[:PROBE_PAIRS])
-        return float(1 - probe.score(*features(split)))
+        h, labels = features(split)
+        return torch.from_numpy(probe.predict(h) != labels).double()
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
-        return {"val_error": self.error("val")}
+        return {"val_error": float(self.wrong("val").mean())}
 
     def evaluate(self) -> dict[str, Any]:
-        """Held-out transformation error of the mapping units."""
-        return {"n_visible": SIZE * SIZE, "test_error": self.error("test")}
+        """Held-out transformation error of the mapping units and its standard error
+        (the pairs are independent)."""
+        error, stderr = mean_and_stderr(self.wrong("test"))
+        return {"n_visible": SIZE * SIZE, "test_error": error, "test_error_stderr": stderr}
 
     def picture(self, n: int, steps: int, out, generator: torch.Generator) -> None:
         """The analogy grid of :func:`analogy_picture` (``n`` and ``steps`` unused: the

@@ -26,6 +26,7 @@ import torch
 
 from ebmlab.data import load_dataset
 from ebmlab.energies.structured import DistanceEnergy, LogitEnergy
+from ebmlab.evaluation.likelihood import mean_and_stderr
 from ebmlab.learning.structured import EnergyLearner
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.recipes.structured.config import StructuredConfig
@@ -85,32 +86,42 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
     """Digits: test accuracy and energy gap E(Ybar) - E(Y^i) (positive: correct answers
     lower). Chain: per-position test error for exact and approximate inference beside the
     Bayes-optimal error. Completion: pixel error per inference method beside per-pixel
-    logistic regression."""
+    logistic regression. Each error or accuracy comes with its standard error
+    (``_stderr``), over test rows: the sequences and images are independent, the
+    positions and pixels within one are not."""
     if isinstance(setup.task, ChainTask):
         chain = setup.task
+        error, stderr = mean_and_stderr(chain.sequence_errors(*chain.test))
         return {
             "task": "chain",
             "loss": chain.config.loss,
-            "test_error": chain.error(*chain.test),
+            "test_error": error,
+            "test_error_stderr": stderr,
             "test_error_by_inference": {i: chain.error(*chain.test, i) for i in INFERENCE},
             "bayes_error": chain.bayes_error(*chain.test),
         }
     if isinstance(setup.task, CompletionTask):
         completion = setup.task
-        by_inference = {i: completion.pixel_error(completion.test.x, i) for i in INFERENCE[1:]}
+        by_inference = {
+            i: mean_and_stderr(completion.pixel_errors(completion.test.x, i)) for i in INFERENCE[1:]
+        }
         return {
             "task": "completion",
             "loss": completion.config.loss,
-            "test_pixel_error": by_inference["annealed_gibbs"],
-            "test_pixel_error_by_inference": by_inference,
+            "test_pixel_error": by_inference["annealed_gibbs"][0],
+            "test_pixel_error_stderr": by_inference["annealed_gibbs"][1],
+            "test_pixel_error_by_inference": {i: e for i, (e, _) in by_inference.items()},
             "logistic_regression_pixel_error": completion.baseline_pixel_error(),
         }
     task: StructuredTask = setup.task  # type: ignore[assignment]
     scores = task.scores(task.test)
+    correct = (task.learner.predict(task.test.x) == task.test.y).double()
+    accuracy, stderr = mean_and_stderr(correct)
     return {
         "arch": task.config.arch,
         "loss": task.config.loss,
-        "test_accuracy": 1 - scores["error"],
+        "test_accuracy": accuracy,
+        "test_accuracy_stderr": stderr,
         "test_energy_gap": scores["energy_gap"],
     }
 

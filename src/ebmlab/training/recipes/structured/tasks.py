@@ -68,15 +68,23 @@ class ChainTask(Task):
     ) -> StepResult:
         return StepResult(self.loss(*batch))
 
-    def error(self, x: torch.Tensor, y: torch.Tensor, inference: str = "viterbi") -> float:
-        """Per-position error of the answers found by ``inference`` (one of INFERENCE)."""
+    def sequence_errors(
+        self, x: torch.Tensor, y: torch.Tensor, inference: str = "viterbi"
+    ) -> torch.Tensor:
+        """Each sequence's share of positions (N,) that ``inference`` (one of INFERENCE)
+        gets wrong: the sequences are independent, their positions are not, so the
+        standard error of the per-position error is taken over these."""
         with torch.no_grad():
             unary, transition = self.model(x)
             if inference == "viterbi":
                 labels, _ = viterbi(unary, transition)
             else:
                 labels = approximate_argmin(PairwiseMRF.from_chain(unary, transition), inference)
-        return float((labels != y).double().mean())
+        return (labels != y).double().mean(1)
+
+    def error(self, x: torch.Tensor, y: torch.Tensor, inference: str = "viterbi") -> float:
+        """Per-position error of the answers found by ``inference`` (one of INFERENCE)."""
+        return float(self.sequence_errors(x, y, inference).mean())
 
     def bayes_error(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """Per-position error of the max posterior marginals under the true HMM."""
@@ -138,11 +146,17 @@ class CompletionTask(Task):
         errors = (answer != bottom).double().mean()
         return StepResult(loss, {"contrastive_pixel_diff": float(errors)})
 
-    def pixel_error(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> float:
+    def pixel_errors(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> torch.Tensor:
+        """Each image's share of bottom-half pixels (N,) that ``inference`` completes
+        wrongly (the images are independent, their pixels are not)."""
         top, bottom = self.halves(x)
         with torch.no_grad():
             answer = approximate_argmin(PairwiseMRF.from_binary(*self.model(top)), inference)
-        return float((answer != bottom).double().mean())
+        return (answer != bottom).double().mean(1)
+
+    def pixel_error(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> float:
+        """The share of bottom-half pixels that ``inference`` completes wrongly."""
+        return float(self.pixel_errors(x, inference).mean())
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {"val_error": self.pixel_error(self.val.x, "mean_field")}
