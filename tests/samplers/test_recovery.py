@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from ebmlab.energies import NoiseConditionalEnergy
+from ebmlab.energies import GaussianMixture, NoiseConditionalEnergy
 from ebmlab.losses import diffusion_recovery_likelihood_loss
 from ebmlab.samplers.recovery import OneLevel, RecoverySampler, blur, noise_schedule, recover
 from ebmlab.testing import assert_mean_close
@@ -108,3 +108,29 @@ def test_bad_schedules():
             RecoverySampler(bad)
     with pytest.raises(ValueError, match="last must be in"):
         noise_schedule(4, 0.1, 1.5)
+
+
+def test_resampled_starts_draw_a_recovery_conditional_with_two_modes():
+    """From a wide noise level the recovery conditional of a two-mode energy has both
+    modes; short-run Langevin from x~ / alpha stays in the nearer one, the
+    importance-resampled start gives each its exact weight (quadrature)."""
+    mix = GaussianMixture.isotropic(torch.tensor([[-2.0], [2.0]]), 0.3)
+    sigmas, n, x_tilde = [0.8], 4000, 0.3
+    centre, width = x_tilde / 0.6, 0.8 / 0.6
+    grid = torch.linspace(-6, 6, 20001)[:, None]
+    log_p = -mix.energy(grid) - (grid[:, 0] - centre) ** 2 / (2 * width**2)
+    exact = float(torch.softmax(log_p, 0)[grid[:, 0] > 0].sum())  # 0.745
+
+    def right_mode_share(candidates: int) -> float:
+        draws = recover(
+            OneLevel(mix), torch.full((n, 1), x_tilde), torch.zeros(n, dtype=torch.long),
+            torch.tensor(sigmas, dtype=torch.float64), 30, 0.1,
+            torch.Generator().manual_seed(0), candidates=candidates,
+        )  # fmt: skip
+        return float((draws > 0).double().mean())
+
+    mcse = (exact * (1 - exact) / n) ** 0.5
+    assert abs(right_mode_share(500) - exact) < 4 * mcse
+    assert right_mode_share(1) - exact > 0.2  # Langevin: 0.9995
+    with pytest.raises(ValueError, match="candidates must be"):
+        right_mode_share(0)

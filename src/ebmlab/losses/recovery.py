@@ -31,6 +31,7 @@ def diffusion_recovery_likelihood_loss(
     *,
     langevin_steps: int = 30,
     step_scale: float = 0.1,
+    candidates: int = 1,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The recovery-likelihood surrogate mean E(x_t, t) - mean E(x~_t, t) of data ``x``.
@@ -43,6 +44,8 @@ def diffusion_recovery_likelihood_loss(
         langevin_steps: steps of the conditional sampler
             (:func:`~ebmlab.samplers.recovery.recover`).
         step_scale: its step as a fraction of the conditional variance.
+        candidates: importance-resampled starts of the sampler's chains (1: none);
+            see :func:`~ebmlab.samplers.recovery.recover`.
         generator: randomness of the noise and of the sampler.
 
     Returns:
@@ -57,9 +60,12 @@ def diffusion_recovery_likelihood_loss(
         )
     _checks.positive_int("langevin_steps", langevin_steps)
     _checks.positive("step_scale", step_scale)
+    _checks.positive_int("candidates", candidates)
     level = torch.randint(len(sigmas), (x.shape[0],), generator=generator, device=x.device)
     x_t, x_next = blur(x, sigmas, level, generator)
-    negatives = recover(model, x_next, level, sigmas, langevin_steps, step_scale, generator)
+    negatives = recover(
+        model, x_next, level, sigmas, langevin_steps, step_scale, generator, candidates=candidates
+    )
     e_data, e_neg = model.energy_at(x_t, level), model.energy_at(negatives, level)
     loss = e_data.mean() - e_neg.mean()
     return loss, {

@@ -12,7 +12,13 @@ whose quadratic term makes it close to a Gaussian of width sigma / alpha: far
 easier to sample than the marginal itself. :func:`recover` samples it by short-run
 Langevin dynamics started at x_{t+1} / alpha_{t+1}, with a step of ``step_scale``
 times the quadratic term's variance (at most ``step_scale`` itself, the scale of
-standardised data, where the noise is so large that the energy dominates).
+standardised data, where the noise is so large that the energy dominates). At a noise
+level wide enough to span several of the data's modes the conditional has several
+modes too, which short-run Langevin does not draw; ``candidates = K > 1`` then starts
+each chain from one of K draws of the quadratic term's Gaussian, picked with
+probability proportional to exp(-E(x_t, t)) (sampling-importance-resampling, Rubin
+1988): exact as K grows, and effective where the energy varies over the Gaussian's
+width in few dimensions.
 :class:`RecoverySampler` chains the levels: from noise at level T down to the data
 level 0, each level's samples starting the next.
 """
@@ -83,6 +89,7 @@ def recover(
     step_scale: float,
     generator,
     clamp: tuple[float, float] | None = None,
+    candidates: int = 1,
 ) -> torch.Tensor:
     """Draws of x_t given x_{t+1} = ``x_next`` at per-row levels t (short-run Langevin on
     the conditional energy), detached.
@@ -99,10 +106,19 @@ def recover(
             (``None``: the global one).
         clamp: (low, high) the chains are projected onto after every step (data in a
             box, such as images), or ``None``.
+        candidates: K; above 1 each chain starts from the importance-resampled pick
+            of K Gaussian draws (:func:`resampled_start`), else from x_{t+1} / alpha.
     """
+    _checks.positive_int("candidates", candidates)
     sigmas = sigmas.to(x_next.device)
     a, s = (1 - sigmas[level] ** 2).sqrt(), sigmas[level]
     a_rows = per_chain(a, x_next)
+    start = x_next / a_rows
+    if candidates > 1:
+        width = (s / a).to(x_next.dtype)
+        start = resampled_start(model, start, level, width, candidates, generator)
+        if clamp is not None:
+            start = start.clamp(*clamp)
 
     def conditional(x: torch.Tensor) -> torch.Tensor:
         squared = ((x_next - a_rows * x) ** 2).flatten(1).sum(1)
@@ -111,7 +127,38 @@ def recover(
     variance = (s / a).to(x_next.dtype) ** 2
     sampler = Langevin(1.0, clamp=clamp)._with(step_size=step_scale * variance.clamp(max=1.0))
     with frozen_parameters(model):
-        return sampler.sample(conditional, x_next / a_rows, steps, generator=generator)
+        return sampler.sample(conditional, start, steps, generator=generator)
+
+
+def resampled_start(
+    model,
+    centre: torch.Tensor,
+    level: torch.Tensor,
+    width: torch.Tensor,
+    candidates: int,
+    generator,
+) -> torch.Tensor:
+    """One point per row of ``centre`` (B, ...): of ``candidates`` draws from
+    N(centre, width^2), the one picked with probability proportional to
+    exp(-E(x, level)), by the Gumbel-max trick (no host synchronisation). Exactly a draw
+    of exp(-E(x)) N(x; centre, width^2) as ``candidates`` grows (Rubin 1988).
+
+    Args:
+        model: a noise-conditional energy with ``energy_at(x, level)``.
+        level: each row's level, (B,) integers.
+        width: each row's standard deviation, (B,).
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
+    rows = centre.shape[0]
+    spread = per_chain(width.repeat_interleave(candidates), centre)
+    centres = centre.repeat_interleave(candidates, 0)
+    draws = centres + spread * gaussian_noise(centres, generator)
+    with torch.no_grad():
+        energy = model.energy_at(draws, level.repeat_interleave(candidates)).view(rows, -1)
+    u = torch.rand(energy.shape, generator=generator, dtype=energy.dtype, device=energy.device)
+    pick = (-energy - u.clamp_min_(torch.finfo(u.dtype).tiny).log_().neg_().log_()).argmax(1)
+    return draws.view(rows, candidates, *centre.shape[1:])[torch.arange(rows), pick]
 
 
 class OneLevel(torch.nn.Module):
@@ -146,12 +193,16 @@ class RecoverySampler:
         sigmas: the noise schedule the model was trained with.
         steps: Langevin steps per level.
         step_scale: Langevin step as a fraction of each level's conditional variance.
+        candidates: importance-resampled starts per recovery (:func:`recover`).
     """
 
-    def __init__(self, sigmas, steps: int = 30, step_scale: float = 0.1) -> None:
+    def __init__(
+        self, sigmas, steps: int = 30, step_scale: float = 0.1, candidates: int = 1
+    ) -> None:
         self.sigmas = check_schedule(sigmas)
         self.steps = _checks.positive_int("steps", steps)
         self.step_scale = _checks.positive("step_scale", step_scale)
+        self.candidates = _checks.positive_int("candidates", candidates)
 
     def sample(
         self,
@@ -180,6 +231,9 @@ class RecoverySampler:
         levels = [x]
         for t in reversed(range(len(self.sigmas))):
             level = torch.full((n,), t, device=device, dtype=torch.long)
-            x = recover(model, x, level, self.sigmas, self.steps, self.step_scale, gen)
+            x = recover(
+                model, x, level, self.sigmas, self.steps, self.step_scale, gen,
+                candidates=self.candidates,
+            )  # fmt: skip
             levels.append(x)
         return torch.stack(levels) if return_levels else x

@@ -75,6 +75,8 @@ class DensityConfig:
         drl_first: its first (smallest) noise level; they rise geometrically to 0.99.
         drl_steps: Langevin steps of each recovery (drl).
         drl_step_scale: recovery step as a fraction of the conditional variance (drl).
+        drl_candidates: importance-resampled starts of each recovery (drl; 1: none),
+            which draw a recovery conditional with several modes (wide noise levels).
     """
 
     CHOICES: ClassVar[dict[str, Sequence[str]]] = {
@@ -103,6 +105,7 @@ class DensityConfig:
     drl_first: float = 0.05
     drl_steps: int = 30
     drl_step_scale: float = 0.1
+    drl_candidates: int = 1
 
     def __post_init__(self) -> None:
         _checks.choices(self)
@@ -116,6 +119,7 @@ class DensityConfig:
             raise _checks.ArgumentError(f"drl_first must be in (0, 0.99), got {self.drl_first}")
         _checks.positive_int("drl_steps", self.drl_steps)
         _checks.positive("drl_step_scale", self.drl_step_scale)
+        _checks.positive_int("drl_candidates", self.drl_candidates)
         _checks.positive_int("hidden", self.hidden)
         _checks.positive_int("depth", self.depth)
         _checks.positive_int("sampler_steps", self.sampler_steps)
@@ -216,6 +220,7 @@ class DensityTask(BufferTask):
                     self.sigmas,
                     langevin_steps=c.drl_steps,
                     step_scale=c.drl_step_scale,
+                    candidates=c.drl_candidates,
                     generator=generator,
                 )
             )
