@@ -76,7 +76,8 @@ class DensityConfig:
         drl_steps: Langevin steps of each recovery (drl).
         drl_step_scale: recovery step as a fraction of the conditional variance (drl).
         drl_candidates: importance-resampled starts of each recovery (drl; 1: none),
-            which draw a recovery conditional with several modes (wide noise levels).
+            which draw a recovery conditional with several modes (wide noise levels,
+            with small steps: docs/results/methods.md).
     """
 
     CHOICES: ClassVar[dict[str, Sequence[str]]] = {
