@@ -411,6 +411,24 @@ class Sampler(Generic[S]):
         return result.samples if thin is not None else result.samples[0]
 
 
+def categorical(log_probs: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``n`` independent draws (..., n) of indices from ``log_probs``, normalised log
+    probabilities over the last dimension, by inverting the cumulative distribution (no
+    host synchronisation).
+
+    Args:
+        generator: source of randomness, a ``torch.Generator`` on the data's device
+            (``None``: the global one).
+    """
+    cdf = log_probs.exp().cumsum(-1)
+    u = torch.rand(
+        (*log_probs.shape[:-1], n), generator=generator, dtype=log_probs.dtype,
+        device=log_probs.device,
+    )  # fmt: skip
+    draws = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)
+    return draws.clamp_max_(log_probs.shape[-1] - 1)
+
+
 def per_chain(value: torch.Tensor | float, like: torch.Tensor) -> torch.Tensor | float:
     """Broadcast a per-chain (B,) tensor over the event dimensions of ``like``; floats pass.
 

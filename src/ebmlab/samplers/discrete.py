@@ -35,18 +35,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, metropolis_update
-
-
-def _draw_moves(log_q: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
-    """``n`` independent draws (..., n) from softmax(log_q) over its last dimension, by
-    inverting the cumulative distribution (no host synchronisation)."""
-    cdf = log_q.exp().cumsum(-1)
-    u = torch.rand(
-        (*log_q.shape[:-1], n), generator=generator, dtype=log_q.dtype, device=log_q.device
-    )
-    moves = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)
-    return moves.clamp_max_(log_q.shape[-1] - 1)
+from ebmlab.samplers.base import Sampler, SamplerState, categorical, metropolis_update
 
 
 def _check_discrete(x0: torch.Tensor, one_hot: bool) -> torch.Tensor:
@@ -140,7 +129,7 @@ class _OneHotSites:
 
     def langevin(self, x: torch.Tensor, g: torch.Tensor, alpha: float, generator):
         log_p = self._langevin_log_probs(x, g, alpha)
-        codes = _draw_moves(log_p, 1, generator)  # (B, N, 1)
+        codes = categorical(log_p, 1, generator)  # (B, N, 1)
         proposal = torch.zeros_like(log_p).scatter_(-1, codes, 1.0).to(x.dtype).view(x.shape)
         return proposal, log_p.gather(-1, codes).sum((1, 2))
 
@@ -203,7 +192,7 @@ class GibbsWithGradients(_DiscreteSampler):
         self, state: SamplerState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> SamplerState:
         log_q = torch.log_softmax(self.sites.move_logits(state.x, state.grad), -1)
-        moves = _draw_moves(log_q, self.n_flips, generator)
+        moves = categorical(log_q, self.n_flips, generator)
         proposal, back = self.sites.apply(state.x, moves)
         e_new, g_new = energy_and_grad(energy, proposal)
         log_q_back = torch.log_softmax(self.sites.move_logits(proposal, g_new), -1)

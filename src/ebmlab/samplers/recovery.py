@@ -31,7 +31,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.samplers.base import frozen_parameters, per_chain
+from ebmlab.samplers.base import categorical, frozen_parameters, per_chain
 from ebmlab.samplers.integrators import gaussian_noise
 from ebmlab.samplers.langevin import Langevin
 
@@ -113,9 +113,9 @@ def recover(
     sigmas = sigmas.to(x_next.device)
     a, s = (1 - sigmas[level] ** 2).sqrt(), sigmas[level]
     a_rows = per_chain(a, x_next)
+    width = (s / a).to(x_next.dtype)
     start = x_next / a_rows
     if candidates > 1:
-        width = (s / a).to(x_next.dtype)
         start = resampled_start(model, start, level, width, candidates, generator)
         if clamp is not None:
             start = start.clamp(*clamp)
@@ -124,7 +124,7 @@ def recover(
         squared = ((x_next - a_rows * x) ** 2).flatten(1).sum(1)
         return model.energy_at(x, level) + squared / (2 * s.to(x.dtype) ** 2)
 
-    variance = (s / a).to(x_next.dtype) ** 2
+    variance = width**2
     sampler = Langevin(1.0, clamp=clamp)._with(step_size=step_scale * variance.clamp(max=1.0))
     with frozen_parameters(model):
         return sampler.sample(conditional, start, steps, generator=generator)
@@ -140,7 +140,7 @@ def resampled_start(
 ) -> torch.Tensor:
     """One point per row of ``centre`` (B, ...): of ``candidates`` draws from
     N(centre, width^2), the one picked with probability proportional to
-    exp(-E(x, level)), by the Gumbel-max trick (no host synchronisation). Exactly a draw
+    exp(-E(x, level)) (no host synchronisation). Exactly a draw
     of exp(-E(x)) N(x; centre, width^2) as ``candidates`` grows (Rubin 1988).
 
     Args:
@@ -156,8 +156,7 @@ def resampled_start(
     draws = centres + spread * gaussian_noise(centres, generator)
     with torch.no_grad():
         energy = model.energy_at(draws, level.repeat_interleave(candidates)).view(rows, -1)
-    u = torch.rand(energy.shape, generator=generator, dtype=energy.dtype, device=energy.device)
-    pick = (-energy - u.clamp_min_(torch.finfo(u.dtype).tiny).log_().neg_().log_()).argmax(1)
+    pick = categorical(torch.log_softmax(-energy, 1), 1, generator)[:, 0]
     return draws.view(rows, candidates, *centre.shape[1:])[torch.arange(rows), pick]
 
 

@@ -91,13 +91,15 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
     positions and pixels within one are not."""
     if isinstance(setup.task, ChainTask):
         chain = setup.task
-        error, stderr = mean_and_stderr(chain.sequence_errors(*chain.test))
+        by_inference = {
+            i: mean_and_stderr(chain.sequence_errors(*chain.test, i)) for i in INFERENCE
+        }
         return {
             "task": "chain",
             "loss": chain.config.loss,
-            "test_error": error,
-            "test_error_stderr": stderr,
-            "test_error_by_inference": {i: chain.error(*chain.test, i) for i in INFERENCE},
+            "test_error": by_inference["viterbi"][0],
+            "test_error_stderr": by_inference["viterbi"][1],
+            "test_error_by_inference": {i: e for i, (e, _) in by_inference.items()},
             "bayes_error": chain.bayes_error(*chain.test),
         }
     if isinstance(setup.task, CompletionTask):
@@ -114,15 +116,17 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
             "logistic_regression_pixel_error": completion.baseline_pixel_error(),
         }
     task: StructuredTask = setup.task  # type: ignore[assignment]
-    scores = task.scores(task.test)
-    correct = (task.learner.predict(task.test.x) == task.test.y).double()
-    accuracy, stderr = mean_and_stderr(correct)
+    x, y = task.test.x, task.test.y
+    with torch.no_grad():
+        table = task.learner.energies(x)
+        _, metrics = task.learner.loss_from_table(table, y)
+    accuracy, stderr = mean_and_stderr((table.argmin(1) == y).double())
     return {
         "arch": task.config.arch,
         "loss": task.config.loss,
         "test_accuracy": accuracy,
         "test_accuracy_stderr": stderr,
-        "test_energy_gap": scores["energy_gap"],
+        "test_energy_gap": metrics["energy_gap"],
     }
 
 
