@@ -9,7 +9,8 @@ Memisevic & Hinton 2010) through :func:`~ebmlab.losses.conditional_cd_loss`.
   autoregression, so its hidden units learn what the linear model misses; validation
   reports the exact conditional negative log-likelihood per frame (``val_nll``, the
   2^n_hidden hidden states enumerated) and the next-frame squared error (``val_mse``),
-  evaluation both beside the linear autoregression's.
+  evaluation both beside the linear autoregression's, each with its standard error over
+  the walkers.
 - ``gated``: a factored gated RBM (:class:`~ebmlab.energies.GatedRBM`) of random-dot
   pairs moved by one of eight transformations (``dot-pairs``,
   :func:`~ebmlab.data.pairs.transformed_pairs`, 13 x 13), with ``n_hidden`` mapping
@@ -114,30 +115,34 @@ class ConditionalRBMTask(_ConditionalTask):
         """The training frames and their histories."""
         return self.train
 
-    def scores(self, part: tuple[torch.Tensor, torch.Tensor]) -> dict[str, float]:
+    def scores(self, split: str) -> dict[str, float]:
         """Exact conditional negative log-likelihood per frame and next-frame squared
-        error of a split."""
-        v, history = part
-        with torch.no_grad():
-            nll = float(-self.model.log_likelihood(v, history).double().mean())
-            mse = float(((self.model.predict(history) - v) ** 2).double().mean())
-        return {"nll": nll, "mse": mse}
-
-    def linear_mse(self, part: tuple[torch.Tensor, torch.Tensor]) -> float:
-        """Next-frame squared error of the least-squares linear autoregression."""
-        v, history = part
+        errors of the model and of the least-squares linear autoregression on a split,
+        each with its standard error over the split's walkers (``_stderr``): the frames
+        of one walker are correlated, the walkers independent."""
+        v, history = getattr(self, split)
+        walkers = len(self.frames[split])
         weights, bias = self.linear
-        return float(((history @ weights.T + bias - v) ** 2).double().mean())
+        with torch.no_grad():
+            per_frame = {
+                "nll": -self.model.log_likelihood(v, history),
+                "mse": ((self.model.predict(history) - v) ** 2).mean(1),
+                "mse_linear_autoregression": ((history @ weights.T + bias - v) ** 2).mean(1),
+            }
+        out = {}
+        for name, values in per_frame.items():
+            mean, stderr = mean_and_stderr(values.double().view(walkers, -1).mean(1))
+            out[name], out[f"{name}_stderr"] = mean, stderr
+        return out
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
-        return {f"val_{k}": value for k, value in self.scores(self.val).items()}
+        return {f"val_{k}": value for k, value in self.scores("val").items()}
 
     def evaluate(self) -> dict[str, Any]:
         """Test scores beside the linear autoregression's."""
         return {
             "n_visible": len(JOINTS),
-            **{f"test_{k}": value for k, value in self.scores(self.test).items()},
-            "test_mse_linear_autoregression": self.linear_mse(self.test),
+            **{f"test_{k}": value for k, value in self.scores("test").items()},
         }
 
     def picture(self, n: int, steps: int, out, generator: torch.Generator) -> None:
