@@ -53,6 +53,32 @@ def test_recover_samples_the_gaussian_posterior(t):
     assert ((ratio > 0.93) & (ratio < 1.07)).all(), ratio
 
 
+def test_adjusted_recovery_keeps_the_conditional_exact_at_a_large_step():
+    """With a step as large as the conditional variance, unadjusted Langevin draws a
+    Gaussian conditional about twice too wide (its stationary variance is
+    v / (1 - h / (2 v))); the Metropolis-adjusted steps keep it exact."""
+    n, t = 4000, 0
+    x_next = torch.full((n, 2), 1.5)
+    level = torch.full((n,), t)
+    alpha, sigma = float((1 - SIGMAS[t] ** 2).sqrt()), float(SIGMAS[t])
+    step_scale = 0.8 * alpha**2  # of (sigma / alpha)^2: h = 0.8 sigma^2
+    ratios = {}
+    for adjusted in (False, True):
+        draws = recover(
+            StandardNormalLevels(), x_next, level, SIGMAS, 200, step_scale,
+            torch.Generator().manual_seed(2), adjusted=adjusted,
+        )  # fmt: skip
+        ratios[adjusted] = draws.var(0) / sigma**2
+    assert_mean_close(draws, torch.full((2,), 1.5 * alpha))
+    assert ((ratios[True] > 0.93) & (ratios[True] < 1.07)).all(), ratios
+    assert (ratios[False] > 1.4).all(), ratios
+    with pytest.raises(ValueError, match="adjusted"):
+        recover(
+            StandardNormalLevels(), x_next, level, SIGMAS, 1, 0.1, None,
+            clamp=(-1.0, 1.0), adjusted=True,
+        )  # fmt: skip
+
+
 class StandardNormal(nn.Module):
     """E(x) = |x|^2 / 2 over every axis but the first: N(0, I) of any row shape."""
 

@@ -32,6 +32,7 @@ def diffusion_recovery_likelihood_loss(
     langevin_steps: int = 30,
     step_scale: float = 0.1,
     candidates: int = 1,
+    adjusted: bool = False,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The recovery-likelihood surrogate mean E(x_t, t) - mean E(x~_t, t) of data ``x``.
@@ -46,6 +47,7 @@ def diffusion_recovery_likelihood_loss(
         step_scale: its step as a fraction of the conditional variance.
         candidates: importance-resampled starts of the sampler's chains (1: none);
             see :func:`~ebmlab.samplers.recovery.recover`.
+        adjusted: Metropolis-adjusted recovery steps (MALA), exact at any step.
         generator: randomness of the noise and of the sampler.
 
     Returns:
@@ -64,7 +66,15 @@ def diffusion_recovery_likelihood_loss(
     level = torch.randint(len(sigmas), (x.shape[0],), generator=generator, device=x.device)
     x_t, x_next = blur(x, sigmas, level, generator)
     negatives = recover(
-        model, x_next, level, sigmas, langevin_steps, step_scale, generator, candidates=candidates
+        model,
+        x_next,
+        level,
+        sigmas,
+        langevin_steps,
+        step_scale,
+        generator,
+        candidates=candidates,
+        adjusted=adjusted,
     )
     e_data, e_neg = model.energy_at(x_t, level), model.energy_at(negatives, level)
     loss = e_data.mean() - e_neg.mean()

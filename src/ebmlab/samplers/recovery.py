@@ -12,7 +12,9 @@ whose quadratic term makes it close to a Gaussian of width sigma / alpha: far
 easier to sample than the marginal itself. :func:`recover` samples it by short-run
 Langevin dynamics started at x_{t+1} / alpha_{t+1}, with a step of ``step_scale``
 times the quadratic term's variance (at most ``step_scale`` itself, the scale of
-standardised data, where the noise is so large that the energy dominates). At a noise
+standardised data, where the noise is so large that the energy dominates); with
+``adjusted`` the steps are Metropolis-adjusted (MALA), so that a step too large for
+a sharp well of the energy is refused rather than taken. At a noise
 level wide enough to span several of the data's modes the conditional has several
 modes too, which short-run Langevin does not draw; ``candidates = K > 1`` then starts
 each chain from one of K draws of the quadratic term's Gaussian, picked with
@@ -34,6 +36,7 @@ from ebmlab._checks import ArgumentError
 from ebmlab.samplers.base import categorical, frozen_parameters, per_chain
 from ebmlab.samplers.integrators import gaussian_noise
 from ebmlab.samplers.langevin import Langevin
+from ebmlab.samplers.mala import MALA
 
 
 def check_schedule(sigmas) -> torch.Tensor:
@@ -90,6 +93,7 @@ def recover(
     generator,
     clamp: tuple[float, float] | None = None,
     candidates: int = 1,
+    adjusted: bool = False,
 ) -> torch.Tensor:
     """Draws of x_t given x_{t+1} = ``x_next`` at per-row levels t (short-run Langevin on
     the conditional energy), detached.
@@ -108,8 +112,15 @@ def recover(
             box, such as images), or ``None``.
         candidates: K; above 1 each chain starts from the importance-resampled pick
             of K Gaussian draws (:func:`resampled_start`), else from x_{t+1} / alpha.
+        adjusted: Metropolis-adjusted steps (MALA) in place of unadjusted ones, which
+            keep the conditional exact whatever the step (no ``clamp`` then).
     """
     _checks.positive_int("candidates", candidates)
+    if adjusted and clamp is not None:
+        raise ArgumentError(
+            "adjusted=True takes no clamp: a projection would break the Metropolis "
+            "correction (draw unclamped, or leave adjusted=False)"
+        )
     sigmas = sigmas.to(x_next.device)
     a, s = (1 - sigmas[level] ** 2).sqrt(), sigmas[level]
     a_rows = per_chain(a, x_next)
@@ -125,7 +136,8 @@ def recover(
         return model.energy_at(x, level) + squared / (2 * s.to(x.dtype) ** 2)
 
     variance = width**2
-    sampler = Langevin(1.0, clamp=clamp)._with(step_size=step_scale * variance.clamp(max=1.0))
+    kernel = MALA(1.0) if adjusted else Langevin(1.0, clamp=clamp)
+    sampler = kernel._with(step_size=step_scale * variance.clamp(max=1.0))
     with frozen_parameters(model):
         return sampler.sample(conditional, start, steps, generator=generator)
 
@@ -193,15 +205,22 @@ class RecoverySampler:
         steps: Langevin steps per level.
         step_scale: Langevin step as a fraction of each level's conditional variance.
         candidates: importance-resampled starts per recovery (:func:`recover`).
+        adjusted: Metropolis-adjusted steps (:func:`recover`).
     """
 
     def __init__(
-        self, sigmas, steps: int = 30, step_scale: float = 0.1, candidates: int = 1
+        self,
+        sigmas,
+        steps: int = 30,
+        step_scale: float = 0.1,
+        candidates: int = 1,
+        adjusted: bool = False,
     ) -> None:
         self.sigmas = check_schedule(sigmas)
         self.steps = _checks.positive_int("steps", steps)
         self.step_scale = _checks.positive("step_scale", step_scale)
         self.candidates = _checks.positive_int("candidates", candidates)
+        self.adjusted = bool(adjusted)
 
     def sample(
         self,
@@ -232,7 +251,7 @@ class RecoverySampler:
             level = torch.full((n,), t, device=device, dtype=torch.long)
             x = recover(
                 model, x, level, self.sigmas, self.steps, self.step_scale, gen,
-                candidates=self.candidates,
+                candidates=self.candidates, adjusted=self.adjusted,
             )  # fmt: skip
             levels.append(x)
         return torch.stack(levels) if return_levels else x

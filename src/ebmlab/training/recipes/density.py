@@ -78,6 +78,8 @@ class DensityConfig:
         drl_candidates: importance-resampled starts of each recovery (drl; 1: none),
             which draw a recovery conditional with several modes (wide noise levels,
             with small steps: docs/results/methods.md).
+        drl_adjusted: Metropolis-adjusted recovery steps (drl), which refuse the
+            steps that would overshoot a sharp well of the energy.
     """
 
     CHOICES: ClassVar[dict[str, Sequence[str]]] = {
@@ -107,6 +109,7 @@ class DensityConfig:
     drl_steps: int = 30
     drl_step_scale: float = 0.1
     drl_candidates: int = 1
+    drl_adjusted: bool = False
 
     def __post_init__(self) -> None:
         _checks.choices(self)
@@ -222,6 +225,7 @@ class DensityTask(BufferTask):
                     langevin_steps=c.drl_steps,
                     step_scale=c.drl_step_scale,
                     candidates=c.drl_candidates,
+                    adjusted=c.drl_adjusted,
                     generator=generator,
                 )
             )
