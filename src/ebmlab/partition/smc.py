@@ -8,7 +8,8 @@ path as AIS, E_beta = (1 - beta) E_0 + beta E_1. Each stage
    ``ess_fraction`` times the particles (bisection; Jasra et al. 2011);
 2. multiplies the running estimate by the mean weight,
    Z_{beta'} / Z_beta ~ mean(w);
-3. resamples the particles by their weights (systematic resampling) and
+3. resamples the particles by their weights (systematic resampling; multinomial for
+   ``variance="genealogy"``) and
 4. moves them with ``steps_per_stage`` steps of any MCMC kernel at beta'.
 
 With ``chain_length = P > 1`` the stage resamples only n / P particles and runs each
@@ -22,9 +23,25 @@ the adaptive schedule spends temperatures where the path changes fastest. The
 product of mean weights is an unbiased estimate of Z_1 / Z_0.
 
 ``n_runs`` independent populations run side by side, each with its own adaptive
-schedule; log Z is the log of their mean Z estimate and its standard error the
-delta method's sd(Z_r) / (sqrt(n_runs) mean(Z_r)), so it reflects every source of
-variance, resampling included.
+schedule; log Z is the log of their mean Z estimate. The standard error comes from
+one of two places (``variance``):
+
+- ``"runs"``: the spread of the runs, the delta method's
+  sd(Z_r) / (sqrt(n_runs) mean(Z_r)). It reflects every source of variance,
+  resampling included, and needs at least two runs.
+- ``"genealogy"``: each population's own ancestry (Lee & Whiteley 2018).
+  Every particle carries the index of its ancestor among the first stage's particles
+  (its Eve); with S_e the final normalised weight of the particles descended from Eve
+  e, m the number of stages and N the particles,
+  V = 1 - (N / (N - 1))^m (1 - sum_e S_e^2)
+  estimates Var(Z_hat) / Z^2 without bias when resampling is multinomial, so this
+  setting resamples multinomially. (Systematic resampling, the default otherwise,
+  spreads the offspring so evenly that the genealogy looks more diverse than the
+  estimate's variance is, and V comes out too small.) One population of all the
+  particles then gives its own error bar, and adapts its temperatures and resamples
+  over all of them. Waste-free chains have no such genealogy, so it needs
+  ``chain_length = 1``. When resampling has left every particle with one Eve the
+  estimate is 1 (a relative error of 100 %): use more particles or fewer stages.
 """
 
 from __future__ import annotations
@@ -71,6 +88,20 @@ def _systematic(log_w: torch.Tensor, draws: int, generator: torch.Generator | No
     return torch.searchsorted(cdf, positions).clamp_max(n - 1)
 
 
+def _multinomial(
+    log_w: torch.Tensor, draws: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Indices (runs, draws) drawn independently by weight within each run."""
+    return torch.multinomial(torch.softmax(log_w, -1), draws, True, generator=generator)
+
+
+def _eve_concentration(log_w: torch.Tensor, eve: torch.Tensor) -> torch.Tensor:
+    """Per run, sum_e S_e^2: S_e the normalised weight of the particles whose first-stage
+    ancestor is e (``eve`` (runs, particles), ``log_w`` the same shape)."""
+    per_eve = torch.zeros_like(log_w).scatter_add_(1, eve, torch.softmax(log_w, -1))
+    return per_eve.square().sum(-1)
+
+
 def smc(
     energy: EnergyLike,
     base,
@@ -78,6 +109,7 @@ def smc(
     *,
     n_particles: int = 256,
     n_runs: int = 8,
+    variance: str = "runs",
     ess_fraction: float = 0.5,
     steps_per_stage: int = 2,
     chain_length: int = 1,
@@ -94,7 +126,10 @@ def smc(
         kernel: the MCMC move, any ebmlab sampler (e.g. ``MALA`` or ``HMC`` for
             continuous targets, ``GibbsWithGradients`` or ``Gibbs`` for binary ones).
         n_particles: particles per run.
-        n_runs: independent runs (at least 2, for the standard error).
+        n_runs: independent runs (at least 2 with ``variance="runs"``).
+        variance: where the standard error comes from: ``"runs"``, the spread of the
+            independent runs, or ``"genealogy"``, each run's ancestry (Lee & Whiteley
+            2018), which also serves a single run (``chain_length`` 1 only).
         ess_fraction: the effective sample size kept at each stage, in (0, 1).
         steps_per_stage: kernel steps after each resampling (between kept states
             with ``chain_length`` > 1).
@@ -109,9 +144,11 @@ def smc(
     if n_particles < 2:
         raise ArgumentError(f"n_particles must be at least 2, got {n_particles}")
     _checks.positive_int("n_runs", n_runs)
-    if n_runs < 2:
+    _checks.one_of("variance", variance, ("runs", "genealogy"))
+    if variance == "runs" and n_runs < 2:
         raise ArgumentError(
-            f"n_runs must be at least 2 (the standard error needs them), got {n_runs}"
+            f"n_runs must be at least 2 for variance='runs' (the standard error needs them), "
+            f"got {n_runs}; a single run takes variance='genealogy'"
         )
     _checks.probability("ess_fraction", ess_fraction)
     if not 0 < ess_fraction < 1:
@@ -122,6 +159,11 @@ def smc(
         raise ArgumentError(
             f"chain_length must divide n_particles into at least two chains, got "
             f"chain_length={chain_length} for n_particles={n_particles}"
+        )
+    if variance == "genealogy" and chain_length != 1:
+        raise ArgumentError(
+            f"variance='genealogy' needs chain_length=1 (waste-free chains have no "
+            f"genealogy), got chain_length={chain_length}; use variance='runs'"
         )
     _checks.positive_int("max_stages", max_stages)
     if not isinstance(kernel, Sampler):
@@ -141,6 +183,9 @@ def smc(
     offsets = (torch.arange(n_runs, device=device) * n_particles)[:, None]
     n_chains = n_particles // chain_length  # per run
     stages = torch.zeros(n_runs, dtype=torch.long, device=device)
+    resample = _systematic if variance == "runs" else _multinomial
+    eve = torch.arange(n_particles, device=device).expand(n_runs, -1)
+    concentration = torch.ones(n_runs, dtype=f64, device=device)  # sum_e S_e^2 at the end
     with frozen_parameters(energy):
         for _ in range(max_stages):
             with torch.no_grad():
@@ -155,11 +200,17 @@ def smc(
             inc = torch.where(active, _next_increment(diff, room, log_target), 0.0)
             log_w = inc[:, None] * diff
             log_ratio += torch.logsumexp(log_w, -1) - math.log(n_particles)
-            beta = torch.where(inc >= room, torch.ones_like(beta), beta + inc)
+            finished = active & (inc >= room)
+            if variance == "genealogy":
+                concentration = torch.where(finished, _eve_concentration(log_w, eve), concentration)
+            beta = torch.where(finished, torch.ones_like(beta), beta + inc)
             stages += active.long()
             if not bool((beta < 1).any()):
                 break
-            rows = (_systematic(log_w, n_chains, gen) + offsets).view(-1)
+            picks = resample(log_w, n_chains, gen)
+            if variance == "genealogy":
+                eve = eve.gather(1, picks)
+            rows = (picks + offsets).view(-1)
             path = geometric_path(e0, e1, beta.repeat_interleave(n_chains).to(x.dtype))
             state = kernel.init(x.index_select(0, rows), path)
             kept = []
@@ -178,10 +229,18 @@ def smc(
     per_run = log_ratio + log_z0
     log_z = float(torch.logsumexp(per_run, 0) - math.log(n_runs))
     z = torch.exp(per_run - per_run.max())
-    stderr = float(z.std() / (math.sqrt(n_runs) * z.mean()))
+    if variance == "runs":
+        stderr = float(z.std() / (math.sqrt(n_runs) * z.mean()))
+    else:
+        # Lee & Whiteley (2018) per run, pooled over the runs' mean by the delta method
+        inflation = torch.exp(stages.double() * math.log1p(1 / (n_particles - 1)))
+        relative = 1 - inflation * (1 - concentration)
+        pooled = (relative * z.square()).sum() / z.sum().square()
+        stderr = float(pooled.clamp_min(0).sqrt())
     cost = {
         "n_particles": n_particles,
         "n_runs": n_runs,
+        "variance": variance,
         "n_stages": stages.tolist(),
         "kernel_steps_per_particle": int(stages.max() - 1) * steps_per_stage,
         "seconds": time.perf_counter() - start,
