@@ -18,7 +18,10 @@ holds the truth, for k = 2 (95 % nominal for a normal estimate) and for the inte
 ``LogZEstimate.interval()`` reports (k = 3, 99.7 % nominal).
 BlackJAX's adaptive tempered SMC (``pip install blackjax``; left out when absent) runs
 on the mixtures with the same base (as its prior), HMC moves, ESS target and total
-number of particles in one population. ``python -m benchmarks.smc`` prints the table.
+number of particles in one population, and so does ebmlab's SMC with
+``n_runs=1, variance="genealogy"`` (its standard error from the population's
+ancestry; not on the funnel, whose waste-free chains have none).
+``python -m benchmarks.smc`` prints the table.
 """
 
 from __future__ import annotations
@@ -110,14 +113,18 @@ def problems() -> dict[str, dict]:
     return out
 
 
-def run_smc(p: dict, seed: int):
+def run_smc(p: dict, seed: int, one_population: bool = False):
+    """8 independent runs of the problem's particles, or (``one_population``) one run
+    of all of them with the genealogy's standard error."""
     counted = Counted(p["target"])
+    runs = 1 if one_population else 8
     estimate = smc(
         counted,
         p["base"],
         p["kernel"],
-        n_particles=p["particles"],
-        n_runs=8,
+        n_particles=p["particles"] * 8 // runs,
+        n_runs=runs,
+        variance="genealogy" if one_population else "runs",
         ess_fraction=p.get("ess_fraction", 0.8),
         steps_per_stage=p["steps"],
         chain_length=p.get("chain_length", 1),
@@ -163,13 +170,21 @@ def figures() -> dict[str, dict]:
             ais_errors.append(other.log_z - p["truth"])
             ais_budgets.append(other_rows)
         out[name] = {
-            "smc_rmse": math.sqrt(sum(e * e for e in smc_errors) / SEEDS),
-            "ais_rmse": math.sqrt(sum(e * e for e in ais_errors) / SEEDS),
+            "smc_rmse": rms(smc_errors),
+            "ais_rmse": rms(ais_errors),
             "smc_stderr": sum(stderrs) / SEEDS,
             "evaluations": sum(budgets) / SEEDS,
             "ais_evaluations": sum(ais_budgets) / SEEDS,
         }
+        if p.get("chain_length", 1) == 1:
+            one = [run_smc(p, seed, one_population=True)[0] for seed in range(SEEDS)]
+            out[name]["one_rmse"] = rms([e.log_z - p["truth"] for e in one])
+            out[name]["one_stderr"] = sum(e.stderr for e in one) / SEEDS
     return out
+
+
+def rms(errors: list[float]) -> float:
+    return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
 @cache
@@ -246,15 +261,19 @@ def blackjax_figures() -> dict[str, float]:
         errors = [blackjax_log_z(p, seed) for seed in range(SEEDS)]
         if errors[0] is None:
             return {}
-        out[name] = math.sqrt(sum((e - p["truth"]) ** 2 for e in errors) / SEEDS)
+        out[name] = rms([e - p["truth"] for e in errors])
     return out
 
 
-def _error_case(name: str, anchor: Callable[[], float], anchor_name: str) -> MetricCase:
-    """SMC's RMS error on problem ``name`` beside ``anchor()``'s."""
+def _error_case(
+    name: str, anchor: Callable[[], float], anchor_name: str, variant: str = "smc"
+) -> MetricCase:
+    """SMC's RMS error on problem ``name`` (8 runs, or ``variant="one"``: one
+    population) beside ``anchor()``'s."""
+    how = ", one population" if variant == "one" else ""
     return MetricCase(
-        what=f"tempered SMC log Z, {name}: RMS error over {SEEDS} seeds",
-        run=lambda: (figures()[name]["smc_rmse"], anchor()),
+        what=f"tempered SMC log Z, {name}{how}: RMS error over {SEEDS} seeds",
+        run=lambda: (figures()[name][f"{variant}_rmse"], anchor()),
         anchor_name=anchor_name,
         unit="nats",
         higher_is_better=False,
@@ -287,9 +306,11 @@ def cases() -> list[MetricCase]:
             n,
             lambda n=n: blackjax_figures().get(n, float("nan")),
             "BlackJAX adaptive tempered SMC, same prior, HMC moves and particles",
+            variant,
         )
         for n in names
         if n.startswith("Gaussian mixture")
+        for variant in ("smc", "one")
     ]
     covered = [
         _coverage_case(name, k, nominal)
@@ -307,6 +328,12 @@ def main() -> None:
             f"{name} | {f['smc_rmse']:.4f} | {f['smc_stderr']:.4f} | {f['ais_rmse']:.4f} | "
             f"{f['evaluations']:.0f}, {f['ais_evaluations']:.0f}"
         )
+    for name, f in figures().items():
+        if "one_rmse" in f:
+            print(
+                f"{name}, one population (genealogy stderr) | RMSE {f['one_rmse']:.4f} | "
+                f"mean stderr {f['one_stderr']:.4f}"
+            )
     for name, rmse in blackjax_figures().items():
         print(f"BlackJAX adaptive tempered SMC, {name}: RMSE {rmse:.4f}")
     for name in ("Gaussian mixture, 10-d", "RBM 64 x 16 (digits)"):

@@ -95,7 +95,13 @@ def _estimate(
         "seconds": time.perf_counter() - start,
         "ess": float(w.sum() ** 2 / (w**2).sum()),
     }
-    return LogZEstimate(log_z=log_z0 + sign * log_mean, stderr=stderr, method=method, cost=cost)
+    return LogZEstimate(
+        log_z=log_z0 + sign * log_mean,
+        stderr=stderr,
+        method=method,
+        cost=cost,
+        dof=n - 1 if n > 1 else math.inf,
+    )
 
 
 def ais(

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from scipy.stats import t as student_t
 
 from ebmlab._checks import ArgumentError
 
@@ -19,6 +20,9 @@ class LogZEstimate:
     numerical error bound (quadrature); ``lower`` / ``upper`` are bounds where the
     method gives them; ``method`` names the method.
     ``cost`` records what the estimate took (energy evaluations, seconds, ...).
+    ``dof`` is the standard error's degrees of freedom: n - 1 where it is the spread of
+    n independent replicates (runs, chains, samples), infinite where it is known or
+    asymptotic.
     """
 
     log_z: float
@@ -27,6 +31,7 @@ class LogZEstimate:
     upper: float = math.inf
     method: str = ""
     cost: dict[str, Any] = field(default_factory=dict)
+    dof: float = math.inf
 
     def __post_init__(self) -> None:
         """No silent NaN: an estimate that came out NaN is refused where it is made."""
@@ -37,10 +42,18 @@ class LogZEstimate:
             )
 
     def interval(self, k: float = 3.0) -> tuple[float, float]:
-        """log_z +/- k stderr, intersected with the bounds."""
-        return max(self.lower, self.log_z - k * self.stderr), min(
-            self.upper, self.log_z + k * self.stderr
-        )
+        """The interval with the coverage of a normal estimate's log_z +/- k stderr (k = 3:
+        99.73 %), intersected with the bounds.
+
+        A standard error from few replicates is itself uncertain, so the half-width is
+        Student's t quantile at that coverage with ``dof`` degrees of freedom times the
+        stderr (Student 1908); with infinite ``dof`` it is k stderr exactly.
+        """
+        half = k * self.stderr
+        if math.isfinite(self.dof):
+            coverage = math.erf(k / math.sqrt(2))
+            half = float(student_t.ppf((1 + coverage) / 2, self.dof)) * self.stderr
+        return max(self.lower, self.log_z - half), min(self.upper, self.log_z + half)
 
     def to_dict(self) -> dict[str, Any]:
         """The estimate as a JSON-serialisable dict."""
@@ -51,7 +64,8 @@ def log_sum(parts: list[LogZEstimate], offsets: list[float], method: str) -> Log
     """log sum_k exp(offsets_k + log Z_k) for independent estimates of log Z_k.
 
     The standard error follows by the delta method, sqrt(sum_k w_k^2 stderr_k^2) with
-    w = softmax(offsets + log Z); the bounds combine term by term.
+    w = softmax(offsets + log Z), with the fewest degrees of freedom among the parts;
+    the bounds combine term by term.
     """
     f64 = torch.float64
     shift = torch.tensor(offsets, dtype=f64)
@@ -64,6 +78,7 @@ def log_sum(parts: list[LogZEstimate], offsets: list[float], method: str) -> Log
 
     seconds = sum(p.cost.get("seconds", 0.0) for p in parts)
     return LogZEstimate(
+        dof=min(p.dof for p in parts),
         log_z=float(torch.logsumexp(values, 0)),
         stderr=stderr,
         lower=combine([p.lower for p in parts]),

@@ -245,4 +245,5 @@ def smc(
         "kernel_steps_per_particle": int(stages.max() - 1) * steps_per_stage,
         "seconds": time.perf_counter() - start,
     }
-    return LogZEstimate(log_z=log_z, stderr=stderr, method="smc", cost=cost)
+    dof = n_runs - 1 if variance == "runs" else math.inf
+    return LogZEstimate(log_z=log_z, stderr=stderr, method="smc", cost=cost, dof=dof)

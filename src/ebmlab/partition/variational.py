@@ -368,4 +368,5 @@ def perturb_and_map_log_partition(
         stderr=float(maxima.std() / n_samples**0.5),
         method="perturb_and_map",
         cost=cost,
+        dof=n_samples - 1,
     )
