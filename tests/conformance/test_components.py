@@ -161,6 +161,15 @@ CASES = {
     "smc": lambda put: P.smc(
         put(mlp()), put(gaussian()), HMC(0.2, 3), n_particles=16, n_runs=2, generator=6
     ),
+    "smc_genealogy": lambda put: P.smc(
+        put(mlp()),
+        put(gaussian()),
+        HMC(0.2, 3),
+        n_particles=16,
+        n_runs=1,
+        variance="genealogy",
+        generator=6,
+    ),
     "kernel_stein_discrepancy": lambda put: ev.kernel_stein_discrepancy(
         put(X), put(gaussian()), n_bootstrap=20, generator=torch.Generator(put(X).device)
     ),
