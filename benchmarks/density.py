@@ -27,12 +27,6 @@ from ebmlab.training import RunDirectory, Trainer
 from ebmlab.training.recipes import get_recipe
 from ebmlab.training.recipes.density import METHODS
 
-# Per-method settings beyond the recipe defaults (the recommended choices).
-SETTINGS: dict[str, dict[str, Any]] = {
-    **{method: {} for method in METHODS},
-    "nce": {"epochs": 200, "lr": 0.01, "lr_schedule": "cosine"},
-}
-
 
 def train_and_evaluate(
     data: str, method: str, overrides: dict[str, Any] | None = None
@@ -46,7 +40,7 @@ def train_and_evaluate(
     torch.set_num_threads(1)
     recipe = get_recipe("density")
     config, trainer = recipe.configs(
-        {**SETTINGS[method], **(overrides or {}), "data": data, "method": method, "progress": False}
+        {**(overrides or {}), "data": data, "method": method, "progress": False}
     )
     setup = recipe.build(config, trainer)
     model = setup.task.model

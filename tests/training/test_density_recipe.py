@@ -3,6 +3,7 @@ import torch
 
 from ebmlab.data import load_dataset
 from ebmlab.partition import quadrature_log_partition
+from ebmlab.training.recipes import get_recipe
 from ebmlab.training.recipes.density import KDE_WIDE_WEIGHT, DensityConfig, DensityTask, nce_noise
 
 
@@ -29,3 +30,17 @@ def test_recovery_schedule_starts_where_asked():
     assert task.model.n_levels == 4
     with pytest.raises(ValueError, match="drl_first must be in"):
         DensityConfig(method="drl", drl_first=1.5)
+
+
+def test_noisy_objectives_train_longer_with_a_decaying_rate():
+    """NCE and recovery likelihood take their own trainer defaults; what the user sets
+    still wins, and the other methods keep the recipe's."""
+    recipe = get_recipe("density")
+    _, drl = recipe.configs({"method": "drl"})
+    _, nce = recipe.configs({"method": "nce"})
+    _, pcd = recipe.configs({"method": "pcd"})
+    _, short = recipe.configs({"method": "drl", "epochs": 3})
+    assert (drl.epochs, drl.lr_schedule) == (150, "cosine")
+    assert (nce.epochs, nce.lr, nce.lr_schedule) == (200, 0.01, "cosine")
+    assert (pcd.epochs, pcd.lr_schedule) == (recipe.trainer_defaults["epochs"], "constant")
+    assert (short.epochs, short.lr_schedule) == (3, "cosine")

@@ -44,6 +44,13 @@ from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, TrainerConfig
 
 METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl")
+# Trainer settings that differ by method (Recipe.config_defaults). NCE's and one-level
+# recovery likelihood's gradients are noisy (a fresh noise sample, one recovery per data
+# point): they converge with more epochs and a learning rate that decays to zero.
+METHOD_TRAINING: dict[str, dict[str, Any]] = {
+    "nce": {"epochs": 200, "lr": 0.01, "lr_schedule": "cosine"},
+    "drl": {"epochs": 150, "lr_schedule": "cosine"},
+}
 NCE_NOISES = ("gaussian", "kde")
 
 
@@ -376,5 +383,6 @@ register(
         evaluate=evaluate,
         sample=sample,
         trainer_defaults={"epochs": 60, "batch_size": 256, "lr": 2e-3, "monitor": "val_nll"},
+        config_defaults=lambda config: METHOD_TRAINING.get(config.method, {}),
     )
 )
