@@ -78,11 +78,11 @@ def log_sum(parts: list[LogZEstimate], offsets: list[float], method: str) -> Log
 
     seconds = sum(p.cost.get("seconds", 0.0) for p in parts)
     return LogZEstimate(
-        dof=min(p.dof for p in parts),
         log_z=float(torch.logsumexp(values, 0)),
         stderr=stderr,
         lower=combine([p.lower for p in parts]),
         upper=combine([p.upper for p in parts]),
         method=method,
         cost={"parts": len(parts), "seconds": seconds},
+        dof=min(p.dof for p in parts),
     )
