@@ -24,12 +24,13 @@ from ebmlab.training.recipes.jem import JEMConfig, JEMTask
 N, SHAPE, BATCH = 8000, (1, 28, 28), 64
 
 
-def _files() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="ebmlab-bench-data-"))
+def write_image_npz(folder: Path, n: int, shape: tuple[int, ...]) -> Path:
+    """Random 8-bit images of ``shape`` with ten classes, as ``train.npz`` (``n`` rows)
+    and ``test.npz`` (a tenth of them) in ``folder``, the layout ``--data FOLDER`` reads."""
     rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (N, *SHAPE), dtype=np.uint8)
-    np.savez(folder / "train.npz", x=x, y=np.arange(N) % 10)
-    np.savez(folder / "test.npz", x=x[:500], y=np.arange(500) % 10)
+    x = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
+    np.savez(folder / "train.npz", x=x, y=np.arange(n) % 10)
+    np.savez(folder / "test.npz", x=x[: n // 10], y=np.arange(n // 10) % 10)
     return folder
 
 
@@ -86,7 +87,7 @@ def _jem_epoch_seconds(folder: Path, in_memory: bool) -> tuple[float, float]:
 
 
 def cases() -> list:
-    folder = _files()
+    folder = write_image_npz(Path(tempfile.mkdtemp(prefix="ebmlab-bench-data-")), N, SHAPE)
     memory, disk = (_trainer(folder, flag) for flag in (True, False))
     arrays = np.load(folder / "train.npz")
     y = arrays["y"]

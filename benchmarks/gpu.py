@@ -1,8 +1,10 @@
 """GPU throughput, each row measured side by side in one run on one CUDA GPU.
 
 ``python -m benchmarks.gpu [--mnist-root DIR] [--out benchmarks/results/gpu.json]``
-writes the rows with the GPU's name (every time is taken between two CUDA
+writes the rows with the GPU's name (every time is taken between two device
 synchronisations). Without CUDA there is nothing to measure and no row.
+``--smoke`` runs every row at toy sizes on any device (``--device cpu``) and writes
+nothing: a check that the benchmark itself runs, not a measurement.
 
 1. JEM training step (Grathwohl et al. 2019): a WRN-28-10 on 3x32x32 inputs, batch 64,
    20 SGLD steps from a replay buffer, against a plain transcription of the reference
@@ -13,6 +15,10 @@ synchronisations). Without CUDA there is nothing to measure and no row.
 3. RBM CD-1, 784 x 500, one epoch of mnist10k (batch 128), against learnergy's RBM.
 4. AIS log Z of a 784 x 500 RBM, 14,500 temperatures x 100 chains: seconds.
 5. Scaling: the JEM step with one and with two processes, where two GPUs exist.
+6. The CIFAR-10 configuration's full training step (``configs/jem_cifar10.toml``) on
+   CIFAR-shaped data memory-mapped from an ``.npz``, read by the trainer's loader with
+   no and with several workers, against the same step with the data already in GPU
+   memory: images/s, and whether loading keeps up with the GPU.
 """
 
 from __future__ import annotations
@@ -25,21 +31,58 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from benchmarks.data_loading import write_image_npz
+from ebmlab.data import load_dataset
 from ebmlab.energies import BernoulliRBM, ClassifierEnergy, MLPEnergy
+from ebmlab.energies import WideResNet as EbmlabWideResNet
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.partition import rbm_ais, salakhutdinov_schedule
 from ebmlab.samplers import Langevin, ReplayBuffer, uniform_init
+from ebmlab.training import Trainer
+from ebmlab.training.recipes import get_recipe
 from ebmlab.training.trainer import compile_networks
 
-BATCH, SGLD_STEPS, BUFFER = 64, 20, 10_000
 SGLD_STEP, SGLD_NOISE = 1.0, 0.01  # the reference loop's sgld_lr and sgld_std
+CIFAR_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "jem_cifar10.toml"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The problem sizes of every row: the issue's by default, toys for ``--smoke``."""
+
+    depth: int = 28
+    widen: int = 10
+    batch: int = 64
+    sgld_steps: int = 20
+    buffer: int = 10_000
+    chains: int = 1024
+    dim: int = 128
+    langevin_steps: int = 200
+    hidden: int = 512
+    rbm_hidden: int = 500
+    rbm_rows: int = 0  # 0: mnist10k's training split; else that many random binary rows
+    ais_temperatures: int = 0  # 0: Salakhutdinov & Murray's 14,500
+    ais_chains: int = 100
+    images: int = 5_000
+    loader_steps: int = 20
+    workers: int = 4
+    repeats: int = 3
+    compile: bool = True
+
+
+SMOKE = Sizes(depth=10, widen=1, batch=4, sgld_steps=2, buffer=32, chains=16, dim=8,
+              langevin_steps=5, hidden=16, rbm_hidden=8, rbm_rows=64, ais_temperatures=20,
+              ais_chains=4, images=48, loader_steps=2, workers=1, repeats=1,
+              compile=False)  # fmt: skip
 
 
 class WideBlock(nn.Module):
@@ -59,9 +102,9 @@ class WideBlock(nn.Module):
 
 
 class WideResNet(nn.Module):
-    """WRN-depth-width (Zagoruyko & Komodakis 2016) for 3x32x32 inputs, flat or not."""
+    """The reference's WRN-depth-width (Zagoruyko & Komodakis 2016) for 3x32x32 inputs."""
 
-    def __init__(self, depth: int = 28, width: int = 10, num_classes: int = 10) -> None:
+    def __init__(self, depth: int, width: int, num_classes: int = 10) -> None:
         super().__init__()
         n = (depth - 4) // 6
         widths = [16, 16 * width, 32 * width, 64 * width]
@@ -78,46 +121,57 @@ class WideResNet(nn.Module):
         return self.head(F.adaptive_avg_pool2d(h, 1).flatten(1))
 
 
-def _timed(fn: Callable[[], object], repeats: int = 5) -> float:
-    """Median seconds of ``fn`` on the GPU after one warm-up call."""
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Median seconds of ``fn`` on ``device`` after one warm-up call."""
     fn()
     times = []
     for _ in range(repeats):
-        torch.cuda.synchronize()
+        _sync(device)
         start = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        _sync(device)
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
+
+
+def _row(what: str, unit: str, ours: float, anchor: str, theirs: float) -> dict:
+    return {"what": what, "unit": unit, "ebmlab": ours, "anchor_name": anchor,
+            "anchor": theirs, "ratio": theirs / ours}  # fmt: skip
 
 
 def jem_update(logits: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
     """One step on the JEM loss from the logits of the labelled batch and then of the
     samples: cross-entropy minus (mean log sum exp f on data - on samples)."""
-    data, samples = logits[:BATCH].logsumexp(1), logits[BATCH:].logsumexp(1)
-    loss = F.cross_entropy(logits[:BATCH], y) - (data.mean() - samples.mean())
+    batch = len(y)
+    data, samples = logits[:batch].logsumexp(1), logits[batch:].logsumexp(1)
+    loss = F.cross_entropy(logits[:batch], y) - (data.mean() - samples.mean())
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
 
 
-def reference_jem_step(device: torch.device) -> Callable[[], None]:
+def reference_jem_step(device: torch.device, s: Sizes) -> Callable[[], None]:
     """The reference JEM update as its authors' script does it: a buffer of uniform
     starts (5% re-initialised), SGLD on log sum_y exp f(x)[y] with autograd, then the
     cross-entropy plus the contrastive term, Adam, all in float32."""
     torch.manual_seed(0)
-    net = WideResNet().to(device)
+    net = WideResNet(s.depth, s.widen).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
-    buffer = torch.rand(BUFFER, 3, 32, 32, device=device) * 2 - 1
-    x = torch.rand(BATCH, 3, 32, 32, device=device) * 2 - 1
-    y = torch.randint(10, (BATCH,), device=device)
+    buffer = torch.rand(s.buffer, 3, 32, 32, device=device) * 2 - 1
+    x = torch.rand(s.batch, 3, 32, 32, device=device) * 2 - 1
+    y = torch.randint(10, (s.batch,), device=device)
 
     def step() -> None:
-        idx = torch.randint(BUFFER, (BATCH,), device=device)
-        fresh = (torch.rand(BATCH, device=device) < 0.05).float()[:, None, None, None]
+        idx = torch.randint(s.buffer, (s.batch,), device=device)
+        fresh = (torch.rand(s.batch, device=device) < 0.05).float()[:, None, None, None]
         x_k = fresh * (torch.rand_like(buffer[idx]) * 2 - 1) + (1 - fresh) * buffer[idx]
         net.eval()
-        for _ in range(SGLD_STEPS):
+        for _ in range(s.sgld_steps):
             x_k.requires_grad_(True)
             (grad,) = torch.autograd.grad(net(x_k).logsumexp(1).sum(), [x_k])
             x_k = (x_k + SGLD_STEP * grad + SGLD_NOISE * torch.randn_like(x_k)).detach()
@@ -128,25 +182,29 @@ def reference_jem_step(device: torch.device) -> Callable[[], None]:
     return step
 
 
-def ebmlab_jem_step(device: torch.device, precision: str, compiled: bool) -> Callable[[], None]:
-    """The same update with ebmlab's parts: ClassifierEnergy, ReplayBuffer, Langevin
-    (E = -f, so the step on E is the reference's ascent on f)."""
+def ebmlab_jem_step(
+    device: torch.device, s: Sizes, precision: str, compiled: bool
+) -> Callable[[], None]:
+    """The same update with ebmlab's parts, as ``--arch wrn`` builds them: its
+    WideResNet (no normalisation, leaky ReLU) in a ClassifierEnergy, ReplayBuffer and
+    Langevin (E = -f, so the step on E is the reference's ascent on f)."""
     torch.manual_seed(0)
-    model = ClassifierEnergy(WideResNet(), 10).to(device).to(memory_format=torch.channels_last)
+    net = EbmlabWideResNet((3, 32, 32), 10, s.depth, s.widen, activation="leaky_relu")
+    model = ClassifierEnergy(net, 10).to(device).to(memory_format=torch.channels_last)
     low = precision == "bfloat16"
     model.grad_dtype = torch.bfloat16 if low else None
     if compiled:
         compile_networks(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     gen = torch.Generator(device).manual_seed(0)
-    buffer = ReplayBuffer(BUFFER, uniform_init((3 * 32 * 32,)), 0.05, gen)
+    buffer = ReplayBuffer(s.buffer, uniform_init((3 * 32 * 32,)), 0.05, gen)
     sampler = Langevin(SGLD_STEP, SGLD_NOISE)
-    x = torch.rand(BATCH, 3 * 32 * 32, device=device) * 2 - 1
-    y = torch.randint(10, (BATCH,), device=device)
+    x = torch.rand(s.batch, 3 * 32 * 32, device=device) * 2 - 1
+    y = torch.randint(10, (s.batch,), device=device)
 
     def step() -> None:
-        starts, slots = buffer.sample(BATCH, gen)
-        x_k = sampler.sample(model, starts, SGLD_STEPS, generator=gen)
+        starts, slots = buffer.sample(s.batch, gen)
+        x_k = sampler.sample(model, starts, s.sgld_steps, generator=gen)
         buffer.push(x_k, slots)
         with torch.autocast(device.type, torch.bfloat16, enabled=low):
             logits = model.logits(torch.cat([x, x_k])).float()
@@ -155,32 +213,50 @@ def ebmlab_jem_step(device: torch.device, precision: str, compiled: bool) -> Cal
     return step
 
 
-def langevin_rows(device: torch.device) -> list[dict]:
-    """1024 chains x 128 dimensions x 200 steps on an MLP energy."""
+def jem_rows(device: torch.device, s: Sizes) -> list[dict]:
+    what = f"JEM step, WRN-{s.depth}-{s.widen}, batch {s.batch}, {s.sgld_steps} SGLD steps"
+    reference = _timed(reference_jem_step(device, s), device, s.repeats)
+    variants = [("float32", False), ("bfloat16", False)] + [("bfloat16", True)] * s.compile
+    rows = []
+    for precision, compiled in variants:
+        ours = _timed(ebmlab_jem_step(device, s, precision, compiled), device, s.repeats)
+        label = precision + (" + compile" if compiled else "")
+        rows.append(_row(f"{what}, {label}", "s", ours, "reference loop, float32", reference))
+        rows[-1]["images_per_s"] = s.batch / ours
+        rows[-1]["sgld_steps_per_s"] = s.sgld_steps / ours
+    return rows
+
+
+def langevin_rows(device: torch.device, s: Sizes) -> list[dict]:
+    """``chains`` x ``dim`` x ``langevin_steps`` on an MLP energy."""
     torch.manual_seed(0)
-    model = MLPEnergy(128, hidden=(512, 512)).to(device)
-    x0 = torch.randn(1024, 128, device=device)
+    model = MLPEnergy(s.dim, hidden=(s.hidden, s.hidden)).to(device)
+    x0 = torch.randn(s.chains, s.dim, device=device)
     gen = torch.Generator(device).manual_seed(0)
     h = 1e-3
 
     def hand_written() -> None:
         x = x0
-        for _ in range(200):
+        for _ in range(s.langevin_steps):
             x = x.detach().requires_grad_(True)
             (g,) = torch.autograd.grad(model.energy(x).sum(), x)
             x = x - h * g + math.sqrt(2 * h) * torch.randn(x.shape, device=device, generator=gen)
 
-    ours = _timed(lambda: Langevin(h).sample(model, x0, 200, generator=gen))
-    rows = [_row("Langevin 1024x128x200, MLP 128-512-512-1", "s", ours, "hand-written loop",
-                 _timed(hand_written))]  # fmt: skip
-    torchebm = _torchebm_langevin(model.energy, x0, h)
+    what = (f"Langevin {s.chains}x{s.dim}x{s.langevin_steps}, "
+            f"MLP {s.dim}-{s.hidden}-{s.hidden}-1")  # fmt: skip
+    ours = _timed(
+        lambda: Langevin(h).sample(model, x0, s.langevin_steps, generator=gen), device, s.repeats
+    )
+    rows = [_row(what, "s", ours, "hand-written loop", _timed(hand_written, device, s.repeats))]
+    torchebm = _torchebm_langevin(model.energy, x0, h, s.langevin_steps)
     if torchebm is not None:
-        rows.append(_row("Langevin 1024x128x200, MLP 128-512-512-1", "s", ours, "torchebm",
-                         _timed(torchebm)))  # fmt: skip
+        rows.append(_row(what, "s", ours, "torchebm", _timed(torchebm, device, s.repeats)))
     return rows
 
 
-def _torchebm_langevin(energy, x0: torch.Tensor, h: float) -> Callable[[], object] | None:
+def _torchebm_langevin(
+    energy, x0: torch.Tensor, h: float, steps: int
+) -> Callable[[], object] | None:
     """torchebm's Langevin sampler on the same energy, whichever of its releases'
     constructor spellings is installed; None without torchebm."""
     try:
@@ -196,17 +272,19 @@ def _torchebm_langevin(energy, x0: torch.Tensor, h: float) -> Callable[[], objec
     names = inspect.signature(LangevinDynamics).parameters
     target = "model" if "model" in names else "energy_function"
     sampler = LangevinDynamics(**{target: Wrapped()}, step_size=h, noise_scale=math.sqrt(2 * h))
-    return lambda: sampler.sample(x=x0, n_steps=200)
+    return lambda: sampler.sample(x=x0, n_steps=steps)
 
 
-def rbm_rows(device: torch.device, mnist_root: str | None) -> list[dict]:
-    """CD-1 784 x 500 over one epoch of mnist10k (batch 128), and AIS with the paper's
-    14,500 temperatures."""
-    from ebmlab.data import load_dataset
-
-    data = load_dataset("mnist10k", "train", transform="binary", root=mnist_root).x.to(device)
+def rbm_rows(device: torch.device, s: Sizes, mnist_root: str | None) -> list[dict]:
+    """CD-1 over one epoch of mnist10k (batch 128), and AIS with the paper's 14,500
+    temperatures."""
+    if s.rbm_rows:
+        data = (torch.rand(s.rbm_rows, 784, device=device) < 0.5).float()
+    else:
+        data = load_dataset("mnist10k", "train", transform="binary", root=mnist_root).x
+        data = data.to(device)
     torch.manual_seed(0)
-    rbm = BernoulliRBM(784, 500).to(device)
+    rbm = BernoulliRBM(784, s.rbm_hidden).to(device)
     cd = ContrastiveDivergence(rbm, 1, persistent=False)
     optimizer = torch.optim.SGD(rbm.parameters(), lr=0.1)
     gen = torch.Generator(device).manual_seed(0)
@@ -217,50 +295,89 @@ def rbm_rows(device: torch.device, mnist_root: str | None) -> list[dict]:
             optimizer.step()
 
     rows = []
-    learnergy = _learnergy_epoch(data, device)
+    learnergy = _learnergy_epoch(data, device, s.rbm_hidden)
     if learnergy is not None:
-        rows.append(_row("RBM CD-1 784x500, one epoch of mnist10k", "s", _timed(epoch, 3),
-                         "learnergy", _timed(learnergy, 3)))  # fmt: skip
-    schedule = salakhutdinov_schedule()
-    seconds = _timed(lambda: rbm_ais(rbm, n_chains=100, schedule=schedule, generator=0), 3)
-    rows.append(_row("AIS 784x500, 14,500 temperatures x 100 chains", "s", seconds, "", math.nan))
+        rows.append(_row(f"RBM CD-1 784x{s.rbm_hidden}, one epoch of {len(data)} rows", "s",
+                         _timed(epoch, device, s.repeats), "learnergy",
+                         _timed(learnergy, device, s.repeats)))  # fmt: skip
+    schedule = salakhutdinov_schedule() if not s.ais_temperatures else None
+    n_temperatures = len(schedule) if schedule is not None else s.ais_temperatures
+    seconds = _timed(
+        lambda: rbm_ais(rbm, n_chains=s.ais_chains, n_temperatures=s.ais_temperatures or None,
+                        schedule=schedule, generator=0),
+        device, s.repeats,
+    )  # fmt: skip
+    what = f"AIS 784x{s.rbm_hidden}, {n_temperatures:,} temperatures x {s.ais_chains} chains"
+    rows.append(_row(what, "s", seconds, "", math.nan))
     return rows
 
 
-def _learnergy_epoch(data: torch.Tensor, device: torch.device) -> Callable[[], None] | None:
+def _learnergy_epoch(
+    data: torch.Tensor, device: torch.device, hidden: int
+) -> Callable[[], None] | None:
     try:
         from learnergy.models.bernoulli import RBM
     except ImportError:
         return None
-    model = RBM(n_visible=784, n_hidden=500, steps=1, learning_rate=0.1,
+    model = RBM(n_visible=784, n_hidden=hidden, steps=1, learning_rate=0.1,
                 use_gpu=device.type == "cuda")  # fmt: skip
     dataset = torch.utils.data.TensorDataset(data.cpu(), torch.zeros(len(data)))
     return lambda: model.fit(dataset, batch_size=128, epochs=1)
 
 
-def jem_rows(device: torch.device) -> list[dict]:
-    reference = _timed(reference_jem_step(device), 3)
-    rows = []
-    for precision, compiled in (("float32", False), ("bfloat16", False), ("bfloat16", True)):
-        ours = _timed(ebmlab_jem_step(device, precision, compiled), 3)
-        label = precision + (" + compile" if compiled else "")
-        rows.append(_row(f"JEM step, WRN-28-10, batch 64, 20 SGLD steps, {label}", "s", ours,
-                         "reference loop, float32", reference))  # fmt: skip
-        rows[-1]["images_per_s"] = BATCH / ours
-        rows[-1]["sgld_steps_per_s"] = SGLD_STEPS / ours
+def _cifar_trainer(folder: Path, device: torch.device, s: Sizes, in_memory: bool,
+                   workers: int) -> Trainer:  # fmt: skip
+    """The CIFAR-10 configuration's task and trainer on the data in ``folder``."""
+    settings = tomllib.loads(CIFAR_CONFIG.read_text())
+    settings.update(data=str(folder), wrn_depth=s.depth, wrn_widen=s.widen,
+                    batch_size=s.batch, buffer_size=s.buffer, device=str(device),
+                    num_workers=workers, progress=False)  # fmt: skip
+    recipe = get_recipe("jem")
+    config, trainer_config = recipe.configs(settings)
+    setup = recipe.build(config, trainer_config)
+    train = setup.task.train if in_memory else load_dataset(str(folder), "train", in_memory=False)
+    return Trainer(setup.task, (train.x, train.y), trainer_config)
+
+
+def _steps_per_s(trainer: Trainer, device: torch.device, steps: int) -> float:
+    """Full training steps (loading, sampling, update) per second, after two warm-up
+    steps, over ``steps`` consecutive batches of one epoch."""
+    data = trainer._epoch_data(trainer._batches(0))
+    for _ in range(2):
+        trainer._train_step(*next(data))
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer._train_step(*next(data))
+    _sync(device)
+    return steps / (time.perf_counter() - start)
+
+
+def loader_rows(device: torch.device, s: Sizes) -> list[dict]:
+    """The CIFAR-10 configuration's step with data memory-mapped from disk, read with
+    no and with ``workers`` loader processes, against the data in device memory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_image_npz(Path(tmp), s.images, (3, 32, 32))
+        resident = _steps_per_s(_cifar_trainer(folder, device, s, True, 0), device,
+                                s.loader_steps)  # fmt: skip
+        rows = []
+        for workers in (0, s.workers):
+            disk = _steps_per_s(_cifar_trainer(folder, device, s, False, workers), device,
+                                s.loader_steps)  # fmt: skip
+            rows.append(_row(
+                f"jem_cifar10.toml step (WRN-{s.depth}-{s.widen}), data memory-mapped, "
+                f"{workers} loader workers", "s", 1 / disk, "data in device memory",
+                1 / resident))  # fmt: skip
+            rows[-1]["images_per_s"] = s.batch * disk
+            rows[-1]["anchor_images_per_s"] = s.batch * resident
     return rows
-
-
-def _row(what: str, unit: str, ours: float, anchor: str, theirs: float) -> dict:
-    return {"what": what, "unit": unit, "ebmlab": ours, "anchor_name": anchor,
-            "anchor": theirs, "ratio": theirs / ours}  # fmt: skip
 
 
 def scaling_rows() -> list[dict]:
     """The JEM recipe's training throughput with one and with two processes (one GPU
     each), as ``ebmlab train jem --nproc N --device cuda`` runs it."""
     if torch.cuda.device_count() < 2:
-        return [{"what": "JEM step scaling, --nproc 2 against 1", "skipped": "one GPU"}]
+        return [{"what": "JEM step scaling, --nproc 2 against 1", "skipped": "fewer than 2 GPUs"}]
     steps, seconds = 200, {}
     with tempfile.TemporaryDirectory() as tmp:
         for nproc in (1, 2):
@@ -277,20 +394,29 @@ def scaling_rows() -> list[dict]:
     return [row]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mnist-root", default=None, help="directory holding the MNIST files")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu.json"))
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
+    parser.add_argument("--device", default="cuda", help="the device (cuda unless --smoke)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every row at toy sizes, printed and not written")  # fmt: skip
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to measure")
         return
-    device = torch.device("cuda")
-    rows = [*jem_rows(device), *langevin_rows(device), *rbm_rows(device, args.mnist_root)]
-    rows += scaling_rows()
-    report = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    if device.type != "cuda" and not args.smoke:
+        parser.error("measurements are taken on CUDA only; use --smoke to check another device")
+    sizes = SMOKE if args.smoke else Sizes()
+    rows = [*jem_rows(device, sizes), *langevin_rows(device, sizes),
+            *rbm_rows(device, sizes, args.mnist_root), *loader_rows(device, sizes)]  # fmt: skip
+    if device.type == "cuda" and not args.smoke:
+        rows += scaling_rows()
+        name = torch.cuda.get_device_name(device)
+        report = {"gpu": name, "torch": torch.__version__, "rows": rows}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     for row in rows:
         print(json.dumps(row))
 
