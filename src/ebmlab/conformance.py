@@ -23,7 +23,11 @@ stall:
   the host wait for the device: reading a value (``.item()``, ``float(t)``,
   ``bool(t)``, ``.tolist()``), an output whose size depends on values
   (``nonzero``, boolean-mask indexing, ``masked_select``, ``unique``), or a copy to
-  the CPU.
+  the CPU;
+- with ``float64=False``, which poses as Apple's GPU (MPS, whose kernels have no
+  double precision), a float64 tensor reaches the device. The simulated device is then
+  listed in :data:`ebmlab.devices.NO_FLOAT64`, so code that asks
+  :func:`~ebmlab.devices.wide_dtype` takes the branch it takes on a Mac.
 """
 
 from __future__ import annotations
@@ -38,7 +42,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ebmlab import devices
+
 DEVICE = torch.device("meta")
+_WIDE = (torch.float64, torch.complex128)  # dtypes a device without float64 lacks
 _CPU = torch.device("cpu")
 _CPU_ONLY_NAMESPACES = ("mkldnn", "onednn", "quantized", "mkl")
 _aten = torch.ops.aten
@@ -140,10 +147,15 @@ def _is_device_request(kwargs: dict[str, Any]) -> bool:
 
 
 class SimulatedDevice(TorchDispatchMode):
-    """The dispatch mode behind :func:`simulated_device`; counts what it checked."""
+    """The dispatch mode behind :func:`simulated_device`; counts what it checked.
 
-    def __init__(self) -> None:
+    Args:
+        float64: whether the simulated device has double precision.
+    """
+
+    def __init__(self, float64: bool = True) -> None:
         super().__init__()
+        self.float64 = float64
         self.strict = 0
         self.ops = 0
         self.host_syncs = 0  # outside no_sync too
@@ -189,6 +201,8 @@ class SimulatedDevice(TorchDispatchMode):
         out = func(*unwrapped_args, **unwrapped_kwargs)
         if not (on_device or factory) or to_host:
             return out
+        if not self.float64:
+            _no_float64(func, [*on_device, *tree_flatten(out)[0]])
 
         def rewrap(t: Any) -> Any:
             if not isinstance(t, torch.Tensor):
@@ -214,6 +228,15 @@ class SimulatedDevice(TorchDispatchMode):
             )
         if func in _SYNCING or _bool_index(func, leaves) or _to_cpu(func, kwargs):
             self.read_back(func)
+
+
+def _no_float64(what: object, tensors: list[Any]) -> None:
+    wide = [t for t in tensors if isinstance(t, torch.Tensor) and t.dtype in _WIDE]
+    if wide:
+        raise DeviceViolationError(
+            f"{what} put a {wide[0].dtype} tensor on a device without double precision"
+            " (MPS): use ebmlab.devices.wide_dtype(device) for sums, or the CPU"
+        )
 
 
 class _HostValues(TorchFunctionMode):
@@ -265,7 +288,11 @@ def to_device(value: Any) -> Any:
                     module._buffers[name] = _OnDevice(b)
         return value
     if isinstance(value, torch.Tensor):
-        return value if isinstance(value, _OnDevice) else _OnDevice(value.detach())
+        if isinstance(value, _OnDevice):
+            return value
+        if _ACTIVE and not _ACTIVE[-1].float64:
+            _no_float64("to_device", [value])
+        return _OnDevice(value.detach())
     if isinstance(value, (tuple, list)):
         return type(value)(to_device(v) for v in value)
     if isinstance(value, dict):
@@ -288,9 +315,17 @@ def on_device(t: Any) -> bool:
 
 
 @contextlib.contextmanager
-def simulated_device() -> Iterator[SimulatedDevice]:
-    """Run the body with a simulated accelerator (see the module docstring)."""
-    mode = SimulatedDevice()
+def simulated_device(float64: bool = True) -> Iterator[SimulatedDevice]:
+    """Run the body with a simulated accelerator (see the module docstring).
+
+    Args:
+        float64: whether the device has double precision; ``False`` poses as Apple's
+            GPU (MPS).
+    """
+    mode = SimulatedDevice(float64)
+    declared = not float64 and DEVICE.type not in devices.NO_FLOAT64
+    if declared:
+        devices.NO_FLOAT64.add(DEVICE.type)
     torch.Generator = _Generator
     # Module.to / .double() swap wrapped parameters whole, values included (assigning
     # ``param.data`` would change only the wrapper's metadata)
@@ -301,6 +336,8 @@ def simulated_device() -> Iterator[SimulatedDevice]:
         with _HostValues(), mode:
             yield mode
     finally:
+        if declared:
+            devices.NO_FLOAT64.discard(DEVICE.type)
         _ACTIVE.pop()
         torch.__future__.set_swap_module_params_on_conversion(swapping)
         torch.Generator = _REAL_GENERATOR if not _ACTIVE else _Generator

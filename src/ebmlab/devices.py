@@ -4,7 +4,8 @@
 ``torchrun`` a CUDA run takes the GPU of its ``LOCAL_RANK``. A device that is not
 there is a ``ValueError`` that lists the devices that are. :func:`move_to` moves a
 task's state (tensors, modules, replay buffers, data records, and containers of
-them) to a device.
+them) to a device. :func:`wide_dtype` is the dtype for sums and statistics that want
+double precision: float64, except on devices without it (Apple's GPU).
 """
 
 from __future__ import annotations
@@ -18,6 +19,23 @@ from torch import nn
 from ebmlab._checks import ArgumentError
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+NO_FLOAT64 = {"mps"}  # device types whose kernels have no double precision (Metal)
+
+
+def wide_dtype(device: torch.device) -> torch.dtype:
+    """float64 for accumulations and statistics (AIS log-weights, metrics) on devices
+    that have it, float32 on those that do not (MPS), where such sums lose about seven
+    significant digits instead of sixteen.
+
+    Args:
+        device: where the sum runs.
+    """
+    return torch.float32 if device.type in NO_FLOAT64 else torch.float64
+
+
+def widen(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in the :func:`wide_dtype` of its device (where ``.double()`` would be)."""
+    return t.to(wide_dtype(t.device))
 
 
 def available() -> list[str]:

@@ -35,7 +35,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
 
 from ebmlab._checks import ArgumentError
-from ebmlab.devices import resolve_device
+from ebmlab.devices import resolve_device, wide_dtype, widen
 from ebmlab.energies import boltzmann, conv_rbm, gated, spike_slab
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.losses import classification_rbm_loss, conditional_cd_loss
@@ -74,8 +74,14 @@ def _to_tensor(est: BaseEstimator, X: np.ndarray, unit_interval: bool) -> torch.
     refuses negative values (binary units read values in [0, 1])."""
     if unit_interval:
         check_non_negative(X, f"{type(est).__name__} (expects values in [0, 1])")
+    device = resolve_device(est.device)
+    if _DTYPES[est.dtype] == torch.float64 != wide_dtype(device):
+        raise ArgumentError(
+            f"dtype 'float64' is not available on {device}, which has no double precision: "
+            "use dtype='float32'"
+        )
     tensor = torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[est.dtype]))
-    return tensor.to(resolve_device(est.device))
+    return tensor.to(device)
 
 
 def _epochs(
@@ -210,9 +216,10 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         :meth:`log_partition` (exact for small models, AIS otherwise)."""
         check_is_fitted(self)
         data = self._check_X(X, reset=False)
-        model = copy.deepcopy(self.rbm_).double()  # a row's score does not depend on its batch
+        wide = wide_dtype(data.device)  # in float64, a row's score does not depend on its batch
+        model = copy.deepcopy(self.rbm_).to(wide)
         with torch.no_grad():
-            free = model.free_energy(data.double())
+            free = model.free_energy(data.to(wide))
         return _numpy(-free - self.log_partition().log_z)
 
 
@@ -242,11 +249,11 @@ class _BinaryRBMEstimator(_RBMEstimator):
         data = (self._check_X(X, reset=False) > 0.5).to(self.rbm_.W.dtype)
         with torch.no_grad():
             f = self.rbm_.free_energy(data)
-            total = torch.zeros(data.shape[0], dtype=torch.float64, device=data.device)
+            total = torch.zeros(data.shape[0], dtype=wide_dtype(data.device), device=data.device)
             for i in range(data.shape[1]):
                 flipped = data.clone()
                 flipped[:, i] = 1 - flipped[:, i]
-                total += torch.nn.functional.logsigmoid(self.rbm_.free_energy(flipped) - f).double()
+                total += widen(torch.nn.functional.logsigmoid(self.rbm_.free_energy(flipped) - f))
         return _numpy(total)
 
     def __sklearn_tags__(self):
@@ -548,10 +555,11 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         return self
 
     def _float64(self, X) -> tuple[boltzmann.ClassificationRBM, torch.Tensor]:
-        """A float64 copy of the model and the checked inputs: a row's result does not
-        depend on the batch it comes in."""
+        """A float64 copy (float32 on a device without it) of the model and the checked
+        inputs: a row's result does not depend on the batch it comes in."""
         check_is_fitted(self)
-        return copy.deepcopy(self.model_).double(), self._check_X(X, reset=False).double()
+        x = widen(self._check_X(X, reset=False))
+        return copy.deepcopy(self.model_).to(x.dtype), x
 
     def predict_log_proba(self, X) -> np.ndarray:
         """Exact log p(y | x) (n_samples, n_classes), columns in the order of ``classes_``.
@@ -840,8 +848,9 @@ class GatedRBM(TransformerMixin, BaseEstimator):
                 f"score_samples enumerates the mapping units: n_components must be at most "
                 f"{boltzmann.ENUMERATION_LIMIT}, got {self.n_components}"
             )
-        model = copy.deepcopy(self.model_).double()
-        return _numpy(model.log_likelihood(outputs.double(), inputs.double()))
+        outputs, inputs = widen(outputs), widen(inputs)
+        model = copy.deepcopy(self.model_).to(outputs.dtype)
+        return _numpy(model.log_likelihood(outputs, inputs))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -28,7 +28,7 @@ def assert_mean_close(
         expected: the exact means, a float or (D,).
         what: a few words naming the operation, for the error message.
     """
-    x = samples.double()
+    x = samples.detach().cpu().double()
     n = x.shape[0]
     mean = x.mean(0)
     sd = x.std(0)

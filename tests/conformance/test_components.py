@@ -227,19 +227,31 @@ def _plain(value):
     return value
 
 
-def _assert_same(got, want):
+def _float32_all(value):
+    """Every float tensor in float32, for comparing float32 sums with float64 ones."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, list):
+        return [_float32_all(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _float32_all(v) for k, v in value.items()}
+    return value
+
+
+def _assert_same(got, want, rel=None, abs=None):
+    """Equal up to rounding (torch's defaults for tensors), or within ``rel``/``abs``."""
     if isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, rtol=rel, atol=abs)
     elif isinstance(want, list):
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
-            _assert_same(g, w)
+            _assert_same(g, w, rel, abs)
     elif isinstance(want, dict):
         assert got.keys() == want.keys()
         for k in want:
-            _assert_same(got[k], want[k])
+            _assert_same(got[k], want[k], rel, abs)
     elif isinstance(want, float) and not math.isnan(want):
-        assert got == pytest.approx(want, rel=1e-5, abs=1e-8)
+        assert got == pytest.approx(want, rel=rel or 1e-5, abs=abs or 1e-8)
     else:
         assert got == want or (got != got and want != want)
 
@@ -249,18 +261,40 @@ def _assert_same(got, want):
 OTHER_STREAM = {"rbm_ais", "raise_"}
 
 
+def _float32(value):
+    """An input as a user of a device without float64 passes it: float32."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.float64:
+        return value.float()
+    if isinstance(value, torch.nn.Module):
+        return value.float()
+    return value
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_component_follows_the_device(name):
-    want = _plain(CASES[name](lambda v: v))
-    with cf.simulated_device():
-        got = CASES[name](cf.to_device)
+def test_component_follows_the_device(name, float64):
+    prepare = (lambda v: v) if float64 else _float32
+    want = _plain(CASES[name](prepare))
+    with cf.simulated_device(float64=float64):
+        got = CASES[name](lambda v: cf.to_device(prepare(v)))
         outputs = [t for t in (got if isinstance(got, tuple) else (got,))]
         for out in outputs:
             if isinstance(out, torch.Tensor):
                 assert cf.on_device(out), f"{name} returned a CPU tensor"
         got = _plain(got)
-    if name in OTHER_STREAM:
+    # with float32 sums an adaptive estimator (SMC's next temperature) may take other
+    # steps, so its estimate then agrees within the standard errors too
+    adaptive = (
+        not float64 and isinstance(want, dict) and want.get("stderr", 0) > 0 and "log_z" in want
+    )
+    if name in OTHER_STREAM or adaptive:
         error = math.hypot(got["stderr"], want["stderr"])
         assert abs(got["log_z"] - want["log_z"]) < 4 * error
-    else:
+    elif float64:
         _assert_same(got, want)
+    else:  # float32 sums where the CPU's are float64: other iteration counts, close values
+        got, want = _float32_all(got), _float32_all(want)
+        if isinstance(want, dict):
+            got.pop("cost", None), want.pop("cost", None)
+        # a draw whose uniform falls at a cell's edge may pick the neighbouring cell
+        tolerance = 6 / 64 if name == "quadrature_sample" else 1e-5
+        _assert_same(got, want, rel=1e-4, abs=tolerance)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ebmlab import conformance as cf
-from ebmlab.training.recipes import get_recipe
+from ebmlab.training.recipes import Setup, get_recipe
 from ebmlab.training.run_dir import RunDirectory
 
 SETTINGS = {
@@ -39,15 +39,55 @@ def step(name, to_device, run):
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_recipe_step_runs_on_the_device(name, tmp_path):
+def test_recipe_step_runs_on_the_device(name, tmp_path, float64):
     runs = [RunDirectory(tmp_path / where) for where in ("cpu", "device")]
     for run in runs:
         run.create()
     want = step(name, lambda task: task, runs[0])
-    with cf.simulated_device():
+    with cf.simulated_device(float64=float64):
         got = step(name, lambda task: task.to(cf.DEVICE), runs[1])
     pictures = [sorted(p.relative_to(r.path) for p in r.path.rglob("*.png")) for r in runs]
     assert pictures[1] == pictures[0]
     assert got[0] == pytest.approx(want[0], rel=1e-4, abs=1e-6)
     assert got[1] == pytest.approx(want[1], rel=1e-4, abs=1e-6)
     assert got[2].keys() == want[2].keys()
+
+
+EVALUATE_OPTIONS = {
+    "jem": {"long_run_steps": 201},
+    "density": {"n_samples": 200, "sample_steps": 5},
+}
+
+
+def evaluation(name, to_device, run):
+    recipe = get_recipe(name.split("-")[0])
+    config, trainer = recipe.configs({**SETTINGS[name], "seed": 0})
+    setup = recipe.build(config, trainer)
+    setup = Setup(to_device(setup.task), setup.train_data)
+    return recipe.evaluate(setup, run, **EVALUATE_OPTIONS.get(name.split("-")[0], {}))
+
+
+def _numbers(result, prefix=""):
+    """The result's numbers by dotted key (nested dicts flattened; seconds left out)."""
+    out = {}
+    for key, value in result.items():
+        if isinstance(value, dict):
+            out.update(_numbers(value, f"{prefix}{key}."))
+        elif isinstance(value, float | int) and not isinstance(value, bool) and key != "seconds":
+            out[prefix + key] = value
+    return out
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_recipe_evaluation_runs_on_the_device(name, tmp_path, float64):
+    runs = [RunDirectory(tmp_path / where) for where in ("cpu", "device")]
+    for run in runs:
+        run.create()
+    want = _numbers(evaluation(name, lambda task: task, runs[0]))
+    with cf.simulated_device(float64=float64):
+        got = _numbers(evaluation(name, lambda task: task.to(cf.DEVICE), runs[1]))
+    assert got.keys() == want.keys()
+    if float64:  # the same draws, so the same numbers
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-6, nan_ok=True)
+    pictures = [sorted(p.relative_to(r.path) for p in r.path.rglob("*.png")) for r in runs]
+    assert pictures[1] == pictures[0]

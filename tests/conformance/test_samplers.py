@@ -92,9 +92,9 @@ def steps(sampler, energy, x0, n, seed, sim=None):
     return state.x, (sim.host_syncs if sim else 0) - before
 
 
-def same_chains_on_device(make_sampler, make_energy, x0, n=6):
+def same_chains_on_device(make_sampler, make_energy, x0, float64, n=6):
     want, _ = steps(make_sampler(), make_energy(), x0, n, seed=3)
-    with cf.simulated_device() as sim:
+    with cf.simulated_device(float64=float64) as sim:
         energy, sampler = cf.to_device(make_energy()), make_sampler()
         got, syncs = steps(sampler, energy, cf.to_device(x0), n, seed=3, sim=sim)
         assert cf.on_device(got)
@@ -105,22 +105,22 @@ def same_chains_on_device(make_sampler, make_energy, x0, n=6):
 
 @pytest.mark.parametrize("energy", [gaussian, mlp], ids=["gaussian", "mlp"])
 @pytest.mark.parametrize("name", list(CONTINUOUS))
-def test_continuous_samplers_run_on_the_device(name, energy):
+def test_continuous_samplers_run_on_the_device(name, energy, float64):
     x0 = torch.randn(8, 2, generator=torch.Generator().manual_seed(1))
-    same_chains_on_device(CONTINUOUS[name], energy, x0)
+    same_chains_on_device(CONTINUOUS[name], energy, x0, float64)
 
 
 @pytest.mark.parametrize("name", list(BINARY))
-def test_binary_samplers_run_on_the_device(name):
+def test_binary_samplers_run_on_the_device(name, float64):
     x0 = (torch.rand(8, 6, generator=torch.Generator().manual_seed(1)) < 0.5).float()
     model = rbm()
-    same_chains_on_device(lambda: BINARY[name](model), lambda: model, x0)
+    same_chains_on_device(lambda: BINARY[name](model), lambda: model, x0, float64)
 
 
-def test_sample_and_run_take_a_seed_on_the_device():
+def test_sample_and_run_take_a_seed_on_the_device(float64):
     x0 = torch.randn(8, 2, generator=torch.Generator().manual_seed(1))
     want = Langevin(0.05).run(gaussian(), x0, 5, burn_in=2, thin=1, generator=4)
-    with cf.simulated_device():
+    with cf.simulated_device(float64=float64):
         got = Langevin(0.05).run(
             cf.to_device(gaussian()), cf.to_device(x0), 5, burn_in=2, thin=1, generator=4
         )
@@ -128,11 +128,11 @@ def test_sample_and_run_take_a_seed_on_the_device():
     assert got.info == want.info
 
 
-def test_anneal_runs_on_the_device():
+def test_anneal_runs_on_the_device(float64):
     x0 = torch.randn(8, 2, generator=torch.Generator().manual_seed(1))
     betas = [0.1, 0.5, 1.0]
     want = anneal(MALA(0.1), gaussian(), x0, betas, generator=2)
-    with cf.simulated_device():
+    with cf.simulated_device(float64=float64):
         got = anneal(MALA(0.1), cf.to_device(gaussian()), cf.to_device(x0), betas, generator=2)
     torch.testing.assert_close(cf.cpu_value(got), want)
 
@@ -146,7 +146,7 @@ def test_anneal_runs_on_the_device():
     ],
     ids=["uniform", "gaussian", "mixture"],
 )
-def test_replay_buffer_runs_on_the_device(init):
+def test_replay_buffer_runs_on_the_device(init, float64):
     data = torch.randn(50, 2, generator=torch.Generator().manual_seed(0))
 
     def cycle(buffer_data, gen, sim=None):
@@ -158,7 +158,7 @@ def test_replay_buffer_runs_on_the_device(init):
         return buffer.buffer
 
     want = cycle(data, torch.Generator().manual_seed(9))
-    with cf.simulated_device() as sim:
+    with cf.simulated_device(float64=float64) as sim:
         got = cycle(cf.to_device(data), torch.Generator(device=cf.DEVICE).manual_seed(9), sim)
     torch.testing.assert_close(cf.cpu_value(got), want)
 

@@ -86,3 +86,25 @@ def test_a_model_on_another_device_than_the_data_is_a_clear_error():
         x0 = cf.to_device(torch.zeros(4, 2))
         with pytest.raises(ValueError, match="x0 is on meta and the energy's parameters on cpu"):
             Langevin(0.1).sample(gaussian(), x0, 2)
+
+
+def test_float64_on_a_device_without_it_is_caught():
+    x0 = torch.zeros(4, 2)
+    with cf.simulated_device(float64=False), pytest.raises(cf.DeviceViolationError, match="MPS"):
+        cf.to_device(x0).double()
+    with cf.simulated_device(float64=False), pytest.raises(cf.DeviceViolationError, match="MPS"):
+        torch.zeros(3, dtype=torch.float64, device=cf.DEVICE)
+    with cf.simulated_device(float64=False), pytest.raises(cf.DeviceViolationError, match="MPS"):
+        cf.to_device(torch.zeros(3, dtype=torch.float64))
+    with cf.simulated_device():  # a generic accelerator has float64
+        assert cf.to_device(x0).double().dtype == torch.float64
+
+
+def test_the_simulated_device_without_float64_is_declared_to_the_library():
+    from ebmlab.devices import wide_dtype
+
+    with cf.simulated_device(float64=False):
+        assert wide_dtype(cf.DEVICE) == torch.float32
+        assert wide_dtype(torch.device("cpu")) == torch.float64
+    assert wide_dtype(cf.DEVICE) == torch.float64
+    assert wide_dtype(torch.device("mps")) == torch.float32

@@ -39,12 +39,19 @@ def fit_and_use(make, device):
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
-def test_estimator_trains_on_the_device(name, monkeypatch):
+def test_estimator_trains_on_the_device(name, monkeypatch, float64):
     want = fit_and_use(ESTIMATORS[name], "cpu")
     monkeypatch.setattr(sk, "resolve_device", lambda device: cf.DEVICE)
-    with cf.simulated_device():
+    with cf.simulated_device(float64=float64):
         got = fit_and_use(ESTIMATORS[name], "simulated")
     for a, b in zip(got, want, strict=True):
         if b is not None:
             assert isinstance(a, np.ndarray)
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_float64_on_a_device_without_it_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(sk, "resolve_device", lambda device: cf.DEVICE)
+    est = sk.BernoulliRBM(4, n_iter=1, dtype="float64", device="simulated")
+    with cf.simulated_device(float64=False), pytest.raises(ValueError, match="dtype 'float64'"):
+        est.fit(X)

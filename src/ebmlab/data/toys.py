@@ -14,6 +14,7 @@ import math
 import torch
 
 from ebmlab import _checks
+from ebmlab.devices import widen
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -142,7 +143,7 @@ class Rings(ToyDistribution):
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
-        r = x.double().norm(dim=1)[:, None]
+        r = widen(x).norm(dim=1)[:, None]
         z = (r - self.radii) / self.std
         log_comp = -0.5 * z**2 - 0.5 * LOG_2PI - math.log(self.std) - self.log_mass
         log_pr = torch.logsumexp(log_comp, 1) - math.log(len(self.radii))

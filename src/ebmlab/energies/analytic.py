@@ -17,6 +17,7 @@ from scipy.stats import sampling
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype, widen
 from ebmlab.energies.base import EnergyModel
 
 LOG_2PI = math.log(2 * math.pi)
@@ -82,7 +83,7 @@ class Gaussian(AnalyticEnergy):
             return 0.5 * (z * z).sum(0), g
 
     def log_partition(self) -> torch.Tensor:
-        logdet = 2 * torch.log(torch.diagonal(self.chol.double())).sum()
+        logdet = 2 * torch.log(torch.diagonal(widen(self.chol))).sum()
         return 0.5 * self.dim * LOG_2PI + 0.5 * logdet
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -123,7 +124,7 @@ class DiagonalGaussian(AnalyticEnergy):
             return 0.5 * (z * z).sum(1), z / self.std
 
     def log_partition(self) -> torch.Tensor:
-        return 0.5 * self.dim * LOG_2PI + torch.log(self.std.double()).sum()
+        return 0.5 * self.dim * LOG_2PI + torch.log(widen(self.std)).sum()
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
@@ -148,7 +149,7 @@ class IndependentBernoulli(AnalyticEnergy):
         return -x @ self.logits.to(x.dtype)
 
     def log_partition(self) -> torch.Tensor:
-        return torch.nn.functional.softplus(self.logits.double()).sum()
+        return torch.nn.functional.softplus(widen(self.logits)).sum()
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
@@ -245,9 +246,9 @@ class GaussianMixture(AnalyticEnergy):
         return torch.softmax(self._log_components(x) - logdet, dim=1)
 
     def log_partition(self) -> torch.Tensor:
-        logdet = torch.log(torch.diagonal(self.chol.double(), dim1=-2, dim2=-1)).sum(-1)
+        logdet = torch.log(torch.diagonal(widen(self.chol), dim1=-2, dim2=-1)).sum(-1)
         return (
-            torch.logsumexp(torch.log(self.weights.double()) + logdet, 0) + 0.5 * self.dim * LOG_2PI
+            torch.logsumexp(torch.log(widen(self.weights)) + logdet, 0) + 0.5 * self.dim * LOG_2PI
         )
 
     def mixture_weights(self) -> torch.Tensor:
@@ -381,8 +382,8 @@ class DoubleWell(AnalyticEnergy):
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         _checks.positive_int("n", n)
         device = _device_of(generator)
-        u = torch.rand(n, generator=generator, dtype=torch.float64, device=device)
-        u = u.clamp(1e-12, 1 - 1e-12).cpu().numpy()  # SciPy's inversion runs on the host
+        u = torch.rand(n, generator=generator, dtype=wide_dtype(device), device=device)
+        u = u.cpu().double().clamp(1e-12, 1 - 1e-12).numpy()  # SciPy's inversion runs on the host
         x0 = torch.from_numpy(np.asarray(self._inverse_cdf.ppf(u))).float().to(device)
         rest = torch.randn(n, self.dim - 1, generator=generator, device=device)
         return torch.cat([x0[:, None], rest], dim=1)

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype
 from ebmlab.energies.boltzmann import BernoulliRBM, bernoulli_draw
 
 
@@ -106,15 +107,15 @@ class DeepBeliefNetwork(nn.Module):
         _checks.positive_int("n_samples", n_samples)
         with torch.no_grad():
             x = v.flatten(1).to(self.top.W.dtype).repeat(n_samples, 1)
-            total = torch.zeros(len(x), dtype=torch.float64, device=x.device)
+            total = torch.zeros(len(x), dtype=wide_dtype(x.device), device=x.device)
             for rbm in self.layers[:-1]:
                 logits = rbm.hidden_logits(x)
                 h = bernoulli_draw(torch.sigmoid(logits), generator)
-                total += (
-                    _log_bernoulli(x, rbm.visible_logits(h)) - _log_bernoulli(h, logits)
-                ).double()
+                total += (_log_bernoulli(x, rbm.visible_logits(h)) - _log_bernoulli(h, logits)).to(
+                    total.dtype
+                )
                 x = h
-            total += -self.top.free_energy(x).double() - top_log_z
+            total += -self.top.free_energy(x).to(total.dtype) - top_log_z
         draws = total.view(n_samples, -1)  # (samples, rows)
         spread = draws.var(0).sum() / n_samples if n_samples > 1 else draws.new_zeros(())
         return float(draws.mean()), float(spread.sqrt() / draws.shape[1])

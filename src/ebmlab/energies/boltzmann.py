@@ -21,18 +21,20 @@ from torch.nn import functional as F
 
 from ebmlab import _checks, hardware
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.analytic import DiagonalGaussian
 from ebmlab.energies.base import EnergyModel
 
 
 def base_rate_logits(x: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
     """Visible biases of the independent-unit model fitted to binary (or [0, 1]) rows
-    ``x`` (N, D), in float64: the log-odds of the column means (summed in x's dtype,
-    exact for 0/1 float32 rows). Without ``smoothing`` the means are clamped to
-    [1e-3, 1 - 1e-3] (the usual starting biases of an RBM, Hinton 2012, §8); with it,
+    ``x`` (N, D), in float64 (float32 on a device without it): the log-odds of the
+    column means (summed in x's dtype, exact for 0/1 float32 rows). Without ``smoothing``
+    the means are clamped to [1e-3, 1 - 1e-3] (the usual starting biases of an RBM,
+    Hinton 2012, §8); with it,
     ``smoothing`` pseudo-counts join each unit's on and off counts (AIS's base-rate
     model, Salakhutdinov & Murray 2008)."""
-    mean = x.mean(0).double()
+    mean = widen(x.mean(0))
     if smoothing:
         return torch.logit((mean * len(x) + smoothing) / (len(x) + 2 * smoothing))
     return torch.logit(mean.clamp(1e-3, 1 - 1e-3))
@@ -675,12 +677,10 @@ class DeepBoltzmannMachine(EnergyModel):
 
     def log_partition(self) -> torch.Tensor:
         """Exact log Z by enumerating h1 (v and h2 summed out analytically)."""
-        h1 = self._h1_states().double()
-        terms = (
-            h1 @ self.c1.double()
-            + F.softplus(h1 @ self.W1.double().T + self.b.double()).sum(1)
-            + F.softplus(h1 @ self.W2.double() + self.c2.double()).sum(1)
+        h1, c1, W1, b, W2, c2 = map(
+            widen, (self._h1_states(), self.c1, self.W1, self.b, self.W2, self.c2)
         )
+        terms = h1 @ c1 + F.softplus(h1 @ W1.T + b).sum(1) + F.softplus(h1 @ W2 + c2).sum(1)
         return torch.logsumexp(terms, 0)
 
     def as_rbm(self) -> BernoulliRBM:

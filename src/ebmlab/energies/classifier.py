@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.base import EnergyModel, in_chunks
 from ebmlab.energies.mlp import FeedForward
 
@@ -87,7 +88,7 @@ class ClassifierEnergy(EnergyModel):
         if int(y.min()) < 0 or int(y.max()) >= self.num_classes:
             raise ArgumentError(f"y must hold class indices in [0, {self.num_classes})")
         with torch.no_grad():
-            logits = in_chunks(self.logits, x).double()
+            logits = widen(in_chunks(self.logits, x))
         target = logits.gather(1, y.view(-1, 1)).squeeze(1)
 
         def slope(log_beta: float) -> float:

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.base import EnergyModel
 from ebmlab.energies.boltzmann import (
     ENUMERATION_LIMIT,
@@ -255,10 +256,10 @@ class ConditionalRBM(EnergyModel):
                 lays them out), (B, order * n_visible).
         """
         with torch.no_grad():
-            design = torch.cat([history, torch.ones_like(history[:, :1])], 1).double()
-            coef = torch.linalg.lstsq(design, v.double()).solution
+            design = widen(torch.cat([history, torch.ones_like(history[:, :1])], 1))
+            coef = torch.linalg.lstsq(design, v.to(design.dtype)).solution
             self.A.copy_(coef[:-1].T)
             self.b.copy_(coef[-1])
             if isinstance(self.log_sigma, nn.Parameter):
-                residual = v.double() - design @ coef
+                residual = v.to(design.dtype) - design @ coef
                 self.log_sigma.copy_(residual.std(0).clamp_min(1e-6).log())

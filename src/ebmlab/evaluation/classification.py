@@ -14,6 +14,7 @@ from typing import Literal, overload
 import torch
 
 from ebmlab import _checks
+from ebmlab.devices import widen
 from ebmlab.evaluation.likelihood import mean_and_stderr
 
 ECE_BOOTSTRAP = 200  # resamples of the test rows behind ECE's standard error
@@ -41,7 +42,7 @@ def accuracy(
     Args:
         return_stderr: also return the standard error.
     """
-    return _mean((probs.argmax(1) == y).double(), return_stderr)
+    return _mean(widen(probs.argmax(1) == y), return_stderr)
 
 
 @overload
@@ -62,7 +63,7 @@ def nll(
         probs: predicted class probabilities, (N, K).
         return_stderr: also return the standard error.
     """
-    per_row = -probs.gather(1, y.view(-1, 1)).squeeze(1).clamp_min(1e-12).log().double()
+    per_row = -widen(probs.gather(1, y.view(-1, 1)).squeeze(1).clamp_min(1e-12).log())
     return _mean(per_row, return_stderr)
 
 
@@ -78,10 +79,10 @@ def calibration_bins(
     """
     _checks.positive_int("n_bins", n_bins)
     conf, pred = probs.max(1)
-    correct = (pred == y).double()
+    correct = widen(pred == y)
     idx = torch.clamp((conf * n_bins).long(), max=n_bins - 1)
-    count = torch.bincount(idx, minlength=n_bins).double()
-    conf_sum = torch.bincount(idx, weights=conf.double(), minlength=n_bins)
+    count = widen(torch.bincount(idx, minlength=n_bins))
+    conf_sum = torch.bincount(idx, weights=widen(conf), minlength=n_bins)
     acc_sum = torch.bincount(idx, weights=correct, minlength=n_bins)
     safe = count.clamp_min(1)
     return conf_sum / safe, acc_sum / safe, count

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 
@@ -78,7 +79,7 @@ def log_likelihood(
     dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float32)
     device = energy_device(fn, x.device)
     with torch.no_grad():
-        neg = torch.cat([-fn(part.to(device, dtype)).double() for part in x.split(chunk)])
+        neg = torch.cat([-widen(fn(part.to(device, dtype))) for part in x.split(chunk)])
     if not torch.isfinite(neg).all():
         raise ArgumentError("the model's energy is not finite on some rows of data")
     mean, spread = mean_and_stderr(neg)

@@ -8,6 +8,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 
 
 def median_bandwidth(x: torch.Tensor, y: torch.Tensor, max_points: int = 2000) -> float:
@@ -19,7 +20,7 @@ def median_bandwidth(x: torch.Tensor, y: torch.Tensor, max_points: int = 2000) -
         y: the other sample (M, D).
         max_points: pooled points used at most (a random subset beyond).
     """
-    pooled = torch.cat([x, y])[:max_points].flatten(1).double()
+    pooled = widen(torch.cat([x, y])[:max_points].flatten(1))
     d = torch.cdist(pooled, pooled)
     positive = d[d > 0]
     return float(positive.median()) if len(positive) else 1.0
@@ -67,7 +68,7 @@ def mmd2(
     _checks.tensor("y", y, min_ndim=2)
     if x.shape[0] < 2 or y.shape[0] < 2:
         raise ArgumentError("mmd2 needs at least two points in each sample")
-    xf, yf = x.flatten(1).double(), y.flatten(1).double()
+    xf, yf = widen(x.flatten(1)), widen(y.flatten(1))
     if xf.shape[1] != yf.shape[1]:
         raise ArgumentError(
             f"x and y must have the same event size, got {xf.shape[1]} and {yf.shape[1]}"

@@ -15,6 +15,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 
 
 @overload
@@ -39,7 +40,7 @@ def auroc(
     """
     _checks.tensor("in_scores", in_scores, min_ndim=1)
     _checks.tensor("out_scores", out_scores, min_ndim=1)
-    a, b = in_scores.detach().flatten().double(), out_scores.detach().flatten().double()
+    a, b = widen(in_scores.detach().flatten()), widen(out_scores.detach().flatten())
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
         raise ArgumentError("OOD scores contain NaN or infinite values")
     wins_in = _pair_wins(a, b)  # per in-distribution input, share of OOD inputs below it
@@ -58,7 +59,7 @@ def _pair_wins(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     b = b.sort().values
     below = torch.searchsorted(b, a, side="left")
     ties = torch.searchsorted(b, a, side="right") - below
-    return (below.double() + 0.5 * ties.double()) / len(b)
+    return (widen(below) + 0.5 * widen(ties)) / len(b)
 
 
 def shifted_images(raw: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:

@@ -30,6 +30,7 @@ from torch import nn
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.base import in_chunks
 
 
@@ -46,7 +47,7 @@ def penultimate_features(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
             in_chunks(lambda part: model(part), x)
     finally:
         hook.remove()
-    return torch.cat(captured).double()
+    return widen(torch.cat(captured))
 
 
 def _gaussian_fd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -64,7 +65,7 @@ def _features(name: str, x: torch.Tensor) -> torch.Tensor:
         raise ArgumentError(f"{name} needs at least two rows, got {len(x)}")
     if not torch.isfinite(x).all():
         raise ArgumentError(f"{name} contains NaN or infinite values")
-    return x.flatten(1).double()
+    return widen(x.flatten(1))
 
 
 def frechet_distance(
@@ -137,8 +138,8 @@ def precision_recall(samples: torch.Tensor, data: torch.Tensor, k: int = 3) -> d
     _checks.positive_int("k", k)
     if k >= min(len(s), len(x)):
         raise ArgumentError(f"k must be below both set sizes, got k={k} for {len(s)} and {len(x)}")
-    precision = float(_inside(s, x, k).double().mean())
-    recall = float(_inside(x, s, k).double().mean())
+    precision = float(widen(_inside(s, x, k)).mean())
+    recall = float(widen(_inside(x, s, k)).mean())
     return {
         "precision": precision,
         "precision_stderr": math.sqrt(precision * (1 - precision) / len(s)),

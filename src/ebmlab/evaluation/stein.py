@@ -27,6 +27,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.base import EnergyLike, score
 
 
@@ -99,8 +100,8 @@ def kernel_stein_discrepancy(
     _checks.positive("scale", scale)
     _checks.positive_int("n_bootstrap", n_bootstrap)
     gen = _checks.generator("generator", generator, samples.device)
-    s = score(energy, samples.detach()).flatten(1).double()
-    x = samples.detach().flatten(1).double()
+    s = widen(score(energy, samples.detach()).flatten(1))
+    x = widen(samples.detach().flatten(1))
     if not torch.isfinite(s).all():
         raise ArgumentError("energy has a NaN or infinite gradient at some of the samples")
     n = x.shape[0]
@@ -109,7 +110,7 @@ def kernel_stein_discrepancy(
     ksd2 = u.sum() / pairs
     row_means = u.sum(1) / (n - 1)
     stderr = 2 * row_means.std() / math.sqrt(n) if n > 2 else torch.tensor(math.inf)
-    signs = torch.randint(0, 2, (n_bootstrap, n), generator=gen, device=x.device).double()
+    signs = widen(torch.randint(0, 2, (n_bootstrap, n), generator=gen, device=x.device))
     w = 2 * signs - 1
     replicates = ((w @ u) * w).sum(1) / pairs
     p_value = (1 + (replicates >= ksd2).sum()) / (1 + n_bootstrap)

@@ -15,6 +15,7 @@ from torch import nn
 
 from ebmlab import _checks, losses
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.inference import most_offending
 
 TABLE_LOSSES = {"perceptron", "nll", "mee"}
@@ -99,7 +100,7 @@ class EnergyLearner:
             loss = getattr(losses, f"{name}_loss")(e_correct, e_offending)
         metrics = {
             "energy_gap": float((e_offending - e_correct).detach().mean()),
-            "acc": float((table.detach().argmin(1) == y).double().mean()),
+            "acc": float(widen(table.detach().argmin(1) == y).mean()),
         }
         return loss, metrics
 

@@ -14,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab import _checks
+from ebmlab.devices import widen
 from ebmlab.energies.base import EnergyLike, as_energy_fn
 
 
@@ -46,5 +47,5 @@ def nce_loss(
 
     g_data, g_noise = logit(x_data), logit(x_noise)
     loss = -F.logsigmoid(g_data).mean() - nu * F.logsigmoid(-g_noise).mean()
-    accuracy = 0.5 * float((g_data > 0).double().mean() + (g_noise < 0).double().mean())
+    accuracy = 0.5 * float(widen(g_data > 0).mean() + widen(g_noise < 0).mean())
     return loss, {"classifier_accuracy": accuracy, "log_z": float(log_normalizer.detach())}

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype, widen
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.energies.boltzmann import base_rate_logits, bernoulli_draw
 from ebmlab.partition.binary_products import binary_products
@@ -156,9 +157,10 @@ def ais(
     e1, e0 = as_energy_fn(energy), as_energy_fn(base)
     start = time.perf_counter()
     x = base.sample(n_chains, gen)
-    log_w = torch.zeros(n_chains, dtype=torch.float64, device=x.device)
+    wide = wide_dtype(x.device)
+    log_w = torch.zeros(n_chains, dtype=wide, device=x.device)
     with frozen_parameters(energy), torch.no_grad():
-        diff = (e0(x) - e1(x)).double()
+        diff = (e0(x) - e1(x)).to(wide)
     for k in range(1, len(betas)):
         log_w += (betas[k] - betas[k - 1]) * diff
         if k == len(betas) - 1:
@@ -170,7 +172,7 @@ def ais(
                 state = kernel.step(state, path, gen)
         x = state.x
         with torch.no_grad():
-            diff = (e0(x) - e1(x)).double()
+            diff = (e0(x) - e1(x)).to(wide)
     return _estimate(log_w, float(base.log_partition()), "ais", betas, start)
 
 
@@ -189,12 +191,13 @@ def _base_model_biases(data: torch.Tensor | np.ndarray | None, n_visible: int) -
 def _as_rows(
     data: torch.Tensor | np.ndarray, width: int, device: torch.device | None = None
 ) -> torch.Tensor:
-    """``data`` as float64 rows of ``width`` on ``device`` (a tensor's own by default)."""
+    """``data`` as rows of ``width`` on ``device`` (a tensor's own by default), in the
+    device's :func:`~ebmlab.devices.wide_dtype`."""
     if isinstance(data, torch.Tensor):
-        rows = data.detach().to(device or data.device, torch.float64)
+        rows = data.detach().to(device or data.device)
     else:
-        rows = torch.as_tensor(np.asarray(data), dtype=torch.float64, device=device)
-    return rows.reshape(-1, width)
+        rows = torch.as_tensor(np.asarray(data), device=device)
+    return widen(rows).reshape(-1, width)
 
 
 def rbm_ais(
@@ -260,8 +263,8 @@ def _base_rate_model(model, data, base_biases):
     """
     rbm, data = _bipartite(model, data)
     W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
-    b_a = _base_model_biases(data, rbm.n_visible) if base_biases is None else base_biases.double()
-    b_a = b_a.to(W.device)
+    b_a = _base_model_biases(data, rbm.n_visible) if base_biases is None else base_biases
+    b_a = b_a.to(W.device, wide_dtype(W.device))
     log_z0 = float(F.softplus(b_a).sum()) + rbm.n_hidden * math.log(2)
     return rbm, (W, b, c, b_a.to(W.dtype), log_z0)
 
@@ -282,7 +285,8 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
     on :mod:`~ebmlab.partition.binary_products` with weights W_q; a last step from W_q
     to W at beta = 1 makes the weights refer to W. Uniforms come from 32-bit words of an
     SFC64 stream seeded by ``gen`` on the CPU, and of ``gen`` itself on other devices;
-    per-temperature sums are kept and combined in float64.
+    per-temperature sums are kept and combined in float64 (float32 on a device without
+    it).
     """
     n, d = v.shape
     m = W.shape[1]
@@ -315,7 +319,8 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
         x = up(beta / 2, torch.add(half_base, gap, alpha=beta / 2, out=v_bias))
         bits = down.sample(u[n * m : n * (m + d)].view(n, d), x.tanh_().mul_(2.0**31))
         v_now.copy_(bits.view(torch.uint8))
-    sums, betas = sums.double(), betas.to(device)
+    sums = widen(sums)
+    betas = betas.to(device, sums.dtype)
     top = torch.maximum(betas[1:], betas[:-1])[:, None]
     log_w = (betas.diff()[:, None] * (sums[2] + 2 / top * sums[1]) - sums[0]).sum(0)
     if beta_list[-1] == 1:
@@ -339,8 +344,8 @@ def _random_words(count: int, gen: torch.Generator | None, device: torch.device)
 
 def _requantization_gap(v, W, Wq, c) -> torch.Tensor:
     """log p*(v) under weights W minus under W_q, at beta = 1."""
-    v, c = v.double(), c.double()
-    return (F.softplus(v @ W.double() + c) - F.softplus(v @ Wq + c)).sum(1)
+    v, c, W = widen(v), widen(c), widen(W)
+    return (F.softplus(v @ W + c) - F.softplus(v @ Wq.to(W.dtype) + c)).sum(1)
 
 
 def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -361,15 +366,15 @@ def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> 
             f"exact sampling needs min(D, M) <= {MAX_ENUMERATION_BITS}, got {min(d, m)}"
         )
     with torch.no_grad():
-        W, b, c = rbm.W.double(), rbm.b.double(), rbm.c.double()
+        W, b, c = widen(rbm.W), widen(rbm.b), widen(rbm.c)
         if d <= m:
-            states = binary_states(d, device=W.device).double()
+            states = binary_states(d, device=W.device).to(W.dtype)
             logits = states @ b + F.softplus(states @ W + c).sum(1)
             idx = torch.multinomial(
                 torch.softmax(logits, 0), n, replacement=True, generator=generator
             )
             return states[idx]
-        states = binary_states(m, device=W.device).double()
+        states = binary_states(m, device=W.device).to(W.dtype)
         logits = states @ c + F.softplus(states @ W.T + b).sum(1)
         idx = torch.multinomial(torch.softmax(logits, 0), n, replacement=True, generator=generator)
         return bernoulli_draw(torch.sigmoid(b + states[idx] @ W.T), generator)

@@ -23,6 +23,7 @@ import functools
 import torch
 
 from ebmlab import hardware
+from ebmlab.devices import widen
 
 _HIGH = 128  # weight of the high digit; [128 x | x] still fits in uint8
 _MAX_INNER = 100_000  # keeps 16,319 * inner below 2^31 in the int32 accumulator
@@ -33,9 +34,9 @@ class FloatProduct:
 
     def __init__(self, W: torch.Tensor, batch: int):
         self.W = W.float()
-        # float64 is missing on some accelerators (MPS); W_q is only read for one
-        # final importance weight, so it stays in the widest dtype the device has
-        self.Wq = W.double() if W.device.type != "mps" else self.W
+        # W_q is only read for one final importance weight, in the widest dtype the
+        # device has
+        self.Wq = widen(W)
         self.x = torch.empty(batch, W.shape[0], device=W.device)
         self._bits = torch.empty(batch, W.shape[0], dtype=torch.bool, device=W.device)
 

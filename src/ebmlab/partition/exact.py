@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype, widen
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.energies.boltzmann import binary_states
 from ebmlab.partition.elimination import elimination_order, pairwise_log_partition
@@ -28,19 +29,22 @@ def _enumerate(
     log_terms: Callable[[torch.Tensor], torch.Tensor],
     *,
     chunk: int,
-    dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype | None = None,
     offset: float = 0.0,
     device: torch.device | None = None,
 ) -> LogZEstimate:
     """log sum over all 2^n_bits binary states of exp(log_terms(states)) + offset, in chunks,
-    accumulated in float64 on ``device``; an exact estimate (lower = upper = value)."""
+    accumulated in float64 on ``device`` (float32 where it has no float64); states in
+    ``dtype`` (default: that accumulation dtype); an exact estimate (lower = upper = value)."""
     start_time = time.perf_counter()
-    total = torch.tensor(-math.inf, dtype=torch.float64, device=device)
+    wide = wide_dtype(torch.device(device or "cpu"))
+    dtype = dtype or wide
+    total = torch.tensor(-math.inf, dtype=wide, device=device)
     with torch.no_grad():
         for start in range(0, 2**n_bits, chunk):
             stop = min(start + chunk, 2**n_bits)
             states = binary_states(n_bits, start, stop, device).to(dtype)
-            total = torch.logaddexp(total, torch.logsumexp(log_terms(states).double(), 0))
+            total = torch.logaddexp(total, torch.logsumexp(log_terms(states).to(wide), 0))
     value = float(total) + offset
     cost = {"terms": 2**n_bits, "seconds": time.perf_counter() - start_time}
     return LogZEstimate(log_z=value, lower=value, upper=value, method="enumeration", cost=cost)
@@ -81,7 +85,7 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
         chunk: rows evaluated at once, which bounds the memory used.
     """
     _checks.finite_parameters("rbm", rbm)
-    W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
+    W, b, c = (widen(p.detach()) for p in (rbm.W, rbm.b, rbm.c))
     if rbm.n_hidden > rbm.n_visible:  # enumerate v instead: swap the layers' roles
         W, b, c = W.T, c, b
     _check_bits(W.shape[1], "the smaller layer")
@@ -194,10 +198,10 @@ def _hidden_enumeration(rbm, chunk: int = 1 << 14) -> LogZEstimate:
     from ebmlab.energies.boltzmann import GaussianBernoulliRBM
 
     _check_bits(rbm.n_hidden, "the hidden layer")
-    W, b, c = rbm.W.detach().double(), rbm.b.detach().double(), rbm.c.detach().double()
+    W, b, c = (widen(p.detach()) for p in (rbm.W, rbm.b, rbm.c))
     offset = 0.0
     if isinstance(rbm, GaussianBernoulliRBM):
-        sigma = rbm.sigma.detach().double()
+        sigma = widen(rbm.sigma.detach())
         offset = 0.5 * rbm.n_visible * math.log(2 * math.pi) + float(torch.log(sigma).sum())
 
         def visible(h: torch.Tensor) -> torch.Tensor:
@@ -220,7 +224,7 @@ def _spike_enumeration(model, chunk: int = 1 << 12) -> LogZEstimate:
     Gaussian integral over slabs and visibles
     (:meth:`~ebmlab.energies.SpikeSlabRBM.hidden_log_weights`), in float64."""
     _check_bits(model.n_hidden, "the spikes")
-    model = copy.deepcopy(model).double()
+    model = copy.deepcopy(model).to(wide_dtype(model.W.device))
     return _enumerate(model.n_hidden, model.hidden_log_weights, chunk=chunk, device=model.W.device)
 
 
@@ -236,18 +240,18 @@ def _subspace_enumeration(model, chunk: int = 1 << 14) -> LogZEstimate:
     m, k = model.n_gates, model.n_subspace
     if model.n_visible <= m * k:
         _check_bits(model.n_visible, "the visible layer")
-        double = copy.deepcopy(model).double()
+        double = copy.deepcopy(model).to(wide_dtype(model.W.device))
         return _enumerate(
             model.n_visible, lambda x: -double.free_energy(x), chunk=chunk, device=model.W.device
         )
     _check_bits(m * k, "the gate-subspace products")
-    W = model.W.detach().double().reshape(model.n_visible, m * k)
-    b, c, D = (p.detach().double() for p in (model.b, model.c, model.D))
+    W = widen(model.W.detach()).reshape(model.n_visible, m * k)
+    b, c, D = (widen(p.detach()) for p in (model.b, model.c, model.D))
     closed = F.softplus(k * math.log(2.0) - c)  # log(1 + 2^K e^{-c_j})
 
     def log_terms(z: torch.Tensor) -> torch.Tensor:
         zs = z.view(len(z), m, k)
-        off = (zs.sum(2) == 0).double()
+        off = (zs.sum(2) == 0).to(W.dtype)
         gates = (c + (zs * D).sum(2) + off * closed).sum(1)
         return gates + F.softplus(z @ W.T + b).sum(1)
 
@@ -268,4 +272,4 @@ def label_sum_log_partition(
     labels = range(model.num_classes)
     parts = [estimate(model.label_rbm(y), y) for y in labels]
     method = parts[0].method if len({p.method for p in parts}) == 1 else "mixed"
-    return log_sum(parts, model.d.detach().double().tolist(), method)
+    return log_sum(parts, model.d.detach().cpu().double().tolist(), method)

@@ -31,8 +31,8 @@ def max_attractive(
     """The maximiser x in {0, 1}^n of f^T x + sum_e J_e x_i x_j for fields (n,),
     non-negative couplings (E,) and edges (E, 2) of (i, j) pairs, as float64 on the
     fields' device. The cut is computed on the CPU."""
-    f = fields.detach().double().cpu().numpy()
-    J = couplings.detach().double().cpu().numpy()
+    f = fields.detach().cpu().double().numpy()
+    J = couplings.detach().cpu().double().numpy()
     pairs = edges.cpu().numpy()
     if (J < 0).any():
         raise ArgumentError(

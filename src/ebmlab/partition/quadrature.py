@@ -19,6 +19,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 
@@ -28,14 +29,14 @@ Bounds = Sequence[tuple[float, float]]
 def grid_points(
     bounds: Bounds, n_points: int, device: torch.device | str | None = None
 ) -> tuple[torch.Tensor, float]:
-    """Cell midpoints of an ``n_points``-per-axis grid over the box (float64, on
-    ``device``), and the cell volume.
+    """Cell midpoints of an ``n_points``-per-axis grid over the box (float64, or float32
+    on a device without it, on ``device``), and the cell volume.
 
     Args:
         bounds: (low, high) per dimension.
     """
     axes, volume = [], 1.0
-    dtype = torch.float64 if torch.device(device or "cpu").type != "mps" else torch.float32
+    dtype = wide_dtype(torch.device(device or "cpu"))
     for lo, hi in bounds:
         width = (hi - lo) / n_points
         steps = torch.arange(n_points, dtype=dtype, device=device)

@@ -53,6 +53,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
@@ -176,7 +177,7 @@ def smc(
     start = time.perf_counter()
     x = base.sample(n_runs * n_particles, gen)
     device = x.device
-    f64 = torch.float64
+    f64 = wide_dtype(device)
     beta = torch.zeros(n_runs, dtype=f64, device=device)
     log_ratio = torch.zeros(n_runs, dtype=f64, device=device)
     log_target = math.log(ess_fraction * n_particles)
@@ -189,7 +190,7 @@ def smc(
     with frozen_parameters(energy):
         for _ in range(max_stages):
             with torch.no_grad():
-                diff = (e0(x) - e1(x)).double().view(n_runs, n_particles)
+                diff = (e0(x) - e1(x)).to(f64).view(n_runs, n_particles)
             if not torch.isfinite(diff).all():
                 raise ArgumentError(
                     "energy is NaN or infinite at some particles; check the energy and the "
@@ -233,7 +234,7 @@ def smc(
         stderr = float(z.std() / (math.sqrt(n_runs) * z.mean()))
     else:
         # Lee & Whiteley (2018) per run, pooled over the runs' mean by the delta method
-        inflation = torch.exp(stages.double() * math.log1p(1 / (n_particles - 1)))
+        inflation = torch.exp(stages.to(f64) * math.log1p(1 / (n_particles - 1)))
         relative = 1 - inflation * (1 - concentration)
         pooled = (relative * z.square()).sum() / z.sum().square()
         stderr = float(pooled.clamp_min(0).sqrt())

@@ -26,6 +26,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype, widen
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.graph_cut import max_attractive
@@ -37,30 +38,30 @@ def pairwise_potentials(
     model, drop_zero: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(theta_i (n, 2), theta_ij (E, 2, 2), edges (E, 2)) of a BoltzmannMachine or
-    BernoulliRBM, in float64 on the model's device; with ``drop_zero`` only the edges of
-    non-zero couplings (a sparse model's graph)."""
+    BernoulliRBM, in float64 on the model's device (float32 where it has none); with
+    ``drop_zero`` only the edges of non-zero couplings (a sparse model's graph)."""
     _checks.finite_parameters("model", model)
     from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
 
     with torch.no_grad():
         if isinstance(model, BoltzmannMachine):
             n = model.n_visible
-            bias = model.b.detach().double()
+            bias = widen(model.b.detach())
             edges = torch.triu_indices(n, n, offset=1, device=bias.device).T
             coupling = (
-                2 * model.W.detach().double()[edges[:, 0], edges[:, 1]]
+                2 * widen(model.W.detach())[edges[:, 0], edges[:, 1]]
             )  # x^T W x counts a pair twice
         elif isinstance(model, BernoulliRBM):
             d, m = model.n_visible, model.n_hidden
             n = d + m
-            bias = torch.cat([model.b.detach().double(), model.c.detach().double()])
+            bias = widen(torch.cat([model.b.detach(), model.c.detach()]))
             vi, hj = torch.meshgrid(
                 torch.arange(d, device=bias.device),
                 torch.arange(m, device=bias.device),
                 indexing="ij",
             )
             edges = torch.stack([vi.reshape(-1), d + hj.reshape(-1)], 1)
-            coupling = model.W.detach().double().reshape(-1)
+            coupling = widen(model.W.detach()).reshape(-1)
         else:
             raise ArgumentError(
                 f"model must be a BoltzmannMachine or BernoulliRBM, got {type(model).__name__}"
@@ -185,8 +186,11 @@ def trw_log_partition(
 def _gumbel(
     shape: tuple[int, ...], gen: torch.Generator | None, device: torch.device
 ) -> torch.Tensor:
-    """Zero-mean Gumbel noise (standard Gumbel minus Euler's constant) on ``device``."""
-    u = torch.rand(shape, generator=gen, dtype=torch.float64, device=device).clamp(1e-300, 1.0)
+    """Zero-mean Gumbel noise (standard Gumbel minus Euler's constant) on ``device``, in
+    its :func:`~ebmlab.devices.wide_dtype`."""
+    dtype = wide_dtype(device)
+    u = torch.rand(shape, generator=gen, dtype=dtype, device=device)
+    u = u.clamp(torch.finfo(dtype).tiny, 1.0)
     return -torch.log(-torch.log(u)) - EULER_GAMMA
 
 
@@ -229,7 +233,8 @@ def perturbed_map(
 
     Returns:
         (the maxima (n_samples,), the maximising states (n_samples, D) of a Boltzmann
-        machine or (n_samples, D + M), visible then hidden, of an RBM), in float64.
+        machine or (n_samples, D + M), visible then hidden, of an RBM), in float64
+        (float32 on a device without it).
     """
     from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine, binary_states
 
@@ -244,8 +249,8 @@ def perturbed_map(
     with torch.no_grad():
         if isinstance(model, BoltzmannMachine):
             d = model.n_visible
-            states = binary_states(d, device=device).double()
-            neg_energy = -model.energy(states.to(model.b.dtype)).double()
+            states = widen(binary_states(d, device=device))
+            neg_energy = widen(-model.energy(states.to(model.b.dtype)))
             if joint:
                 maxima, best = (
                     neg_energy[None] + _gumbel((n_samples, len(states)), generator, device)
@@ -259,7 +264,7 @@ def perturbed_map(
             )
             maxima, best = scores.max(1)
             return maxima, states[best]
-        W, b, c = model.W.detach().double(), model.b.detach().double(), model.c.detach().double()
+        W, b, c = (widen(p.detach()) for p in (model.W, model.b, model.c))
         swapped = W.shape[1] > W.shape[0]
         if swapped:  # enumerate the visible layer instead of the hidden one
             W, b, c = W.T, c, b
@@ -267,11 +272,12 @@ def perturbed_map(
         outer_shift = g_outer[:, :, 1] - g_outer[:, :, 0]
         if not joint:
             g_inner = _gumbel((n_samples, W.shape[1], 2), generator, device)  # enumerated
-        maxima = torch.full((n_samples,), -math.inf, dtype=torch.float64, device=device)
-        best = torch.zeros(n_samples, W.shape[1], dtype=torch.float64, device=device)
+        maxima = torch.full((n_samples,), -math.inf, dtype=W.dtype, device=device)
+        best = torch.zeros(n_samples, W.shape[1], dtype=W.dtype, device=device)
         n_states = 2 ** W.shape[1]
         for lo in range(0, n_states, MAP_CHUNK):
-            states = binary_states(W.shape[1], lo, min(lo + MAP_CHUNK, n_states), device).double()
+            states = binary_states(W.shape[1], lo, min(lo + MAP_CHUNK, n_states), device)
+            states = states.to(W.dtype)
             field = b + states @ W.T
             if joint:  # the marginal of the enumerated layer, plus noise per configuration
                 marginal = torch.nn.functional.softplus(field).sum(1) + states @ c
@@ -288,7 +294,7 @@ def perturbed_map(
             best = torch.where(better[:, None], states[chunk_arg], best)
         if not joint:
             maxima = maxima + g_outer[:, :, 0].sum(1) + g_inner[:, :, 0].sum(1)
-        outer_states = ((b + best @ W.T + outer_shift) > 0).double()
+        outer_states = ((b + best @ W.T + outer_shift) > 0).to(W.dtype)
         visible, hidden = (best, outer_states) if swapped else (outer_states, best)
         return maxima, torch.cat([visible, hidden], 1)
 

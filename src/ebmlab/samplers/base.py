@@ -25,6 +25,7 @@ from torch import nn
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.base import (
     EnergyFn,
     EnergyLike,
@@ -246,7 +247,7 @@ class Sampler(Generic[S]):
 
     def _rescaled(self, attribute: str, beta: torch.Tensor, power: float) -> Sampler:
         """A copy whose ``attribute`` becomes a per-chain tensor value / beta**power."""
-        value = getattr(self, attribute) / beta.double().pow(power).float()
+        value = getattr(self, attribute) / widen(beta).pow(power).float()
         return self._with(**{attribute: value})
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> S:  # pragma: no cover - abstract

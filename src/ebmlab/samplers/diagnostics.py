@@ -17,6 +17,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 
 
 def _split(x: torch.Tensor) -> torch.Tensor:
@@ -28,7 +29,7 @@ def _split(x: torch.Tensor) -> torch.Tensor:
 def _rank_normalise(x: torch.Tensor) -> torch.Tensor:
     t, c, d = x.shape
     flat = x.reshape(t * c, d)
-    ranks = flat.argsort(0).argsort(0).double() + 1
+    ranks = widen(flat.argsort(0).argsort(0)) + 1
     z = torch.special.ndtri((ranks - 0.375) / (t * c + 0.25))
     return z.reshape(t, c, d)
 
@@ -53,7 +54,7 @@ def _ess(x: torch.Tensor) -> torch.Tensor:
     rho[0] = 1.0
     n_pairs = t // 2
     pairs = rho[: 2 * n_pairs].reshape(n_pairs, 2, -1).sum(1)  # (n_pairs, D)
-    positive = (pairs > 0).double().cumprod(0)  # initial positive sequence
+    positive = widen(pairs > 0).cumprod(0)  # initial positive sequence
     monotone = torch.cummin(torch.where(positive > 0, pairs, torch.inf), 0).values
     monotone = torch.where(positive > 0, monotone, torch.zeros_like(monotone))
     tau = -1 + 2 * monotone.sum(0)
@@ -67,7 +68,7 @@ def _check(samples: torch.Tensor) -> torch.Tensor:
         raise ArgumentError(
             f"samples needs at least 4 draws per chain (T >= 4), got T={samples.shape[0]}"
         )
-    return samples.reshape(samples.shape[0], samples.shape[1], -1).double()
+    return widen(samples.reshape(samples.shape[0], samples.shape[1], -1))
 
 
 def effective_sample_size(samples: torch.Tensor) -> torch.Tensor:

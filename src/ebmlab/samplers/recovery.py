@@ -33,6 +33,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import wide_dtype
 from ebmlab.samplers.base import categorical, frozen_parameters, per_chain
 from ebmlab.samplers.integrators import gaussian_noise
 from ebmlab.samplers.langevin import Langevin
@@ -73,7 +74,7 @@ def blur(
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
     """
-    sigmas = sigmas.to(x.device)
+    sigmas = sigmas.to(x.device, wide_dtype(x.device))
     alphas = (1 - sigmas**2).sqrt()
     abar = per_chain(torch.cat([alphas.new_ones(1), alphas.cumprod(0)])[level], x)
     noise = gaussian_noise(x, generator)
@@ -121,7 +122,7 @@ def recover(
             "adjusted=True takes no clamp: a projection would break the Metropolis "
             "correction (draw unclamped, or leave adjusted=False)"
         )
-    sigmas = sigmas.to(x_next.device)
+    sigmas = sigmas.to(x_next.device, wide_dtype(x_next.device))
     a, s = (1 - sigmas[level] ** 2).sqrt(), sigmas[level]
     a_rows = per_chain(a, x_next)
     width = (s / a).to(x_next.dtype)

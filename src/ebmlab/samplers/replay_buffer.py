@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.devices import move_to
+from ebmlab.devices import move_to, wide_dtype, widen
 from ebmlab.samplers.base import diverged_rows, where_rows
 
 InitFn = Callable[[int, torch.Generator | None], torch.Tensor]
@@ -55,7 +56,7 @@ def _draw_components(
 class _PerDevice:
     """Tensors (any nesting of tuples and lists) copied once to each device asked for,
     so that an init function draws wherever its generator lives without copying its
-    constants on every call."""
+    constants on every call; float64 ones become float32 on a device without float64."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -63,7 +64,14 @@ class _PerDevice:
 
     def on(self, device: torch.device) -> Any:
         if device not in self.copies:
-            self.copies[device] = move_to(self.value, device)
+            wide = wide_dtype(device)
+            narrowed = tree_map(
+                lambda t: (
+                    t.to(wide) if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t
+                ),
+                self.value,
+            )
+            self.copies[device] = move_to(narrowed, device)
         return self.copies[device]
 
 
@@ -96,7 +104,7 @@ def gaussian_init(
             f"data must be a float tensor (N, ...), got {data.dtype} {tuple(data.shape)}"
         )
     _checks.positive("ridge", ridge)
-    shape, flat = data.shape[1:], data.detach().flatten(1).double()
+    shape, flat = data.shape[1:], widen(data.detach().flatten(1))
     if labels is None:
         labels = torch.zeros(len(flat), dtype=torch.long, device=flat.device)
     elif labels.shape != (len(flat),) or labels.is_floating_point():
@@ -114,7 +122,7 @@ def gaussian_init(
         cov += ridge * torch.eye(flat.shape[1], dtype=cov.dtype, device=cov.device)
         means.append(rows.mean(0).float())
         factors.append(torch.linalg.cholesky(cov).T.float())
-    fitted = _PerDevice((counts.double() / counts.sum(), means, factors))
+    fitted = _PerDevice((widen(counts) / counts.sum(), means, factors))
 
     def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         device = generator.device if generator is not None else flat.device

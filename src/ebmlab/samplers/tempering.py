@@ -33,6 +33,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.devices import widen
 from ebmlab.energies.base import EnergyFn, EnergyLike, as_energy_fn
 from ebmlab.samplers.base import Sampler, SamplerState, accept, frozen_parameters, per_chain
 
@@ -217,7 +218,7 @@ class ParallelTempering(Sampler[TemperingState]):
         the round just ended; cached energies and gradients are rescaled to it, and the
         swap counts restart for the next round."""
         rejection = (1 - self.swap_rates(state)).cpu()
-        betas = _equal_barrier_ladder(state.betas.double().cpu(), rejection, len(state.betas))
+        betas = _equal_barrier_ladder(widen(state.betas.cpu()), rejection, len(state.betas))
         betas = betas.to(state.betas)
         n = state.x.shape[0]
         factor = (betas / state.betas).repeat_interleave(n)
@@ -267,7 +268,7 @@ class ParallelTempering(Sampler[TemperingState]):
     def swap_rates(state: TemperingState) -> torch.Tensor:
         """Acceptance rate of swaps between each pair of neighbouring temperatures of
         ``state`` (K - 1,), coldest pair first."""
-        return state.swaps_accepted.double() / state.swaps_proposed.clamp_min(1).double()
+        return widen(state.swaps_accepted) / widen(state.swaps_proposed.clamp_min(1))
 
     @staticmethod
     def barrier(state: TemperingState) -> float:
@@ -355,7 +356,7 @@ def tuned_ladder(
     rejection = (1 - ParallelTempering.swap_rates(state)).cpu()
     barrier = float(rejection.sum())
     size = max(3, math.ceil(2 * barrier) + 1)
-    return _equal_barrier_ladder(state.betas.double().cpu(), rejection, size).tolist()
+    return _equal_barrier_ladder(widen(state.betas.cpu()), rejection, size).tolist()
 
 
 def geometric_path(energy0: EnergyFn, energy1: EnergyFn, beta: float | torch.Tensor) -> EnergyFn:

@@ -35,6 +35,7 @@ from sklearn.linear_model import LogisticRegression
 from ebmlab import _checks
 from ebmlab.data.motion import JOINTS, walking_gaits
 from ebmlab.data.pairs import TRANSFORMATIONS, digits_on_canvas, transform_images, transformed_pairs
+from ebmlab.devices import widen
 from ebmlab.energies import ConditionalRBM, GatedRBM
 from ebmlab.energies.base import energy_device
 from ebmlab.evaluation.likelihood import mean_and_stderr
@@ -131,7 +132,7 @@ class ConditionalRBMTask(_ConditionalTask):
             }
         out = {}
         for name, values in per_frame.items():
-            mean, stderr = mean_and_stderr(values.double().view(walkers, -1).mean(1))
+            mean, stderr = mean_and_stderr(widen(values).view(walkers, -1).mean(1))
             out[name], out[f"{name}_stderr"] = mean, stderr
         return out
 
@@ -202,12 +203,12 @@ class GatedRBMTask(_ConditionalTask):
             x, y, labels = self.pairs[split]
             with torch.no_grad():
                 h = self.model.hidden_probs(y, x)
-            return h.double().cpu().numpy(), labels.cpu().numpy()
+            return h.cpu().double().numpy(), labels.cpu().numpy()
 
         h, labels = features("train")
         probe = LogisticRegression(max_iter=2000).fit(h[:PROBE_PAIRS], labels[:PROBE_PAIRS])
         h, labels = features(split)
-        return torch.from_numpy(probe.predict(h) != labels).double()
+        return widen(torch.from_numpy(probe.predict(h) != labels))
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {"val_error": float(self.wrong("val").mean())}

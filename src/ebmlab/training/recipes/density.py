@@ -22,6 +22,7 @@ from torch import nn
 
 from ebmlab import _checks
 from ebmlab.data import TOYS, load_dataset, make_toy
+from ebmlab.devices import widen
 from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.evaluation.likelihood import log_likelihood
 from ebmlab.evaluation.metrics import mmd2
@@ -315,9 +316,9 @@ def evaluate(
     with torch.no_grad():
         true_nll = float(-task.toy.log_prob(test.cpu()).mean())
         grid, cell = grid_points(task.toy.bounds, 256)
-        log_p_true = task.toy.log_prob(grid.float()).double().to(device)
+        log_p_true = widen(task.toy.log_prob(grid.float()).to(device))
         grid = grid.float().to(device)
-        log_p_model = -task.model(grid).double() - est.log_z
+        log_p_model = -widen(task.model(grid)) - est.log_z
         p_true = log_p_true.exp() * cell
         mask = p_true > 0
         kl = float((p_true[mask] * (log_p_true[mask] - log_p_model[mask])).sum())

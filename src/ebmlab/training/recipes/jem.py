@@ -58,6 +58,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
 from ebmlab.data.augment import random_affine, random_crop_flip
+from ebmlab.devices import widen
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
 from ebmlab.energies.base import in_chunks
 from ebmlab.energies.mlp import ACTIVATIONS
@@ -334,7 +335,7 @@ class JEMTask(BufferTask):
 
     def out_of_range(self, x: torch.Tensor) -> float:
         lo, hi = self.train.value_range
-        return float(((x < lo) | (x > hi)).double().mean())
+        return float(widen((x < lo) | (x > hi)).mean())
 
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
@@ -394,7 +395,7 @@ class JEMTask(BufferTask):
             loss = loss + c.energy_l2 * penalty
         metrics = {
             "ce": float(ce.detach()),
-            "acc": float((logits.argmax(1) == y).double().mean()),
+            "acc": float(widen(logits.argmax(1) == y).mean()),
             "gen": float(gen.detach()),
             "energy_data": float(e_data.detach().mean()),
             "energy_sample": float(e_neg.detach().mean()),

@@ -53,6 +53,7 @@ from torch.nn import functional as F
 from ebmlab import _checks, partition
 from ebmlab._checks import ArgumentError
 from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
+from ebmlab.devices import widen
 from ebmlab.energies import (
     BernoulliRBM,
     CategoricalRBM,
@@ -268,7 +269,7 @@ class RBMTask(Task):
             self.train, self.val, self.test = standardised([self.train, self.val, self.test])
             real = GaussianBernoulliRBM if config.model == "gaussian" else SpikeSlabRBM
             self.model = real(d, config.n_hidden)
-            visible_biases = self.train.x.double().mean(0)
+            visible_biases = widen(self.train.x).mean(0)
         elif config.model == "categorical":
             self.train, self.val, self.test = (
                 dataclasses.replace(part, x=one_hot_pixels(part))
@@ -276,7 +277,7 @@ class RBMTask(Task):
             )
             groups = self.train.x.shape[1] // GREY_LEVELS
             self.model = CategoricalRBM(groups, GREY_LEVELS, config.n_hidden)
-            freq = self.train.x.double().mean(0).view(groups, GREY_LEVELS) + 1e-3
+            freq = widen(self.train.x).mean(0).view(groups, GREY_LEVELS) + 1e-3
             visible_biases = (freq / freq.sum(1, keepdim=True)).log().flatten()
         elif config.model == "subspace":
             self.model = SubspaceRBM(d, config.n_hidden, config.n_subspace)
@@ -514,7 +515,7 @@ class ClassificationRBMTask(RBMTask):
     def log_likelihood(self, part, log_z: LogZEstimate) -> tuple[float, float]:
         """Mean joint log-likelihood log p(x, y) of a split, and its standard error."""
         with torch.no_grad():
-            per_row = -self.model.free_energy(part.x, part.y).double() - log_z.log_z
+            per_row = -widen(self.model.free_energy(part.x, part.y)) - log_z.log_z
         mean, spread = mean_and_stderr(per_row)
         return mean, math.hypot(spread, log_z.stderr)
 
@@ -522,8 +523,8 @@ class ClassificationRBMTask(RBMTask):
         """Exact error rate and mean -log p(y | x) of a split."""
         with torch.no_grad():
             scores = self.model.class_scores(part.x)
-            nll = float(F.cross_entropy(scores.double(), part.y))
-            error = float((scores.argmax(1) != part.y).double().mean())
+            nll = float(F.cross_entropy(widen(scores), part.y))
+            error = float(widen(scores.argmax(1) != part.y).mean())
         return {"error": error, "class_nll": nll}
 
     @property

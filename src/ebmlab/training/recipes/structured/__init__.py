@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ebmlab.data import load_dataset
+from ebmlab.devices import widen
 from ebmlab.energies.structured import DistanceEnergy, LogitEnergy
 from ebmlab.evaluation.likelihood import mean_and_stderr
 from ebmlab.learning.structured import EnergyLearner
@@ -120,7 +121,7 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
     with torch.no_grad():
         table = task.learner.energies(x)
         _, metrics = task.learner.loss_from_table(table, y)
-    accuracy, stderr = mean_and_stderr((table.argmin(1) == y).double())
+    accuracy, stderr = mean_and_stderr(widen(table.argmin(1) == y))
     return {
         "arch": task.config.arch,
         "loss": task.config.loss,

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from ebmlab.data import load_dataset
 from ebmlab.data.sequences import HiddenMarkovModel
+from ebmlab.devices import widen
 from ebmlab.energies.structured import ChainEnergy, ConditionalBoltzmann
 from ebmlab.inference import (
     PairwiseMRF,
@@ -80,7 +81,7 @@ class ChainTask(Task):
                 labels, _ = viterbi(unary, transition)
             else:
                 labels = approximate_argmin(PairwiseMRF.from_chain(unary, transition), inference)
-        return (labels != y).double().mean(1)
+        return widen(labels != y).mean(1)
 
     def error(self, x: torch.Tensor, y: torch.Tensor, inference: str = "viterbi") -> float:
         """Per-position error of the answers found by ``inference`` (one of INFERENCE)."""
@@ -89,7 +90,7 @@ class ChainTask(Task):
     def bayes_error(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """Per-position error of the max posterior marginals under the true HMM."""
         marginals = chain_marginals(*self.hmm.energies(x))
-        return float((marginals.argmax(2) != y).double().mean())
+        return float(widen(marginals.argmax(2) != y).mean())
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {"val_error": self.error(*self.val)}
@@ -143,7 +144,7 @@ class CompletionTask(Task):
             target = mrf.augmented(bottom, margin)
             answer, _ = annealed_gibbs(target.detach(), c.gibbs_sweeps, generator=generator)
             loss = (mrf.energy(bottom) - target.energy(answer)).clamp_min(0).mean()
-        errors = (answer != bottom).double().mean()
+        errors = widen(answer != bottom).mean()
         return StepResult(loss, {"contrastive_pixel_diff": float(errors)})
 
     def pixel_errors(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> torch.Tensor:
@@ -152,7 +153,7 @@ class CompletionTask(Task):
         top, bottom = self.halves(x)
         with torch.no_grad():
             answer = approximate_argmin(PairwiseMRF.from_binary(*self.model(top)), inference)
-        return (answer != bottom).double().mean(1)
+        return widen(answer != bottom).mean(1)
 
     def pixel_error(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> float:
         """The share of bottom-half pixels that ``inference`` completes wrongly."""
