@@ -56,7 +56,7 @@ def auroc(
 
 def _pair_wins(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """For each a_i, (#{b < a_i} + #{b = a_i} / 2) / len(b), by binary search."""
-    b = b.sort().values
+    a, b = a.contiguous(), b.sort().values
     below = torch.searchsorted(b, a, side="left")
     ties = torch.searchsorted(b, a, side="right") - below
     return (widen(below) + 0.5 * widen(ties)) / len(b)
