@@ -1,6 +1,7 @@
 """A user's own data: array files (memory-mapped), image folders, split folders, and the
 errors for each kind of bad file."""
 
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -151,3 +152,37 @@ def test_larger_than_memory_file_trains_in_bounded_memory(tmp_path):
     assert out.returncode == 0, out.stderr
     grown_mb = int(out.stdout.split()[-1])
     assert grown_mb < 400, f"the process grew by {grown_mb} MB for a {n * d >> 20} MB file"
+
+
+def test_a_mapped_split_travels_to_loader_workers_as_its_file(tmp_path):
+    """DataLoader workers started by spawn or forkserver (macOS, Windows, Python 3.14)
+    receive the split pickled: the file's name travels, not its rows, and each worker
+    maps the file again, including a view that skips a record's label byte."""
+    from ebmlab.data.arrays import MappedView
+    from ebmlab.training.trainer import _Batches
+
+    x = np.random.default_rng(0).integers(0, 256, (4000, 1, 16, 16), dtype=np.uint8)
+    np.save(tmp_path / "x.npy", x)
+    rows = load_dataset(str(tmp_path / "x.npy"), "train", in_memory=False).x
+    blob = pickle.dumps(rows)
+    assert len(blob) < x.nbytes / 10  # the split's row index, not its pixels
+    idx = torch.tensor([3, 0, 2000])
+    assert torch.equal(pickle.loads(blob)[idx], rows[idx])
+    in_memory = EncodedRows(np.asarray(x), rows.encoding, rows.row_shape)
+    assert MappedView.of(in_memory.array) is None  # negative control: the rows travel
+    assert len(pickle.dumps(in_memory)) > x.nbytes
+
+    records = np.random.default_rng(1).integers(0, 256, (50, 257), dtype=np.uint8)
+    records.tofile(tmp_path / "records.bin")
+    mapped = np.memmap(tmp_path / "records.bin", np.uint8, "r", 0, (50, 257))
+    view = EncodedRows(mapped[:, 1:].reshape(50, 1, 16, 16), rows.encoding, (256,))
+    assert len(pickle.dumps(view)) < 2000
+    assert torch.equal(pickle.loads(pickle.dumps(view))[idx[:2]], view[idx[:2]])
+
+    shares = [torch.tensor([5, 1]), torch.tensor([2000, 7, 3])]
+    loader = torch.utils.data.DataLoader(
+        _Batches((rows,), shares), batch_size=None, num_workers=1,
+        multiprocessing_context="spawn",
+    )  # fmt: skip
+    for (got,), share in zip(loader, shares, strict=True):
+        assert torch.equal(got, rows[share])

@@ -6,12 +6,16 @@ from disk, not read: a data set larger than memory opens at once and pages in as
 batches touch it. A compressed ``.npz`` (``numpy.savez_compressed``) has to be inflated
 and is read into memory. Object arrays are refused (loading them would unpickle).
 Checking an array for NaN and inf, and finding its value range, is one pass in chunks
-of ``SCAN_BYTES`` bytes.
+of ``SCAN_BYTES`` bytes. :class:`MappedView` names a view of a mapped file, so that a
+DataLoader worker started by spawn or forkserver (macOS, Windows, Python 3.14's
+default) maps the file again instead of receiving a pickled copy of all of it.
 """
 
 from __future__ import annotations
 
+import mmap
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +23,38 @@ import numpy as np
 from ebmlab.data.formats import DataFormatError
 
 SCAN_BYTES = 64 << 20  # bytes per chunk of the NaN/inf and range scan
+
+
+@dataclass(frozen=True)
+class MappedView:
+    """Where an array that views a memory-mapped file lives: the file, the mapped span
+    (its byte offset and length) and the view's start in it, shape, strides and dtype."""
+
+    filename: str
+    offset: int
+    length: int
+    start: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> MappedView | None:
+        """The view ``array`` is of a file mapped by ``numpy.memmap``, else None (an
+        array in memory)."""
+        base: object = array
+        while isinstance(base, np.ndarray) and not isinstance(base.base, mmap.mmap):
+            base = base.base
+        if not isinstance(base, np.memmap) or base.filename is None:
+            return None
+        start = array.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        return cls(base.filename, base.offset, base.nbytes, start, array.shape, array.strides,
+                   array.dtype.str)  # fmt: skip
+
+    def open(self) -> np.ndarray:
+        """The same read-only view, on a new mapping of the file."""
+        span = np.memmap(self.filename, np.uint8, "r", self.offset, (self.length,))
+        return np.ndarray(self.shape, np.dtype(self.dtype), span, self.start, self.strides)
 
 
 def _npz_member(path: Path, name: str) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ebmlab import _checks
+from ebmlab.data.arrays import MappedView
 
 TRANSFORMS = ("raw", "scaled", "binary")
 
@@ -96,7 +97,8 @@ class EncodedRows:
     it: the array may be a ``numpy.memmap`` far larger than memory, turned into floats
     by ``encoding`` one batch at a time. ``index`` selects
     and orders the rows of ``array`` that belong to this split. Rows stay on the CPU:
-    the trainer moves each batch to its device.
+    the trainer moves each batch to its device. Pickled (for a DataLoader worker), a
+    memory-mapped array travels as its file's name and is mapped again on arrival.
     """
 
     def __init__(
@@ -113,6 +115,16 @@ class EncodedRows:
     @property
     def shape(self) -> torch.Size:
         return torch.Size((len(self.index), *self.row_shape))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["array"] = MappedView.of(self.array) or self.array
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state["array"], MappedView):
+            state["array"] = state["array"].open()
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return len(self.index)
