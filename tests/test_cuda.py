@@ -3,6 +3,7 @@ distributed backend, each against the CPU's answer. Skipped without CUDA."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,3 +88,24 @@ def test_two_gpus_train_with_nccl(tmp_path):
     args = ["train", "density", "--out", str(tmp_path / "ddp"), "--epochs", "1", "--nproc", "2",
             "--device", "cuda", "--no-progress"]  # fmt: skip
     assert main(args) == 0
+
+
+def test_a_colour_run_with_a_wide_resnet_trains_and_evaluates_on_the_gpu(tmp_path, capsys):
+    """The image pipeline on a GPU: a WideResNet on 3x32x32 data from .npz files, loader
+    workers, crops and flips, weight averaging, and the evaluation's sample quality."""
+    data = tmp_path / "data"
+    data.mkdir()
+    x = np.random.default_rng(0).integers(0, 256, (192, 3, 32, 32), dtype=np.uint8)
+    np.savez(data / "train.npz", x=x, y=np.arange(192) % 10)
+    np.savez(data / "test.npz", x=x[:64], y=np.arange(64) % 10)
+    run = tmp_path / "run"
+    args = ["train", "jem", "--data", str(data), "--arch", "wrn", "--wrn-depth", "10",
+            "--wrn-widen", "1", "--sampler-steps", "2", "--buffer-size", "64", "--batch-size",
+            "32", "--epochs", "1", "--max-steps", "4", "--num-workers", "2", "--ema", "0.9",
+            "--crop-pad", "4", "--hflip", "--channels-last", "--no-progress", "--device", "cuda",
+            "--out", str(run)]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--device", "cuda"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["samples"]["classifier_features"]) >= {"frechet_distance", "kid", "recall"}

@@ -550,7 +550,8 @@ def evaluate(
     )
     classes = min(task.model.num_classes, GRID_CLASSES)
     y = torch.arange(classes, device=test.x.device).repeat_interleave(10)
-    conditional = task.sampler.sample(task.model.conditional(y), x[: len(y)], 100, generator=gen)
+    starts = x[torch.arange(len(y), device=x.device) % len(x)]  # a test split may be small
+    conditional = task.sampler.sample(task.model.conditional(y), starts, 100, generator=gen)
     names = task.train.classes or [str(k) for k in range(classes)]
     task.grid(
         conditional,
