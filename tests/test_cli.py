@@ -50,7 +50,7 @@ def test_info_lists_data_sets(capsys, mnist_dir, monkeypatch):
     ("argv", "message"),
     [
         (["train", "density", "--out", "x", "--epochs", "0"], "epochs must be an integer >= 1"),
-        (["train", "density", "--out", "x", "--data", "moons"], "invalid choice: 'moons'"),
+        (["train", "density", "--out", "x", "--data", "moons"], "data must be one of"),
         (["train", "density", "--out", "x", "--lr", "fast"], "invalid float value"),
         (["train", "nonsense", "--out", "x"], "invalid choice"),
         (["train", "density"], "required: --out"),

@@ -10,7 +10,7 @@ class-conditional chains (x ~ p(x | y)) persist separately.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -26,20 +26,32 @@ InitFn = Callable[[int, torch.Generator | None], torch.Tensor]
 
 def uniform_init(
     shape: tuple[int, ...],
-    low: float = -1.0,
-    high: float = 1.0,
+    low: float | Sequence[float] | torch.Tensor = -1.0,
+    high: float | Sequence[float] | torch.Tensor = 1.0,
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
 ) -> InitFn:
     """Chains started uniformly in the box [low, high]^shape (Tomczak 2024, eq. 6.28),
     on ``device`` (by default the generator's, else the CPU) in ``dtype`` (default
-    float32)."""
+    float32). ``low`` and ``high`` are numbers, or per-coordinate bounds that broadcast
+    to ``shape``."""
+    if isinstance(low, float | int) and isinstance(high, float | int):
+        box = None
+    else:
+        lo, hi = (torch.as_tensor(v, dtype=torch.float64) for v in (low, high))
+        if not bool((hi > lo).all()):
+            raise ArgumentError("uniform_init needs high > low in every coordinate")
+        # the width in float64 first, as for numbers
+        box = _PerDevice(((hi - lo).to(dtype or torch.float32), lo.to(dtype or torch.float32)))
 
     def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         where = device if device is not None else generator.device if generator else None
         u = torch.rand(n, *shape, generator=generator, device=where, dtype=dtype)
-        return u.mul_(high - low).add_(low)
+        if box is None:
+            return u.mul_(high - low).add_(low)
+        width, start = box.on(u.device)
+        return u.mul_(width).add_(start)
 
     return init
 

@@ -1,13 +1,21 @@
-"""Recipe ``density``: learn a 2-D toy density (CD, PCD, score matching, NCE, energy
-discrepancy or diffusion recovery likelihood).
+"""Recipe ``density``: learn a density from data (CD, PCD, score matching, NCE, energy
+discrepancy or diffusion recovery likelihood): a 2-D toy, or the user's feature vectors.
 
 The energy is an MLP trained by the chosen principle: the CD surrogate (Song & Kingma
 2021, §3) with negatives from persistent Langevin chains kept in a replay buffer (PCD,
 Tieleman 2008) or from short runs started in noise (CD), exact, sliced or denoising
-score matching, NCE, energy discrepancy or recovery likelihood. Because the data are
-two-dimensional, log Z is computed by quadrature, so the run reports an exact test NLL
-next to the true density's (its entropy, the floor no model can beat), KL(true ||
-model) on the grid, and the kernel MMD^2 between model samples and test data.
+score matching, NCE, energy discrepancy or recovery likelihood. In one or two
+dimensions log Z is computed by quadrature, so the run reports an exact test NLL; on a
+toy also the true density's (its entropy, the floor no model can beat) and KL(true ||
+model) on the grid. In more dimensions log Z comes from tempered SMC with its standard
+error. Every run reports the kernel MMD^2 between model samples and test data and the
+kernel Stein discrepancy of the test data.
+
+A user's data (an ``.npy``/``.npz`` file or a folder of split files, rows of features)
+are standardised feature by feature with the training split's mean and standard
+deviation, the scale the defaults (step sizes, noise levels) are set for; NLLs are
+reported in the data's own units (the standardisation's log-Jacobian added back) and
+pictures show the first two features in those units.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
-from ebmlab.data import TOYS, load_dataset, make_toy
+from ebmlab.data import TOYS, check_data, load_dataset, make_toy, splits_of
 from ebmlab.devices import widen
 from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.evaluation.likelihood import log_likelihood
@@ -36,9 +44,9 @@ from ebmlab.losses import (
     score_matching_loss,
     sliced_score_matching_loss,
 )
-from ebmlab.partition import grid_points, quadrature_log_partition, quadrature_sample
+from ebmlab.partition import grid_points, quadrature_log_partition, quadrature_sample, smc
 from ebmlab.plotting import density_panels, scatter_panels
-from ebmlab.samplers import Langevin
+from ebmlab.samplers import HMC, Langevin, uniform_init
 from ebmlab.samplers.recovery import noise_schedule
 from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
@@ -53,6 +61,12 @@ METHOD_TRAINING: dict[str, dict[str, Any]] = {
     "drl": {"epochs": 150, "lr_schedule": "cosine"},
 }
 NCE_NOISES = ("gaussian", "kde")
+LOG_Z_METHODS = ("auto", "quadrature", "smc")
+QUADRATURE_DIMS = 2  # the most dimensions log Z is integrated on a grid in
+MARGIN = 1.0  # standard deviations around a user's standardised data in the sampling box
+# SMC for log Z above two features: from N(0, 1.5^2 I), wider than the standardised data,
+# with HMC moves of 10 leapfrog steps of 0.1
+SMC_BASE_STD, SMC_STEP, SMC_LEAPFROG = 1.5, 0.1, 10
 
 
 @dataclass
@@ -60,7 +74,8 @@ class DensityConfig:
     """Settings of the ``density`` recipe.
 
     Attributes:
-        data: the 2-D toy density to learn.
+        data: a 2-D toy (8gaussians, 25gaussians, checkerboard, rings, pinwheel), or
+            an .npy/.npz file or a folder of split files of feature vectors.
         hidden: width of the energy MLP.
         depth: hidden layers of the energy MLP.
         sampler_steps: Langevin steps per training step (pcd, cd).
@@ -69,6 +84,8 @@ class DensityConfig:
         reinit_prob: share of persistent chains restarted from noise each step (pcd).
         l2: weight of the E^2 penalty on data and samples (pcd, cd).
         quadrature_points: grid points per axis for the exact log Z.
+        log_z: how log Z is computed: by quadrature (1 or 2 features), by tempered SMC
+            from a Gaussian, or auto (quadrature where it applies).
         method: the training principle: persistent or plain contrastive divergence,
             exact, sliced or denoising score matching, NCE, energy discrepancy or
             diffusion recovery likelihood.
@@ -91,9 +108,9 @@ class DensityConfig:
     """
 
     CHOICES: ClassVar[dict[str, Sequence[str]]] = {
-        "data": tuple(TOYS),
         "method": METHODS,
         "nce_noise": NCE_NOISES,
+        "log_z": LOG_Z_METHODS,
     }
 
     data: str = "8gaussians"
@@ -105,6 +122,7 @@ class DensityConfig:
     reinit_prob: float = 0.05
     l2: float = 0.001
     quadrature_points: int = 128
+    log_z: str = "auto"
     method: str = "pcd"
     sigma: float = 0.1
     nce_noise_ratio: int = 4
@@ -121,6 +139,7 @@ class DensityConfig:
 
     def __post_init__(self) -> None:
         _checks.choices(self)
+        check_data(self.data, TOYS)
         _checks.positive("sigma", self.sigma)
         _checks.positive_int("nce_noise_ratio", self.nce_noise_ratio)
         _checks.positive("ed_scale", self.ed_scale)
@@ -192,29 +211,74 @@ class DensityTask(BufferTask):
 
     def __init__(self, config: DensityConfig, seed: int) -> None:
         self.config = config
-        self.toy = make_toy(config.data)
+        self.toy = make_toy(config.data) if config.data in TOYS else None
+        raw = load_dataset(config.data, "train", transform="raw", in_memory=True).x
+        if self.toy is None:  # standardise the user's features (a toy keeps its units)
+            self.shift, self.scale = raw.mean(0), raw.std(0)
+            if not bool((self.scale > 0).all()):
+                constant = int((self.scale <= 0).nonzero()[0])
+                raise _checks.ArgumentError(
+                    f"data {config.data!r}: feature {constant} is constant in the training "
+                    "split, so it has no density; drop it"
+                )
+        else:
+            self.shift, self.scale = torch.zeros(raw.shape[1]), torch.ones(raw.shape[1])
+        self.train = self.standardized(raw)
+        self.dim = self.train.shape[1]
+        if config.log_z == "quadrature" and self.dim > QUADRATURE_DIMS:
+            raise _checks.ArgumentError(
+                f"log_z 'quadrature' integrates 1 or 2 features, the data have {self.dim}: use smc"
+            )
+        if self.toy is not None:
+            self.bounds = self.toy.bounds
+        else:
+            low, high = self.train.min(0).values - MARGIN, self.train.max(0).values + MARGIN
+            self.bounds = tuple(zip(low.tolist(), high.tolist(), strict=True))
         torch.manual_seed(seed)
         hidden = (config.hidden,) * config.depth
         if config.method == "drl":
             self.sigmas = noise_schedule(config.drl_levels, config.drl_first)
-            self.model = NoiseConditionalEnergy(2, config.drl_levels, hidden=hidden)
+            self.model = NoiseConditionalEnergy(self.dim, config.drl_levels, hidden=hidden)
         else:
-            self.model = MLPEnergy(2, hidden=hidden)
-        (x0, x1), (y0, y1) = self.toy.bounds
-
-        def init(n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-            device = generator.device if generator is not None else None
-            u = torch.rand(n, 2, generator=generator, device=device)
-            return torch.stack([x0 + (x1 - x0) * u[:, 0], y0 + (y1 - y0) * u[:, 1]], 1)
-
+            self.model = MLPEnergy(self.dim, hidden=hidden)
+        init = uniform_init((self.dim,), [b[0] for b in self.bounds], [b[1] for b in self.bounds])
         self.buffer = self._replay_buffer(config.buffer_size, init, config.reinit_prob, seed)
-        self.data_extent = max(abs(b) for b in (x0, x1, y0, y1))
+        self.data_extent = max(abs(b) for bounds in self.bounds for b in bounds)
         self.init = init
         self.sampler = Langevin(config.step_size)
-        self.val = load_dataset(config.data, "val").x
+        root_splits = splits_of(config.data)
+        self.val = self.split("val" if "val" in root_splits else "test")
         if config.method == "nce":
-            self.noise = nce_noise(config.nce_noise, load_dataset(config.data, "train").x)
+            self.noise = nce_noise(config.nce_noise, self.train)
             self.model.log_normalizer = nn.Parameter(torch.zeros(()))
+
+    def standardized(self, x: torch.Tensor) -> torch.Tensor:
+        """Stored features in the model's units."""
+        return (x - self.shift.to(x.device)) / self.scale.to(x.device)
+
+    def in_data_units(self, x: torch.Tensor) -> torch.Tensor:
+        """Model-unit points back in the data's units."""
+        return x * self.scale.to(x.device) + self.shift.to(x.device)
+
+    def split(self, name: str) -> torch.Tensor:
+        """Split ``name`` of the data, standardised."""
+        data = load_dataset(self.config.data, name, transform="raw", in_memory=True)
+        return self.standardized(data.x)
+
+    @property
+    def log_jacobian(self) -> float:
+        """sum_i log scale_i: what the standardisation adds to an NLL in data units."""
+        return float(self.scale.log().sum())
+
+    def plane(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        """The first two features of model-unit points in data units, with the box they
+        are drawn in (one feature: beside zeros)."""
+        x = self.in_data_units(x.detach())
+        corners = self.in_data_units(torch.tensor(self.bounds).T)  # (2, D): low, high
+        boxes = [(float(corners[0, i]), float(corners[1, i])) for i in range(min(self.dim, 2))]
+        if self.dim == 1:
+            return torch.cat([x, torch.zeros_like(x)], 1), (boxes[0], (-1.0, 1.0))
+        return x[:, :2], (boxes[0], boxes[1])
 
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
@@ -270,33 +334,45 @@ class DensityTask(BufferTask):
             self.buffer.push(negatives, slots)
         return StepResult(*contrastive_divergence_loss(self.model, x, negatives, l2=c.l2))
 
-    def log_z(self, n_points: int | None = None):
-        return quadrature_log_partition(
-            self.model, self.toy.bounds, n_points or self.config.quadrature_points
-        )
+    @property
+    def quadrature(self) -> bool:
+        """Whether log Z is a quadrature (else tempered SMC)."""
+        return self.config.log_z != "smc" and self.dim <= QUADRATURE_DIMS
+
+    def log_z(self, n_points: int | None = None, generator: torch.Generator | None = None):
+        """log Z of the model (in its units): by quadrature on the box with ``n_points``
+        per axis, or by tempered SMC from N(0, 1.5^2 I) with HMC moves, whose spread over
+        8 runs gives the standard error."""
+        if self.quadrature:
+            return quadrature_log_partition(
+                self.model, self.bounds, n_points or self.config.quadrature_points
+            )
+        device = self.train.device if generator is None else generator.device
+        ones = torch.ones(self.dim, device=device)
+        base = DiagonalGaussian(0 * ones, SMC_BASE_STD * ones)
+        return smc(self.model, base, HMC(SMC_STEP, SMC_LEAPFROG), generator=generator)
 
     def nll(self, x: torch.Tensor, log_z: float) -> float:
         with torch.no_grad():
             return float(self.model(x).mean()) + log_z
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
-        return {"val_nll": self.nll(self.val, self.log_z().log_z)}
+        log_z = self.log_z(generator=generator).log_z
+        return {"val_nll": self.nll(self.val, log_z) + self.log_jacobian}
 
     def on_epoch_end(
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
     ) -> None:
         if run is not None:
-            pts = self.buffer.buffer[:2000]
+            pts, bounds = self.plane(self.buffer.buffer[:2000])
             scatter_panels(
-                [(f"replay buffer, epoch {epoch}", pts)],
-                run.samples / "buffer.png",
-                bounds=self.toy.bounds,
+                [(f"replay buffer, epoch {epoch}", pts)], run.samples / "buffer.png", bounds=bounds
             )
 
 
 def build(config: DensityConfig, trainer: TrainerConfig) -> Setup:
     task = DensityTask(config, trainer.seed)
-    return Setup(task, (load_dataset(config.data, "train").x,))
+    return Setup(task, (task.train,))
 
 
 KSD_SAMPLES = 1000  # test points in the Stein discrepancy (its cost grows as n^2)
@@ -305,27 +381,67 @@ KSD_SAMPLES = 1000  # test points in the Stein discrepancy (its cost grows as n^
 def evaluate(
     setup: Setup, run: RunDirectory, n_samples: int = 5000, sample_steps: int = 500
 ) -> dict[str, Any]:
-    """Exact test NLL (quadrature), the true NLL floor, KL on the grid, and MMD^2 to test
-    data of exact model samples (drawn on the quadrature grid: a measure of the model) and
-    of Langevin samples from the chains (a measure of model and sampler together), and the
-    kernel Stein discrepancy of the test data against the model with its test of fit."""
+    """Test NLL in the data's units with its standard error (log Z by quadrature or SMC),
+    MMD^2 to test data of Langevin samples from the chains (a measure of model and
+    sampler together) beside the floor of the validation data, and the kernel Stein
+    discrepancy of the test data against the model with its test of fit. Where log Z is
+    a quadrature, also MMD^2 of exact model samples drawn on the grid (a measure of the
+    model alone); on a toy, also the true density's NLL (the floor) and KL(true ||
+    model) on the grid."""
     task: DensityTask = setup.task  # type: ignore[assignment]
     device = task.val.device
-    test = load_dataset(task.config.data, "test").x.to(device)
-    est = task.log_z(512)
+    test = task.split("test").to(device)
+    gen = torch.Generator(device).manual_seed(1234)
+    est = task.log_z(512, generator=gen)
+    fit = log_likelihood(task.model, test, est)
+    result: dict[str, Any] = {
+        "data": task.config.data,
+        "test_nll": -fit.mean + task.log_jacobian,
+        "test_nll_stderr": fit.total_stderr,
+        "log_z": est.to_dict(),
+    }
+    compared, panels = {}, [("test data", test[:n_samples])]
+    if task.quadrature:
+        exact = quadrature_sample(task.model, task.bounds, n_samples, generator=gen)
+        compared["mmd2"] = exact
+        panels.append(("exact model samples (grid)", exact))
+    starts, _ = task.buffer.sample(n_samples, gen)
+    samples = task.sampler.sample(task.model, starts, sample_steps, generator=gen)
+    compared.update(mmd2_langevin=samples, mmd2_floor=task.val)
+    panels.append((f"model samples ({sample_steps} Langevin steps)", samples))
+    if task.toy is not None:
+        result.update(_against_the_toy(task, test, est.log_z, result["test_nll"], run))
+    for name, x in compared.items():
+        result[name], result[f"{name}_stderr"] = mmd2(
+            x[:n_samples], test[:n_samples], return_stderr=True
+        )
+    result["ksd"] = kernel_stein_discrepancy(
+        test[:KSD_SAMPLES], task.model, generator=gen
+    ).to_dict()
+    planes = [(title, task.plane(x)) for title, x in panels]
+    scatter_panels(
+        [(title, pts) for title, (pts, _) in planes],
+        run.path / "samples.png",
+        bounds=planes[0][1][1],
+    )
+    return result
+
+
+def _against_the_toy(
+    task: DensityTask, test: torch.Tensor, log_z: float, test_nll: float, run: RunDirectory
+) -> dict[str, float]:
+    """The toy's true NLL (the floor), the gap to it and KL(true || model) on a 256 x 256
+    grid, and the two densities side by side in ``density.png``."""
+    device = test.device
     with torch.no_grad():
         true_nll = float(-task.toy.log_prob(test.cpu()).mean())
-        grid, cell = grid_points(task.toy.bounds, 256)
+        grid, cell = grid_points(task.bounds, 256)
         log_p_true = widen(task.toy.log_prob(grid.float()).to(device))
         grid = grid.float().to(device)
-        log_p_model = -widen(task.model(grid)) - est.log_z
+        log_p_model = -widen(task.model(grid)) - log_z
         p_true = log_p_true.exp() * cell
         mask = p_true > 0
         kl = float((p_true[mask] * (log_p_true[mask] - log_p_model[mask])).sum())
-    gen = torch.Generator(device).manual_seed(1234)
-    exact = quadrature_sample(task.model, task.toy.bounds, n_samples, generator=gen)
-    starts, _ = task.buffer.sample(n_samples, gen)
-    samples = task.sampler.sample(task.model, starts, sample_steps, generator=gen)
     side = int(len(grid) ** 0.5)
     density_panels(
         [
@@ -333,52 +449,28 @@ def evaluate(
             ("model density", log_p_model.exp().reshape(side, side)),
         ],
         run.path / "density.png",
-        bounds=task.toy.bounds,
+        bounds=task.bounds,
     )
-    scatter_panels(
-        [
-            ("test data", test[:n_samples]),
-            ("exact model samples (grid)", exact),
-            (f"model samples ({sample_steps} Langevin steps)", samples),
-        ],
-        run.path / "samples.png",
-        bounds=task.toy.bounds,
-    )
-    fit = log_likelihood(task.model, test, est)
-    result = {
-        "data": task.config.data,
-        "test_nll": -fit.mean,
-        "test_nll_stderr": fit.total_stderr,
-        "true_nll": true_nll,
-        "nll_gap": -fit.mean - true_nll,
-        "log_z": est.to_dict(),
-        "kl_true_model": kl,
-    }
-    for name, x in (("mmd2", exact), ("mmd2_langevin", samples), ("mmd2_floor", task.val)):
-        result[name], result[f"{name}_stderr"] = mmd2(
-            x[:n_samples], test[:n_samples], return_stderr=True
-        )
-    result["ksd"] = kernel_stein_discrepancy(
-        test[:KSD_SAMPLES], task.model, generator=gen
-    ).to_dict()
-    return result
+    return {"true_nll": true_nll, "nll_gap": test_nll - true_nll, "kl_true_model": kl}
 
 
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
-    """A scatter plot of ``n`` model samples after ``steps`` Langevin steps from the chains."""
+    """A scatter plot of ``n`` model samples after ``steps`` Langevin steps from the
+    chains (the first two features, in the data's units)."""
     task: DensityTask = setup.task  # type: ignore[assignment]
     gen = torch.Generator(task.val.device).manual_seed(seed)
     starts, _ = task.buffer.sample(n, gen)
     x = task.sampler.sample(task.model, starts, steps, generator=gen)
-    title = f"{n} samples, {steps} Langevin steps"
-    scatter_panels([(title, x)], out, bounds=task.toy.bounds)
+    pts, bounds = task.plane(x)
+    scatter_panels([(f"{n} samples, {steps} Langevin steps", pts)], out, bounds=bounds)
     return out
 
 
 register(
     Recipe[DensityConfig, DensityTask](
         name="density",
-        help="learn a 2-D toy density (PCD, CD, score matching or NCE), exact NLL by quadrature",
+        help="learn a density (a 2-D toy or your features) by PCD, CD, score matching, NCE, "
+        "energy discrepancy or recovery likelihood; NLL with log Z by quadrature or SMC",
         config_cls=DensityConfig,
         build=build,
         evaluate=evaluate,
