@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -149,3 +150,41 @@ def test_completion_rejects_losses_it_cannot_use():
 
     with pytest.raises(ValueError, match="loss \\(for task completion\\) must be one of"):
         StructuredConfig(task="completion", loss="nll")
+
+
+def test_classification_and_completion_take_the_users_data(tmp_path, capsys):
+    """--data: classes come from the labels (three here), and completion splits a
+    grayscale image of any size into its top and bottom rows."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 120), ("test", 60)):
+        y = np.arange(n) % 3
+        x = rng.integers(0, 60, (n, 1, 6, 5), dtype=np.uint8)
+        x[np.arange(n), 0, 3 + y] = 255  # each class lights a row of the bottom half
+        x[np.arange(n), 0, y] = 255  # and the matching row of the top half
+        np.savez(data / f"{split}.npz", x=x, y=y)
+    for task, key in (("digits", "test_accuracy"), ("completion", "test_pixel_error")):
+        run = tmp_path / task
+        args = ["train", "structured", "--task", task, "--data", str(data), "--epochs", "8",
+                "--lr", "0.01", "--no-progress", "--out", str(run)]  # fmt: skip
+        args += ["--loss", "hinge", "--gibbs-sweeps", "5"] if task == "completion" else []
+        assert main(args) == 0
+        capsys.readouterr()
+        assert main(["evaluate", str(run)]) == 0
+        result = json.loads(capsys.readouterr().out)
+        if task == "digits":
+            assert result[key] > 0.9  # the lit row names the class
+        else:  # the lit bottom row follows from the top one (all pixels off: 1/3 wrong)
+            assert result[key] < 0.1
+
+
+def test_data_that_does_not_fit_the_task_is_refused():
+    from ebmlab.training.recipes.structured import StructuredConfig
+    from ebmlab.training.recipes.structured.tasks import CompletionTask
+
+    with pytest.raises(ValueError, match="task 'chain' draws its sequences"):
+        StructuredConfig(task="chain", loss="hinge", data="digits-rgb")
+    config = StructuredConfig(task="completion", loss="hinge", data="digits-rgb")
+    with pytest.raises(ValueError, match="completes grayscale images"):
+        CompletionTask(config, 0)

@@ -1,6 +1,7 @@
 """Recipe ``structured``: energy-based learning with the loss family of LeCun et al. (2006).
 
-``task="digits"`` classifies digits by inference, Y* = argmin_Y E(W, Y, X), over two
+``task="digits"`` classifies by inference, Y* = argmin_Y E(W, Y, X), the digits or the
+labelled data set ``data`` names (its classes read from the data), over two
 architectures (§2 and §3 of the tutorial):
 
 - ``logits``: E(W, Y, X) = -NN(X)[Y]; the energies of the answers are tied only
@@ -14,7 +15,7 @@ architectures (§2 and §3 of the tutorial):
 The evaluation reports test accuracy and the mean energy gap E(Ybar) - E(Y^i).
 
 ``task="chain"`` (sequence labelling, exact inference) and ``task="completion"``
-(bottom half of digits, approximate inference) are described in
+(bottom half of grayscale images, approximate inference) are described in
 :mod:`ebmlab.training.recipes.structured.tasks`.
 """
 
@@ -24,14 +25,19 @@ from typing import Any
 
 import torch
 
-from ebmlab.data import load_dataset
+from ebmlab._checks import ArgumentError
 from ebmlab.devices import widen
 from ebmlab.energies.structured import DistanceEnergy, LogitEnergy
 from ebmlab.evaluation.likelihood import mean_and_stderr
 from ebmlab.learning.structured import EnergyLearner
 from ebmlab.training.recipes import Recipe, Setup, register
 from ebmlab.training.recipes.structured.config import StructuredConfig
-from ebmlab.training.recipes.structured.tasks import INFERENCE, ChainTask, CompletionTask
+from ebmlab.training.recipes.structured.tasks import (
+    INFERENCE,
+    ChainTask,
+    CompletionTask,
+    splits,
+)
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 
@@ -39,15 +45,16 @@ from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 class StructuredTask(Task):
     def __init__(self, config: StructuredConfig, seed: int) -> None:
         self.config = config
-        self.train = load_dataset("digits", "train")
-        self.val = load_dataset("digits", "val")
-        self.test = load_dataset("digits", "test")
+        self.train, self.val, self.test = splits(config)
+        k = self.train.num_classes
+        if self.train.y is None or k is None or k < 2:
+            raise ArgumentError(f"data {config.data!r} needs labels of at least two classes")
         torch.manual_seed(seed)
         dim = self.train.x.shape[1]
         if config.arch == "logits":
-            self.model = LogitEnergy(dim, config.hidden, 10)
+            self.model = LogitEnergy(dim, config.hidden, k)
         else:
-            self.model = DistanceEnergy(dim, config.hidden, config.embed_dim, 10, config.embed_init)
+            self.model = DistanceEnergy(dim, config.hidden, config.embed_dim, k, config.embed_init)
         self.learner = EnergyLearner(
             self.model,
             config.loss,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
+from ebmlab.data import IMAGE_SETS, check_data
 from ebmlab.learning.structured import LOSSES
 
 CHAIN_LOSSES = ("perceptron", "hinge", "nll")
@@ -19,8 +21,11 @@ class StructuredConfig:
     """Settings of the ``structured`` recipe.
 
     Attributes:
-        task: digits classification, sequence labelling on a chain, or completing the
-            bottom half of binarised digits.
+        task: classification (of the digits, or of ``data``), sequence labelling on a
+            chain, or completing the bottom half of binarised grayscale images.
+        data: the labelled data of classification and the images of completion: a data
+            set name (digits, mnist, cifar10, ...) or an .npy/.npz file or image folder.
+        data_root: directory holding published data sets (else $EBMLAB_DATA).
         arch: logits E = -NN(x)[y] or distance E = ||G(x) - e_y||^2 (digits).
         loss: one of LeCun et al.'s (2006) losses (chain and completion take a subset).
         hidden: hidden widths of the network.
@@ -43,6 +48,8 @@ class StructuredConfig:
     }
 
     task: str = "digits"
+    data: str = "digits"
+    data_root: str = ""
     arch: str = "logits"
     loss: str = "hinge"
     hidden: tuple[int, ...] = (128,)
@@ -60,6 +67,12 @@ class StructuredConfig:
     def __post_init__(self) -> None:
         _checks.choices(self)
         _checks.one_of(f"loss (for task {self.task})", self.loss, TASK_LOSSES[self.task])
+        if self.task == "chain" and self.data != "digits":
+            raise ArgumentError(
+                "task 'chain' draws its sequences from a hidden Markov model; data applies "
+                "to the digits (classification) and completion tasks"
+            )
+        check_data(self.data, IMAGE_SETS, self.data_root or None)
         _checks.positive_int("n_states", self.n_states)
         _checks.positive_int("seq_length", self.seq_length)
         _checks.positive_int("n_sequences", self.n_sequences)

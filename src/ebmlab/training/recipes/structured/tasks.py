@@ -8,8 +8,9 @@ network, a learned transition matrix). Losses: ``perceptron`` (E(Y^i) - min_Y E(
 energy) and ``nll`` (E(Y^i) - F, the forward algorithm). Its error is reported for exact
 (Viterbi) and approximate inference next to the Bayes-optimal error of the true model.
 
-:class:`CompletionTask` completes the bottom half of binarised digits from the top half:
-Y is 32 binary pixels (2^32 answers, too many to enumerate) with a conditional Boltzmann
+:class:`CompletionTask` completes the bottom half of binarised grayscale images (the
+digits by default) from the top half: for the 8 x 8 digits Y is 32 binary pixels (2^32
+answers, too many to enumerate), with a conditional Boltzmann
 energy E(Y, X) = -(Y^T W Y + b(X)^T Y), fields b(X) from a network. The contrastive
 answers come from annealed Gibbs inference: ``hinge`` takes the most offending answer
 of the loss-augmented energy E(Y) - m Hamming(Y, Y^i); ``perceptron`` the approximate
@@ -23,7 +24,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ebmlab.data import load_dataset
+from ebmlab._checks import ArgumentError
+from ebmlab.data import Dataset, load_dataset, splits_of
 from ebmlab.data.sequences import HiddenMarkovModel
 from ebmlab.devices import widen
 from ebmlab.energies.structured import ChainEnergy, ConditionalBoltzmann
@@ -109,23 +111,37 @@ def approximate_argmin(mrf: PairwiseMRF, inference: str, sweeps: int = 100) -> t
     return mean_field(mrf).argmax(2)
 
 
-HALF = 32  # pixels in each half of an 8x8 digit
+def splits(config: StructuredConfig, transform: str = "scaled") -> tuple[Dataset, ...]:
+    """The train, validation (the test split where the data have none) and test splits
+    of ``config.data``, in memory."""
+    root = config.data_root or None
+    val = "val" if "val" in splits_of(config.data, root) else "test"
+    return tuple(
+        load_dataset(config.data, s, root=root, transform=transform, in_memory=True)
+        for s in ("train", val, "test")
+    )
 
 
 class CompletionTask(Task):
-    """Bottom half of binarised digits given the top half, with annealed-Gibbs answers."""
+    """Bottom half of binarised grayscale images given the top half (the top H // 2
+    rows), with annealed-Gibbs answers."""
 
     def __init__(self, config: StructuredConfig, seed: int) -> None:
         self.config = config
-        self.train, self.val, self.test = (
-            load_dataset("digits", s, transform="binary") for s in ("train", "val", "test")
-        )
+        self.train, self.val, self.test = splits(config, "binary")
+        shape = self.train.image_shape
+        if shape is None or shape[0] != 1:
+            raise ArgumentError(
+                f"task 'completion' completes grayscale images; data {config.data!r} holds "
+                f"{'feature vectors' if shape is None else f'{shape[0]}-channel images'}"
+            )
+        self.half = (shape[1] // 2) * shape[2]  # pixels of the top half
         torch.manual_seed(seed)
-        self.model = ConditionalBoltzmann(HALF, HALF, config.hidden)
+        pixels = shape[1] * shape[2]
+        self.model = ConditionalBoltzmann(self.half, pixels - self.half, config.hidden)
 
-    @staticmethod
-    def halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x[:, :HALF], x[:, HALF:].long()
+    def halves(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[:, : self.half], x[:, self.half :].long()
 
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
@@ -163,16 +179,24 @@ class CompletionTask(Task):
         return {"val_error": self.pixel_error(self.val.x, "mean_field")}
 
     def baseline_pixel_error(self) -> float:
-        """Independent per-pixel logistic regression on the top half (scikit-learn)."""
-        from sklearn.linear_model import LogisticRegression
+        """Independent per-pixel logistic regression on the top half (scikit-learn), the
+        pixels fitted in parallel on every core."""
+        from joblib import Parallel, delayed
 
         top, bottom = (t.cpu().numpy() for t in self.halves(self.train.x))
         test_top, test_bottom = (t.cpu().numpy() for t in self.halves(self.test.x))
-        predictions = np.empty_like(test_bottom)
-        for j in range(HALF):
-            if np.unique(bottom[:, j]).size == 1:  # a pixel constant in training
-                predictions[:, j] = bottom[0, j]
-            else:
-                clf = LogisticRegression(max_iter=1000).fit(top, bottom[:, j])
-                predictions[:, j] = clf.predict(test_top)
-        return float((predictions != test_bottom).mean())
+        columns = Parallel(n_jobs=-1, prefer="threads")(
+            delayed(_pixel_predictions)(top, bottom[:, j], test_top)
+            for j in range(test_bottom.shape[1])
+        )
+        return float((np.stack(columns, 1) != test_bottom).mean())
+
+
+def _pixel_predictions(top: np.ndarray, pixel: np.ndarray, test_top: np.ndarray) -> np.ndarray:
+    """One pixel's logistic regression on the top half, applied to the test tops (a
+    pixel constant in training is predicted constant)."""
+    from sklearn.linear_model import LogisticRegression
+
+    if np.unique(pixel).size == 1:
+        return np.full(len(test_top), pixel[0])
+    return LogisticRegression(max_iter=1000).fit(top, pixel).predict(test_top)
