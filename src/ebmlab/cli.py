@@ -46,7 +46,7 @@ from ebmlab.training import (
 )
 from ebmlab.training.checkpoint import load_newest_good, previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
-from ebmlab.training.run_dir import write_json
+from ebmlab.training.run_dir import jsonable, write_json
 
 # What a user can fix: bad arguments and settings, missing files and data, failed
 # downloads, unreadable checkpoints. Anything else is an internal error and surfaces
@@ -289,7 +289,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         distributed.shutdown()
     if trainer.main:
-        print(json.dumps({"run_dir": str(run.path), **summary}, indent=2, default=str))
+        print(json.dumps(jsonable({"run_dir": str(run.path), **summary}), indent=2, default=str))
     return trainer.preemption.exit_status if summary["status"] == "interrupted" else 0
 
 
@@ -359,7 +359,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         **recipe.evaluate(setup, run, **options),
     }
     write_json(run.path / "evaluation.json", result)
-    print(json.dumps(result, indent=2, default=str))
+    print(json.dumps(jsonable(result), indent=2, default=str))
     return 0
 
 
@@ -417,7 +417,7 @@ def cmd_logz(args: argparse.Namespace) -> int:
     if recipe.log_partition is None:
         raise ArgumentError(f"recipe {recipe.name!r} has no partition function estimator")
     estimate = recipe.log_partition(setup, args.method, seed=args.seed)
-    print(json.dumps(estimate.to_dict(), indent=2, default=str))
+    print(json.dumps(jsonable(estimate.to_dict()), indent=2, default=str))
     return 0
 
 

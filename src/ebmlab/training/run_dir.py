@@ -31,13 +31,15 @@ from ebmlab._checks import ArgumentError
 from ebmlab.plotting import plot_curves
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as the strings "inf", "-inf" and "nan", which
+    strict JSON readers (jq, JavaScript) accept, unlike Python's Infinity and NaN."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value
 
 
@@ -45,7 +47,7 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     """Write JSON atomically (temp file + rename)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(jsonable(data), indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
@@ -173,7 +175,7 @@ class RunDirectory:
     def append_metrics(self, record: dict[str, Any]) -> None:
         """Append one record to ``metrics.jsonl``."""
         with open(self.metrics_file, "a") as fh:
-            fh.write(json.dumps(_jsonable(record)) + "\n")
+            fh.write(json.dumps(jsonable(record)) + "\n")
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """Every record of ``metrics.jsonl``, in order."""
