@@ -1,6 +1,10 @@
 """A training step, validation and the epoch-end pictures of every recipe, with the
 task moved onto a simulated accelerator: no CPU tensor mixed in, and the CPU's numbers."""
 
+import tempfile
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -8,8 +12,18 @@ from ebmlab import conformance as cf
 from ebmlab.training.recipes import Setup, get_recipe
 from ebmlab.training.run_dir import RunDirectory
 
+FEATURES = Path(tempfile.mkdtemp(prefix="ebmlab-conformance-")) / "features.npy"
+np.save(FEATURES, np.random.default_rng(0).normal(3, 2, (300, 3)).astype(np.float32))
+
 SETTINGS = {
     "density": {"hidden": 16, "depth": 2, "sampler_steps": 3, "buffer_size": 64},
+    "density-features": {  # standardised features, log Z by SMC
+        "data": str(FEATURES),
+        "hidden": 16,
+        "depth": 2,
+        "sampler_steps": 3,
+        "buffer_size": 64,
+    },
     "jem": {"arch": "mlp", "hidden": (32,), "sampler_steps": 3, "buffer_size": 40},
     "jem-conv": {"arch": "conv", "conv_width": 4, "sampler_steps": 2, "buffer_size": 40},
     "rbm": {"n_hidden": 8, "k": 2, "n_chains": 20},
