@@ -62,6 +62,7 @@ METHOD_TRAINING: dict[str, dict[str, Any]] = {
 }
 NCE_NOISES = ("gaussian", "kde")
 LOG_Z_METHODS = ("auto", "quadrature", "smc")
+Box = tuple[tuple[float, float], tuple[float, float]]  # a picture's (x range, y range)
 QUADRATURE_DIMS = 2  # the most dimensions log Z is integrated on a grid in
 MARGIN = 1.0  # standard deviations around a user's standardised data in the sampling box
 # SMC for log Z above two features: from N(0, 1.5^2 I), wider than the standardised data,
@@ -270,7 +271,7 @@ class DensityTask(BufferTask):
         """sum_i log scale_i: what the standardisation adds to an NLL in data units."""
         return float(self.scale.log().sum())
 
-    def plane(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+    def plane(self, x: torch.Tensor) -> tuple[torch.Tensor, Box]:
         """The first two features of model-unit points in data units, with the box they
         are drawn in (one feature: beside zeros)."""
         x = self.in_data_units(x.detach())
