@@ -27,6 +27,7 @@ import torch
 
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import widen
+from ebmlab.energies.base import in_chunks
 from ebmlab.energies.structured import DistanceEnergy, LogitEnergy
 from ebmlab.evaluation.likelihood import mean_and_stderr
 from ebmlab.learning.structured import EnergyLearner
@@ -72,7 +73,9 @@ class StructuredTask(Task):
 
     def scores(self, split) -> dict[str, float]:
         with torch.no_grad():
-            _, metrics = self.learner.step_loss(split.x, split.y)
+            _, metrics = self.learner.loss_from_table(
+                in_chunks(self.learner.energies, split.x), split.y
+            )
         return {"error": 1 - metrics["acc"], "energy_gap": metrics["energy_gap"]}
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
@@ -126,7 +129,7 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
     task: StructuredTask = setup.task  # type: ignore[assignment]
     x, y = task.test.x, task.test.y
     with torch.no_grad():
-        table = task.learner.energies(x)
+        table = in_chunks(task.learner.energies, x)
         _, metrics = task.learner.loss_from_table(table, y)
     accuracy, stderr = mean_and_stderr(widen(table.argmin(1) == y))
     return {

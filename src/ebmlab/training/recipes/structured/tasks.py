@@ -28,6 +28,7 @@ from ebmlab._checks import ArgumentError
 from ebmlab.data import Dataset, load_dataset, splits_of
 from ebmlab.data.sequences import HiddenMarkovModel
 from ebmlab.devices import widen
+from ebmlab.energies.base import in_chunks
 from ebmlab.energies.structured import ChainEnergy, ConditionalBoltzmann
 from ebmlab.inference import (
     PairwiseMRF,
@@ -165,11 +166,16 @@ class CompletionTask(Task):
 
     def pixel_errors(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> torch.Tensor:
         """Each image's share of bottom-half pixels (N,) that ``inference`` completes
-        wrongly (the images are independent, their pixels are not)."""
-        top, bottom = self.halves(x)
+        wrongly (the images are independent, their pixels are not), a chunk of images
+        at a time."""
+
+        def errors(part: torch.Tensor) -> torch.Tensor:
+            top, bottom = self.halves(part)
+            mrf = PairwiseMRF.from_binary(*self.model(top))
+            return widen(approximate_argmin(mrf, inference) != bottom).mean(1)
+
         with torch.no_grad():
-            answer = approximate_argmin(PairwiseMRF.from_binary(*self.model(top)), inference)
-        return widen(answer != bottom).mean(1)
+            return in_chunks(errors, x)
 
     def pixel_error(self, x: torch.Tensor, inference: str = "annealed_gibbs") -> float:
         """The share of bottom-half pixels that ``inference`` completes wrongly."""
