@@ -84,6 +84,8 @@ def test_chain_task_learns_towards_the_bayes_error(tmp_path, capsys):
         result["bayes_error"] <= result["test_error"] + 0.02
         and result["test_error"] < chance - 0.15
     )
+    # both errors are means over independent sequences, each with its standard error
+    assert 0 < result["bayes_error_stderr"] < 0.05 and 0 < result["test_error_stderr"] < 0.05
 
 
 def test_chain_task_rejects_losses_without_a_chain_form():
@@ -177,6 +179,7 @@ def test_classification_and_completion_take_the_users_data(tmp_path, capsys):
             assert result[key] > 0.9  # the lit row names the class
         else:  # the lit bottom row follows from the top one (all pixels off: 1/3 wrong)
             assert result[key] < 0.1
+            assert "logistic_regression_pixel_error_stderr" in result
 
 
 def test_data_that_does_not_fit_the_task_is_refused():

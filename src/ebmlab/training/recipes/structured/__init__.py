@@ -111,7 +111,7 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
             "test_error": by_inference["viterbi"][0],
             "test_error_stderr": by_inference["viterbi"][1],
             "test_error_by_inference": {i: e for i, (e, _) in by_inference.items()},
-            "bayes_error": chain.bayes_error(*chain.test),
+            **_with_stderr("bayes_error", chain.bayes_errors(*chain.test)),
         }
     if isinstance(setup.task, CompletionTask):
         completion = setup.task
@@ -124,7 +124,7 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
             "test_pixel_error": by_inference["annealed_gibbs"][0],
             "test_pixel_error_stderr": by_inference["annealed_gibbs"][1],
             "test_pixel_error_by_inference": {i: e for i, (e, _) in by_inference.items()},
-            "logistic_regression_pixel_error": completion.baseline_pixel_error(),
+            **_with_stderr("logistic_regression_pixel_error", completion.baseline_pixel_errors()),
         }
     task: StructuredTask = setup.task  # type: ignore[assignment]
     x, y = task.test.x, task.test.y
@@ -139,6 +139,12 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
         "test_accuracy_stderr": stderr,
         "test_energy_gap": metrics["energy_gap"],
     }
+
+
+def _with_stderr(name: str, per_row: torch.Tensor) -> dict[str, float]:
+    """``name`` and ``name_stderr``: the mean of per-row values and its standard error."""
+    mean, stderr = mean_and_stderr(per_row)
+    return {name: mean, f"{name}_stderr": stderr}
 
 
 register(

@@ -90,10 +90,11 @@ class ChainTask(Task):
         """Per-position error of the answers found by ``inference`` (one of INFERENCE)."""
         return float(self.sequence_errors(x, y, inference).mean())
 
-    def bayes_error(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        """Per-position error of the max posterior marginals under the true HMM."""
+    def bayes_errors(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each sequence's per-position error (N,) of the max posterior marginals under
+        the true HMM."""
         marginals = chain_marginals(*self.hmm.energies(x))
-        return float(widen(marginals.argmax(2) != y).mean())
+        return widen(marginals.argmax(2) != y).mean(1)
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {"val_error": self.error(*self.val)}
@@ -184,9 +185,10 @@ class CompletionTask(Task):
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         return {"val_error": self.pixel_error(self.val.x, "mean_field")}
 
-    def baseline_pixel_error(self) -> float:
-        """Independent per-pixel logistic regression on the top half (scikit-learn), the
-        pixels fitted in parallel on every core."""
+    def baseline_pixel_errors(self) -> torch.Tensor:
+        """Each test image's share of bottom-half pixels (N,) that independent per-pixel
+        logistic regressions on the top half (scikit-learn) get wrong, the pixels fitted
+        in parallel on every core."""
         from joblib import Parallel, delayed
 
         top, bottom = (t.cpu().numpy() for t in self.halves(self.train.x))
@@ -195,7 +197,7 @@ class CompletionTask(Task):
             delayed(_pixel_predictions)(top, bottom[:, j], test_top)
             for j in range(test_bottom.shape[1])
         )
-        return float((np.stack(columns, 1) != test_bottom).mean())
+        return torch.from_numpy((np.stack(columns, 1) != test_bottom).mean(1))
 
 
 def _pixel_predictions(top: np.ndarray, pixel: np.ndarray, test_top: np.ndarray) -> np.ndarray:
