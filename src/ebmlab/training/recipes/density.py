@@ -7,8 +7,8 @@ Tieleman 2008) or from short runs started in noise (CD), exact, sliced or denois
 score matching, NCE, energy discrepancy or recovery likelihood. In one or two
 dimensions log Z is computed by quadrature, so the run reports an exact test NLL; on a
 toy also the true density's (its entropy, the floor no model can beat) and KL(true ||
-model) on the grid. In more dimensions log Z comes from tempered SMC with its standard
-error. Every run reports the kernel MMD^2 between model samples and test data and the
+model) on the grid. In more dimensions log Z comes from tempered SMC (Del Moral, Doucet
+& Jasra 2006) with its standard error. Every run reports the kernel MMD^2 between model samples and test data and the
 kernel Stein discrepancy of the test data.
 
 A user's data (an ``.npy``/``.npz`` file or a folder of split files, rows of features)
@@ -342,8 +342,8 @@ class DensityTask(BufferTask):
 
     def log_z(self, n_points: int | None = None, generator: torch.Generator | None = None):
         """log Z of the model (in its units): by quadrature on the box with ``n_points``
-        per axis, or by tempered SMC from N(0, 1.5^2 I) with HMC moves, whose spread over
-        8 runs gives the standard error."""
+        per axis, or by tempered SMC (Del Moral et al. 2006) from N(0, 1.5^2 I) with HMC
+        moves, whose spread over 8 runs gives the standard error."""
         if self.quadrature:
             return quadrature_log_partition(
                 self.model, self.bounds, n_points or self.config.quadrature_points
