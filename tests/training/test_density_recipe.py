@@ -75,7 +75,7 @@ def test_own_features_train_with_nlls_in_their_units(tmp_path, capsys):
         result = json.loads(capsys.readouterr().out)
         assert result["log_z"]["method"] == "quadrature" and "true_nll" not in result
         nlls.append(result["test_nll"])
-        assert (run / "samples.png").is_file()
+        assert (run / "samples.png").is_file() and (run / "density.png").is_file()
     assert nlls[1] - nlls[0] == pytest.approx(2 * math.log(10), abs=1e-3)
 
 

@@ -8,8 +8,8 @@ score matching, NCE, energy discrepancy or recovery likelihood. In one or two
 dimensions log Z is computed by quadrature, so the run reports an exact test NLL; on a
 toy also the true density's (its entropy, the floor no model can beat) and KL(true ||
 model) on the grid. In more dimensions log Z comes from tempered SMC (Del Moral, Doucet
-& Jasra 2006) with its standard error. Every run reports the kernel MMD^2 between model samples and test data and the
-kernel Stein discrepancy of the test data.
+& Jasra 2006) with its standard error. Every run reports the kernel MMD^2 between model
+samples and test data and the kernel Stein discrepancy of the test data.
 
 A user's data (an ``.npy``/``.npz`` file or a folder of split files, rows of features)
 are standardised feature by feature with the training split's mean and standard
@@ -377,6 +377,7 @@ def build(config: DensityConfig, trainer: TrainerConfig) -> Setup:
 
 
 KSD_SAMPLES = 1000  # test points in the Stein discrepancy (its cost grows as n^2)
+GRID = 256  # points per axis of the density pictures and of KL on the grid
 
 
 def evaluate(
@@ -411,7 +412,10 @@ def evaluate(
     compared.update(mmd2_langevin=samples, mmd2_floor=task.val)
     panels.append((f"model samples ({sample_steps} Langevin steps)", samples))
     if task.toy is not None:
-        result.update(_against_the_toy(task, test, est.log_z, result["test_nll"], run))
+        true_nll = float(-task.toy.log_prob(test.cpu()).mean())
+        result.update(true_nll=true_nll, nll_gap=result["test_nll"] - true_nll)
+    if task.quadrature and task.dim == 2:
+        result.update(_densities(task, est.log_z, run))
     for name, x in compared.items():
         result[name], result[f"{name}_stderr"] = mmd2(
             x[:n_samples], test[:n_samples], return_stderr=True
@@ -428,31 +432,31 @@ def evaluate(
     return result
 
 
-def _against_the_toy(
-    task: DensityTask, test: torch.Tensor, log_z: float, test_nll: float, run: RunDirectory
-) -> dict[str, float]:
-    """The toy's true NLL (the floor), the gap to it and KL(true || model) on a 256 x 256
-    grid, and the two densities side by side in ``density.png``."""
-    device = test.device
+def _densities(task: DensityTask, log_z: float, run: RunDirectory) -> dict[str, float]:
+    """The model's density on a 256 x 256 grid over the box of two features, beside the
+    toy's true density and with KL(true || model) when the data are a toy, drawn in
+    ``density.png`` (axes in the data's units)."""
+    device = task.val.device
     with torch.no_grad():
-        true_nll = float(-task.toy.log_prob(test.cpu()).mean())
-        grid, cell = grid_points(task.bounds, 256)
-        log_p_true = widen(task.toy.log_prob(grid.float()).to(device))
-        grid = grid.float().to(device)
-        log_p_model = -widen(task.model(grid)) - log_z
-        p_true = log_p_true.exp() * cell
-        mask = p_true > 0
-        kl = float((p_true[mask] * (log_p_true[mask] - log_p_model[mask])).sum())
-    side = int(len(grid) ** 0.5)
+        grid, cell = grid_points(task.bounds, GRID)
+        points = grid.float().to(device)
+        log_p_model = -widen(task.model(points)) - log_z
+        panels = [("model density", log_p_model.exp())]
+        result = {}
+        if task.toy is not None:
+            log_p_true = widen(task.toy.log_prob(grid.float()).to(device))
+            p_true = log_p_true.exp() * cell
+            mask = p_true > 0
+            kl = (p_true[mask] * (log_p_true[mask] - log_p_model[mask])).sum()
+            result["kl_true_model"] = float(kl)
+            panels.insert(0, ("true density", log_p_true.exp()))
+    _, box = task.plane(points[:1])
     density_panels(
-        [
-            ("true density", log_p_true.exp().reshape(side, side)),
-            ("model density", log_p_model.exp().reshape(side, side)),
-        ],
+        [(title, p.reshape(GRID, GRID)) for title, p in panels],
         run.path / "density.png",
-        bounds=task.bounds,
+        bounds=box,
     )
-    return {"true_nll": true_nll, "nll_gap": test_nll - true_nll, "kl_true_model": kl}
+    return result
 
 
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
