@@ -554,7 +554,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self._sync_attributes()
         return self
 
-    def _float64(self, X) -> tuple[boltzmann.ClassificationRBM, torch.Tensor]:
+    def _widened(self, X) -> tuple[boltzmann.ClassificationRBM, torch.Tensor]:
         """A float64 copy (float32 on a device without it) of the model and the checked
         inputs: a row's result does not depend on the batch it comes in."""
         check_is_fitted(self)
@@ -567,7 +567,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         Args:
             X: rows (n_samples, n_features).
         """
-        model, x = self._float64(X)
+        model, x = self._widened(X)
         with torch.no_grad():
             return _numpy(torch.log_softmax(model.class_scores(x), 1))
 
@@ -591,7 +591,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         Args:
             X: rows (n_samples, n_features).
         """
-        m, x = self._float64(X)
+        m, x = self._widened(X)
         with torch.no_grad():
             p_y = m.predict_proba(x)
             p_h = torch.sigmoid((x @ m.W + m.c)[:, None, :] + m.U[None])  # (n, K, M)
@@ -613,7 +613,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         Args:
             X: rows (n_samples, n_features).
         """
-        model, x = self._float64(X)
+        model, x = self._widened(X)
         with torch.no_grad():
             energy = model.energy(x)
         return _numpy(-energy - self.log_partition().log_z)

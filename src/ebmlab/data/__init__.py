@@ -355,6 +355,16 @@ def splits_of(name: str, root: str | os.PathLike | None = None) -> list[str]:
     return local_splits(resolve_path(name, root))
 
 
+def validation_split(name: str, root: str | os.PathLike | None = None) -> str:
+    """The split a recipe validates on: ``val`` where data set ``name`` has one, else
+    ``test``.
+
+    Args:
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
+    return "val" if "val" in splits_of(name, root) else "test"
+
+
 def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
     """Which named data sets can be loaded here, each with where it comes from.
 
@@ -388,4 +398,5 @@ __all__ = [
     "load_dataset",
     "make_toy",
     "splits_of",
+    "validation_split",
 ]

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
-from ebmlab.data import TOYS, check_data, load_dataset, make_toy, splits_of
+from ebmlab.data import TOYS, check_data, load_dataset, make_toy, validation_split
 from ebmlab.devices import widen
 from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.evaluation.likelihood import log_likelihood
@@ -213,7 +213,7 @@ class DensityTask(BufferTask):
     def __init__(self, config: DensityConfig, seed: int) -> None:
         self.config = config
         self.toy = make_toy(config.data) if config.data in TOYS else None
-        raw = load_dataset(config.data, "train", transform="raw", in_memory=True).x
+        raw = self.stored("train")
         if self.toy is None:  # standardise the user's features (a toy keeps its units)
             self.shift, self.scale = raw.mean(0), raw.std(0)
             if not bool((self.scale > 0).all()):
@@ -247,8 +247,7 @@ class DensityTask(BufferTask):
         self.data_extent = max(abs(b) for bounds in self.bounds for b in bounds)
         self.init = init
         self.sampler = Langevin(config.step_size)
-        root_splits = splits_of(config.data)
-        self.val = self.split("val" if "val" in root_splits else "test")
+        self.val = self.split(validation_split(config.data))
         if config.method == "nce":
             self.noise = nce_noise(config.nce_noise, self.train)
             self.model.log_normalizer = nn.Parameter(torch.zeros(()))
@@ -261,25 +260,32 @@ class DensityTask(BufferTask):
         """Model-unit points back in the data's units."""
         return x * self.scale.to(x.device) + self.shift.to(x.device)
 
+    def stored(self, name: str) -> torch.Tensor:
+        """Split ``name`` of the data as stored."""
+        return load_dataset(self.config.data, name, transform="raw", in_memory=True).x
+
     def split(self, name: str) -> torch.Tensor:
         """Split ``name`` of the data, standardised."""
-        data = load_dataset(self.config.data, name, transform="raw", in_memory=True)
-        return self.standardized(data.x)
+        return self.standardized(self.stored(name))
 
     @property
     def log_jacobian(self) -> float:
         """sum_i log scale_i: what the standardisation adds to an NLL in data units."""
         return float(self.scale.log().sum())
 
-    def plane(self, x: torch.Tensor) -> tuple[torch.Tensor, Box]:
-        """The first two features of model-unit points in data units, with the box they
-        are drawn in (one feature: beside zeros)."""
-        x = self.in_data_units(x.detach())
+    @property
+    def box(self) -> Box:
+        """The sampling box over the first two features, in the data's units (one
+        feature: beside [-1, 1])."""
         corners = self.in_data_units(torch.tensor(self.bounds).T)  # (2, D): low, high
-        boxes = [(float(corners[0, i]), float(corners[1, i])) for i in range(min(self.dim, 2))]
-        if self.dim == 1:
-            return torch.cat([x, torch.zeros_like(x)], 1), (boxes[0], (-1.0, 1.0))
-        return x[:, :2], (boxes[0], boxes[1])
+        ranges = [(float(corners[0, i]), float(corners[1, i])) for i in range(min(self.dim, 2))]
+        return ranges[0], (ranges[1] if self.dim > 1 else (-1.0, 1.0))
+
+    def plane(self, x: torch.Tensor) -> torch.Tensor:
+        """The first two features of model-unit points in data units (one feature:
+        beside zeros), to draw in :attr:`box`."""
+        x = self.in_data_units(x.detach())
+        return torch.cat([x, torch.zeros_like(x)], 1) if self.dim == 1 else x[:, :2]
 
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
@@ -365,9 +371,11 @@ class DensityTask(BufferTask):
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
     ) -> None:
         if run is not None:
-            pts, bounds = self.plane(self.buffer.buffer[:2000])
+            pts = self.plane(self.buffer.buffer[:2000])
             scatter_panels(
-                [(f"replay buffer, epoch {epoch}", pts)], run.samples / "buffer.png", bounds=bounds
+                [(f"replay buffer, epoch {epoch}", pts)],
+                run.samples / "buffer.png",
+                bounds=self.box,
             )
 
 
@@ -423,11 +431,8 @@ def evaluate(
     result["ksd"] = kernel_stein_discrepancy(
         test[:KSD_SAMPLES], task.model, generator=gen
     ).to_dict()
-    planes = [(title, task.plane(x)) for title, x in panels]
     scatter_panels(
-        [(title, pts) for title, (pts, _) in planes],
-        run.path / "samples.png",
-        bounds=planes[0][1][1],
+        [(title, task.plane(x)) for title, x in panels], run.path / "samples.png", bounds=task.box
     )
     return result
 
@@ -450,11 +455,10 @@ def _densities(task: DensityTask, log_z: float, run: RunDirectory) -> dict[str, 
             kl = (p_true[mask] * (log_p_true[mask] - log_p_model[mask])).sum()
             result["kl_true_model"] = float(kl)
             panels.insert(0, ("true density", log_p_true.exp()))
-    _, box = task.plane(points[:1])
     density_panels(
         [(title, p.reshape(GRID, GRID)) for title, p in panels],
         run.path / "density.png",
-        bounds=box,
+        bounds=task.box,
     )
     return result
 
@@ -466,8 +470,7 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
     gen = torch.Generator(task.val.device).manual_seed(seed)
     starts, _ = task.buffer.sample(n, gen)
     x = task.sampler.sample(task.model, starts, steps, generator=gen)
-    pts, bounds = task.plane(x)
-    scatter_panels([(f"{n} samples, {steps} Langevin steps", pts)], out, bounds=bounds)
+    scatter_panels([(f"{n} samples, {steps} Langevin steps", task.plane(x))], out, bounds=task.box)
     return out
 
 

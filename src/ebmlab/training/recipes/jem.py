@@ -56,7 +56,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
+from ebmlab.data import IMAGE_SETS, check_data, load_dataset, validation_split
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.devices import widen
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
@@ -243,10 +243,9 @@ class JEMTask(BufferTask):
     def __init__(self, config: JEMConfig, seed: int) -> None:
         self.config = config
         root = config.data_root or None
-        split = "val" if "val" in splits_of(config.data, root) else "test"
         self.train, self.val, self.test = (
             load_dataset(config.data, s, root=root, resize=config.resize or None)
-            for s in ("train", split, "test")
+            for s in ("train", validation_split(config.data, root), "test")
         )
         k = self.train.num_classes
         if self.train.y is None or k is None or k < 2:

@@ -52,7 +52,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks, partition
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, check_data, load_dataset, splits_of
+from ebmlab.data import IMAGE_SETS, check_data, load_dataset, validation_split
 from ebmlab.devices import widen
 from ebmlab.energies import (
     BernoulliRBM,
@@ -247,11 +247,10 @@ class RBMTask(Task):
     def __init__(self, config: RBMConfig, trainer: TrainerConfig) -> None:
         self.config = config
         root = config.data_root or None
-        split = "val" if "val" in splits_of(config.data, root) else "test"
         transform = "binary" if config.model in BINARY else "raw"
         self.train, self.val, self.test = (
             load_dataset(config.data, s, root=root, transform=transform)
-            for s in ("train", split, "test")
+            for s in ("train", validation_split(config.data, root), "test")
         )
         torch.manual_seed(trainer.seed)
         self.n_chains = distributed.share(config.n_chains)

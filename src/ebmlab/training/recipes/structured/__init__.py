@@ -131,12 +131,10 @@ def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
     with torch.no_grad():
         table = in_chunks(task.learner.energies, x)
         _, metrics = task.learner.loss_from_table(table, y)
-    accuracy, stderr = mean_and_stderr(widen(table.argmin(1) == y))
     return {
         "arch": task.config.arch,
         "loss": task.config.loss,
-        "test_accuracy": accuracy,
-        "test_accuracy_stderr": stderr,
+        **_with_stderr("test_accuracy", widen(table.argmin(1) == y)),
         "test_energy_gap": metrics["energy_gap"],
     }
 

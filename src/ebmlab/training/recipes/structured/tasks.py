@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab._checks import ArgumentError
-from ebmlab.data import Dataset, load_dataset, splits_of
+from ebmlab.data import Dataset, load_dataset, validation_split
 from ebmlab.data.sequences import HiddenMarkovModel
 from ebmlab.devices import widen
 from ebmlab.energies.base import in_chunks
@@ -117,10 +117,9 @@ def splits(config: StructuredConfig, transform: str = "scaled") -> tuple[Dataset
     """The train, validation (the test split where the data have none) and test splits
     of ``config.data``, in memory."""
     root = config.data_root or None
-    val = "val" if "val" in splits_of(config.data, root) else "test"
     return tuple(
         load_dataset(config.data, s, root=root, transform=transform, in_memory=True)
-        for s in ("train", val, "test")
+        for s in ("train", validation_split(config.data, root), "test")
     )
 
 
