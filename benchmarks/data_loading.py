@@ -9,6 +9,8 @@ mnist10k's training split), random, so the benchmark needs no files.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -87,7 +89,9 @@ def _jem_epoch_seconds(folder: Path, in_memory: bool) -> tuple[float, float]:
 
 
 def cases() -> list:
-    folder = write_image_npz(Path(tempfile.mkdtemp(prefix="ebmlab-bench-data-")), N, SHAPE)
+    folder = Path(tempfile.mkdtemp(prefix="ebmlab-bench-data-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the cases run after return
+    write_image_npz(folder, N, SHAPE)
     memory, disk = (_trainer(folder, flag) for flag in (True, False))
     arrays = np.load(folder / "train.npz")
     y = arrays["y"]

@@ -1,9 +1,6 @@
 """A training step, validation and the epoch-end pictures of every recipe, with the
 task moved onto a simulated accelerator: no CPU tensor mixed in, and the CPU's numbers."""
 
-import tempfile
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -12,13 +9,9 @@ from ebmlab import conformance as cf
 from ebmlab.training.recipes import Setup, get_recipe
 from ebmlab.training.run_dir import RunDirectory
 
-FEATURES = Path(tempfile.mkdtemp(prefix="ebmlab-conformance-")) / "features.npy"
-np.save(FEATURES, np.random.default_rng(0).normal(3, 2, (300, 3)).astype(np.float32))
-
 SETTINGS = {
     "density": {"hidden": 16, "depth": 2, "sampler_steps": 3, "buffer_size": 64},
-    "density-features": {  # standardised features, log Z by SMC
-        "data": str(FEATURES),
+    "density-features": {  # a features file (written by `settings`), log Z by SMC
         "hidden": 16,
         "depth": 2,
         "sampler_steps": 3,
@@ -34,9 +27,28 @@ SETTINGS = {
 }
 
 
-def step(name, to_device, run):
+@pytest.fixture(scope="module")
+def features(tmp_path_factory):
+    """A user's features file for the density recipe: 300 rows of 3 columns."""
+    path = tmp_path_factory.mktemp("features") / "features.npy"
+    np.save(path, np.random.default_rng(0).normal(3, 2, (300, 3)).astype(np.float32))
+    return path
+
+
+@pytest.fixture
+def settings(features):
+    """The options of a recipe entry, with the features file where it takes one."""
+
+    def of(name):
+        data = {"data": str(features)} if name == "density-features" else {}
+        return {**SETTINGS[name], **data, "seed": 0}
+
+    return of
+
+
+def step(name, options, to_device, run):
     recipe = get_recipe(name.split("-")[0])
-    config, trainer = recipe.configs({**SETTINGS[name], "seed": 0})
+    config, trainer = recipe.configs(options)
     setup = recipe.build(config, trainer)
     task = to_device(setup.task)
     device = task.model.parameters().__next__().device
@@ -53,13 +65,13 @@ def step(name, to_device, run):
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_recipe_step_runs_on_the_device(name, tmp_path, float64):
+def test_recipe_step_runs_on_the_device(name, settings, tmp_path, float64):
     runs = [RunDirectory(tmp_path / where) for where in ("cpu", "device")]
     for run in runs:
         run.create()
-    want = step(name, lambda task: task, runs[0])
+    want = step(name, settings(name), lambda task: task, runs[0])
     with cf.simulated_device(float64=float64):
-        got = step(name, lambda task: task.to(cf.DEVICE), runs[1])
+        got = step(name, settings(name), lambda task: task.to(cf.DEVICE), runs[1])
     pictures = [sorted(p.relative_to(r.path) for p in r.path.rglob("*.png")) for r in runs]
     assert pictures[1] == pictures[0]
     assert got[0] == pytest.approx(want[0], rel=1e-4, abs=1e-6)
@@ -73,9 +85,9 @@ EVALUATE_OPTIONS = {
 }
 
 
-def evaluation(name, to_device, run):
+def evaluation(name, options, to_device, run):
     recipe = get_recipe(name.split("-")[0])
-    config, trainer = recipe.configs({**SETTINGS[name], "seed": 0})
+    config, trainer = recipe.configs(options)
     setup = recipe.build(config, trainer)
     setup = Setup(to_device(setup.task), setup.train_data)
     return recipe.evaluate(setup, run, **EVALUATE_OPTIONS.get(name.split("-")[0], {}))
@@ -93,13 +105,13 @@ def _numbers(result, prefix=""):
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_recipe_evaluation_runs_on_the_device(name, tmp_path, float64):
+def test_recipe_evaluation_runs_on_the_device(name, settings, tmp_path, float64):
     runs = [RunDirectory(tmp_path / where) for where in ("cpu", "device")]
     for run in runs:
         run.create()
-    want = _numbers(evaluation(name, lambda task: task, runs[0]))
+    want = _numbers(evaluation(name, settings(name), lambda task: task, runs[0]))
     with cf.simulated_device(float64=float64):
-        got = _numbers(evaluation(name, lambda task: task.to(cf.DEVICE), runs[1]))
+        got = _numbers(evaluation(name, settings(name), lambda task: task.to(cf.DEVICE), runs[1]))
     assert got.keys() == want.keys()
     if float64:  # the same draws, so the same numbers
         assert got == pytest.approx(want, rel=1e-4, abs=1e-6, nan_ok=True)
