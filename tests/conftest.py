@@ -14,6 +14,26 @@ def mnist_dir() -> Path:
     return MNIST_DIR
 
 
+@pytest.fixture(scope="session")
+def inception_weights(tmp_path_factory):
+    """A weights file in the format of the FID tools' Inception-v3 port (torch.save of its
+    state dict), with random weights and batch-norm statistics away from 0 and 1, and the
+    network it holds."""
+    from ebmlab.evaluation import InceptionV3
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        network = InceptionV3()
+        for name, buffer in network.named_buffers():
+            if name.endswith("running_mean"):
+                buffer.normal_(0, 0.1)
+            elif name.endswith("running_var"):
+                buffer.uniform_(0.5, 2.0)
+    path = tmp_path_factory.mktemp("inception") / "pt_inception-2015-12-05.pth"
+    torch.save(network.state_dict(), path)
+    return path, network.eval()
+
+
 def pytest_configure(config):
     """Under pytest-xdist each worker gets its share of the cores, so the workers do not
     oversubscribe them."""

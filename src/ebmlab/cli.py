@@ -199,6 +199,13 @@ def _build_parser() -> _Parser:
     _add_device_option(ev)
     ev.add_argument("--checkpoint", choices=["last", "best"], default="last")
     ev.add_argument("--ood-data", default=None, help="uint8 .npy images (N, H, W) as an OOD set")
+    ev.add_argument(
+        "--inception",
+        default=None,
+        metavar="FILE",
+        help="Inception-v3 weights of the FID tools (pt_inception-2015-12-05-*.pth): "
+        "FID, KID, precision, recall and Inception score in its features",
+    )
     sa = sub.add_parser("sample", help="draw samples from a trained run and save a picture")
     sa.add_argument("run_dir")
     _add_device_option(sa)
@@ -350,9 +357,12 @@ def load_run(
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
-    options = {"ood_data": args.ood_data} if args.ood_data else {}
-    if options and "ood_data" not in inspect.signature(recipe.evaluate).parameters:
-        raise ArgumentError(f"recipe {recipe.name!r} does not take --ood-data")
+    given = {"ood_data": args.ood_data, "inception": args.inception}
+    options = {name: value for name, value in given.items() if value is not None}
+    for name in options:
+        if name not in inspect.signature(recipe.evaluate).parameters:
+            flag = "--" + name.replace("_", "-")
+            raise ArgumentError(f"recipe {recipe.name!r} does not take {flag}")
     result = {
         "checkpoint": args.checkpoint,
         "step": setup.step,

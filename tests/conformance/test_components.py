@@ -12,7 +12,14 @@ from ebmlab import inference as inf
 from ebmlab import losses as L
 from ebmlab import partition as P
 from ebmlab.data.augment import random_affine
-from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy, NoiseConditionalEnergy
+from ebmlab.energies import (
+    BernoulliRBM,
+    ClassifierEnergy,
+    FeedForward,
+    Gaussian,
+    MLPEnergy,
+    NoiseConditionalEnergy,
+)
 from ebmlab.samplers import HMC
 from ebmlab.samplers.recovery import RecoverySampler
 
@@ -52,6 +59,16 @@ def rbm():
 def noise_conditional():
     torch.manual_seed(0)
     return NoiseConditionalEnergy(2, 2, hidden=(8,))
+
+
+def classifier():
+    torch.manual_seed(0)
+    return ClassifierEnergy(FeedForward((2, 8, 3)), 3)
+
+
+def inception():
+    torch.manual_seed(0)
+    return ev.InceptionV3().eval()
 
 
 def gaussian():
@@ -203,6 +220,15 @@ CASES = {
         put(X), put(X_NOISE), n_permutations=20, generator=torch.Generator(put(X).device)
     ),
     "median_bandwidth": lambda put: ev.median_bandwidth(put(X), put(X_NOISE)),
+    "frechet_distance": lambda put: ev.frechet_distance(put(X), put(X_NOISE)),
+    "kernel_distance": lambda put: ev.kernel_distance(put(X), put(X_NOISE), subsets=4),
+    "precision_recall": lambda put: ev.precision_recall(put(X), put(X_NOISE)),
+    "sample_quality": lambda put: ev.sample_quality(put(X), put(X_NOISE)),
+    "penultimate_features": lambda put: ev.penultimate_features(put(classifier()), put(X)),
+    "inception_score": lambda put: ev.inception_score(put(PROBS.log()), splits=4),
+    "inception_outputs": lambda put: ev.inception_outputs(
+        put(inception()), put(IMAGES[:2].view(2, 1, 8, 8))
+    ),
     "random_affine": lambda put: random_affine(
         put(IMAGES),
         (1, 8, 8),

@@ -102,6 +102,13 @@ def test_bad_ood_file_is_a_usage_error(jem_run, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_bad_inception_file_is_a_usage_error(jem_run, tmp_path, capsys):
+    capsys.readouterr()
+    (tmp_path / "bad.pth").write_bytes(b"not a torch file")
+    assert main(["evaluate", str(jem_run), "--inception", str(tmp_path / "bad.pth")]) == 2
+    assert "bad.pth" in capsys.readouterr().err
+
+
 def test_book_variant_trains(tmp_path):
     """Chains from uniform noise every step (eq. 6.28), no replay buffer."""
     assert (
@@ -206,10 +213,11 @@ def test_mixed_precision_step_runs_the_network_in_bfloat16_and_keeps_float32_sta
     assert 0 < abs(float(mixed - full)) < 0.01 * abs(float(full))
 
 
-def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys):
+def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weights):
     """JEM on the user's RGB data: classes and image shape come from the files, the run
     records the encoding, and the pictures are in colour; a test split smaller than the
-    conditional grid (10 a class) still fills it."""
+    conditional grid (10 a class) still fills it. Sample quality in the features of an
+    Inception-v3 weights file too."""
     rng = np.random.default_rng(0)
     data = tmp_path / "data"
     data.mkdir()
@@ -227,9 +235,13 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys):
     assert recorded["image_shape"] == [3, 8, 8] and recorded["num_classes"] == 3
     assert recorded["encoding"]["divisor"] == 255
     capsys.readouterr()
-    assert main(["evaluate", str(run)]) == 0
+    assert main(["evaluate", str(run), "--inception", str(inception_weights[0])]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {"permuted", "flip_lr", "flip_ud", "uniform_noise"} == set(result["ood_auroc"])
+    inception = result["samples"]["inception_features"]
+    assert inception["frechet_distance"] > 0 and inception["kid_stderr"] > 0
+    assert 1 <= inception["inception_score"] <= 1008 and inception["inception_score_stderr"] > 0
+    assert 1 <= inception["data_inception_score"] <= 1008
     import matplotlib.image
 
     picture = matplotlib.image.imread(run / "samples_conditional.png")

@@ -7,6 +7,12 @@ from ebmlab.evaluation.classification import (
     nll,
     reliability_diagram,
 )
+from ebmlab.evaluation.inception import (
+    InceptionV3,
+    inception_outputs,
+    inception_score,
+    load_inception,
+)
 from ebmlab.evaluation.likelihood import LogLikelihood, log_likelihood
 from ebmlab.evaluation.metrics import median_bandwidth, mmd2, mmd_permutation_test
 from ebmlab.evaluation.ood import auroc, load_ood_file, shifted_images, uniform_noise
@@ -20,6 +26,7 @@ from ebmlab.evaluation.sample_quality import (
 from ebmlab.evaluation.stein import SteinDiscrepancy, kernel_stein_discrepancy
 
 __all__ = [
+    "InceptionV3",
     "LogLikelihood",
     "SteinDiscrepancy",
     "accuracy",
@@ -27,8 +34,11 @@ __all__ = [
     "calibration_bins",
     "expected_calibration_error",
     "frechet_distance",
+    "inception_outputs",
+    "inception_score",
     "kernel_distance",
     "kernel_stein_discrepancy",
+    "load_inception",
     "load_ood_file",
     "log_likelihood",
     "median_bandwidth",

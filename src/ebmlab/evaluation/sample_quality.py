@@ -6,7 +6,8 @@ default the features are the trained classifier's penultimate layer
 (:func:`penultimate_features`), which needs nothing beyond the run. Papers report the
 same statistics in the pool features of Inception-v3 (FID, Heusel et al. 2017; KID,
 Bińkowski et al. 2018); figures in another feature space rank models the same way but
-are not comparable with those papers' numbers.
+are not comparable with those papers' numbers. :mod:`ebmlab.evaluation.inception` gives
+that network from the FID tools' weights file.
 
 - :func:`frechet_distance`: |mu_a - mu_b|^2 + Tr(S_a + S_b - 2 (S_a S_b)^{1/2}) between the
   Gaussians fitted to the two sets (Heusel et al. 2017, eq. 6), with a bootstrap

@@ -64,9 +64,13 @@ from ebmlab.energies.base import in_chunks
 from ebmlab.energies.mlp import ACTIVATIONS
 from ebmlab.energies.resnet import NORMS
 from ebmlab.evaluation import (
+    InceptionV3,
     accuracy,
     auroc,
     expected_calibration_error,
+    inception_outputs,
+    inception_score,
+    load_inception,
     load_ood_file,
     mmd2,
     nll,
@@ -484,15 +488,54 @@ def _sample_metrics(task: JEMTask, x: torch.Tensor, reference: torch.Tensor) -> 
     }
 
 
+def _inception_quality(
+    task: JEMTask, network: InceptionV3, x: torch.Tensor, reference: torch.Tensor
+) -> dict[str, float]:
+    """FD, KID, precision and recall of samples ``x`` against test images ``reference``
+    in Inception-v3's pool features, and the Inception score of both sets."""
+    lo, hi = task.train.value_range
+    shape = task.train.image_shape
+
+    def outputs(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pixels = ((images - lo) / (hi - lo)).clamp(0, 1).reshape(len(images), *shape)
+        return inception_outputs(network, pixels)
+
+    (features, logits), (data_features, data_logits) = outputs(x), outputs(reference)
+    splits = min(10, len(x) // 2, len(reference) // 2)
+    score, score_stderr = inception_score(logits, splits)
+    data_score, data_score_stderr = inception_score(data_logits, splits)
+    return {
+        **sample_quality(features, data_features),
+        "inception_score": score,
+        "inception_score_stderr": score_stderr,
+        "data_inception_score": data_score,
+        "data_inception_score_stderr": data_score_stderr,
+    }
+
+
 def evaluate(
-    setup: Setup, run: RunDirectory, ood_data: str | None = None, long_run_steps: int = 1000
+    setup: Setup,
+    run: RunDirectory,
+    ood_data: str | None = None,
+    long_run_steps: int = 1000,
+    inception: str | None = None,
 ) -> dict[str, Any]:
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
-    (the samples again after 200 and after ``long_run_steps`` further SGLD steps)."""
+    (the samples again after 200 and after ``long_run_steps`` further SGLD steps).
+
+    Args:
+        ood_data: a file of images (N, H, W) as one more OOD set.
+        inception: a local Inception-v3 weights file of the FID tools
+            (:func:`~ebmlab.evaluation.load_inception`): sample quality in its pool
+            features too, the numbers papers report, and the Inception score.
+    """
     if long_run_steps <= 200:
         raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
+    if inception is not None and task.train.image_shape is None:
+        raise ArgumentError(f"inception needs images; the data {task.config.data!r} are vectors")
+    network = load_inception(inception, test.x.device) if inception is not None else None
     with torch.no_grad():
         logits = in_chunks(task.model.logits, test.x)
     probs = torch.softmax(task.model.beta * logits, 1)
@@ -536,6 +579,8 @@ def evaluate(
             penultimate_features(task.model, x), penultimate_features(task.model, reference)
         ),
     }
+    if network is not None:
+        quality["inception_features"] = _inception_quality(task, network, x, reference)
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
     x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
