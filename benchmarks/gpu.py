@@ -19,6 +19,11 @@ nothing: a check that the benchmark itself runs, not a measurement.
    CIFAR-shaped data memory-mapped from an ``.npz``, read by the trainer's loader with
    no and with several workers, against the same step with the data already in GPU
    memory: images/s, and whether loading keeps up with the GPU.
+
+The peers' rows need torchebm 0.8.9 and learnergy 2.0.2, and row 3 the MNIST test
+split's files (``--mnist-root``). On a host without internet, fetch the wheels elsewhere
+(``pip download --no-deps torchebm==0.8.9 learnergy==2.0.2 -d wheels``), bring them
+and the MNIST folder along, and ``pip install --no-deps wheels/*.whl`` there.
 """
 
 from __future__ import annotations
@@ -275,14 +280,13 @@ def _torchebm_langevin(
     return lambda: sampler.sample(x=x0, n_steps=steps)
 
 
-def rbm_rows(device: torch.device, s: Sizes, mnist_root: str | None) -> list[dict]:
-    """CD-1 over one epoch of mnist10k (batch 128), and AIS with the paper's 14,500
-    temperatures."""
-    if s.rbm_rows:
+def rbm_rows(device: torch.device, s: Sizes, mnist: torch.Tensor | None) -> list[dict]:
+    """CD-1 over one epoch of ``mnist`` (mnist10k's binarised training rows; random bits
+    at toy sizes), and AIS with the paper's 14,500 temperatures."""
+    if mnist is None:
         data = (torch.rand(s.rbm_rows, 784, device=device) < 0.5).float()
     else:
-        data = load_dataset("mnist10k", "train", transform="binary", root=mnist_root).x
-        data = data.to(device)
+        data = mnist.to(device)
     torch.manual_seed(0)
     rbm = BernoulliRBM(784, s.rbm_hidden).to(device)
     cd = ContrastiveDivergence(rbm, 1, persistent=False)
@@ -409,8 +413,11 @@ def main(argv: list[str] | None = None) -> None:
     if device.type != "cuda" and not args.smoke:
         parser.error("measurements are taken on CUDA only; use --smoke to check another device")
     sizes = SMOKE if args.smoke else Sizes()
+    # read first, so that missing MNIST files stop the run before any row is measured
+    mnist = None if sizes.rbm_rows else load_dataset(
+        "mnist10k", "train", transform="binary", root=args.mnist_root).x  # fmt: skip
     rows = [*jem_rows(device, sizes), *langevin_rows(device, sizes),
-            *rbm_rows(device, sizes, args.mnist_root), *loader_rows(device, sizes)]  # fmt: skip
+            *rbm_rows(device, sizes, mnist), *loader_rows(device, sizes)]  # fmt: skip
     if device.type == "cuda" and not args.smoke:
         rows += scaling_rows()
         name = torch.cuda.get_device_name(device)
