@@ -31,7 +31,7 @@ def exact_nll(bm: BoltzmannMachine, data: torch.Tensor) -> torch.Tensor:
         raise ArgumentError(f"exact_nll enumerates 2^D states; D must be <= {MAX_ENUMERATION_BITS}")
     _checks.tensor("data", data, min_ndim=2, floating=True, finite=True)
     _checks.rows_of("data", data, bm.n_visible)
-    states = binary_states(bm.n_visible).to(bm.b.dtype)
+    states = binary_states(bm.n_visible, device=bm.b.device).to(bm.b.dtype)
     return bm.energy(data).mean() + torch.logsumexp(-bm.energy(states), 0)
 
 
