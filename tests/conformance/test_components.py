@@ -16,18 +16,36 @@ from ebmlab import losses as L
 from ebmlab import partition as P
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.energies import (
+    Banana,
     BernoulliRBM,
     BoltzmannMachine,
+    CategoricalRBM,
+    ChainEnergy,
     ClassificationRBM,
     ClassifierEnergy,
+    ConditionalBoltzmann,
     ConditionalRBM,
+    ConvEnergy,
+    DeepBeliefNetwork,
     DeepBoltzmannMachine,
+    DiagonalGaussian,
+    DistanceEnergy,
+    DoubleWell,
     FeedForward,
+    Funnel,
     Gaussian,
+    GaussianMixture,
+    ImageEnergy,
+    IndependentBernoulli,
+    LogitEnergy,
     MLPEnergy,
     NoiseConditionalEnergy,
+    SNResNet,
+    SubspaceRBM,
+    WideResNet,
+    energy_and_grad,
 )
-from ebmlab.samplers import HMC
+from ebmlab.samplers import HMC, MALA, geometric_path, tuned_ladder
 from ebmlab.samplers.recovery import RecoverySampler
 
 GEN = torch.Generator().manual_seed(0)
@@ -141,8 +159,76 @@ def noise_log_prob(x):
     return -0.125 * (x**2).sum(1)
 
 
+def seeded(factory, *args, **kwargs):
+    torch.manual_seed(0)
+    return factory(*args, **kwargs)
+
+
+def energy_outputs(model, x):
+    """An energy's values and input gradients at ``x``."""
+    return energy_and_grad(model, x)
+
+
+def analytic_outputs(model, x, put):
+    """An analytic energy's values and gradients, exact log Z and exact draws (from a
+    generator on the device, since a parameter-free energy has no device of its own:
+    its log Z is then a constant)."""
+    draws = model.sample(8, generator=device_generator(put, 5))
+    log_z = model.log_partition()
+    if not [*model.parameters(), *model.buffers()]:
+        log_z = float(log_z)
+    return (*energy_and_grad(model, x), log_z, draws)
+
+
+COLOUR = torch.rand(2, 3, 8, 8, generator=GEN)
+ENERGIES = {
+    "diagonal_gaussian": lambda put: analytic_outputs(
+        put(DiagonalGaussian(torch.tensor([0.5, -1.0]), torch.tensor([1.0, 2.0]))), put(X), put
+    ),
+    "gaussian_mixture": lambda put: analytic_outputs(
+        put(
+            GaussianMixture(
+                torch.tensor([0.3, 0.7]), 2 * torch.eye(2), torch.eye(2).repeat(2, 1, 1)
+            )
+        ),
+        put(X),
+        put,
+    ),
+    "funnel": lambda put: analytic_outputs(put(Funnel(2)), put(X), put),
+    "banana": lambda put: analytic_outputs(put(Banana()), put(X), put),
+    "double_well": lambda put: analytic_outputs(put(DoubleWell(2)), put(X), put),
+    "independent_bernoulli": lambda put: analytic_outputs(
+        put(IndependentBernoulli(torch.linspace(-1, 1, 6))), put(BITS), put
+    ),
+    "subspace_rbm": lambda put: energy_outputs(put(seeded(SubspaceRBM, 6, 2, 3, 0.5)), put(BITS)),
+    "categorical_rbm": lambda put: put(seeded(CategoricalRBM, 2, 3, 4, 0.5)).free_energy(
+        put(torch.nn.functional.one_hot(LABELS[:8].view(4, 2), 3).flatten(1).float())
+    ),
+    "deep_belief_network": lambda put: put(seeded(DeepBeliefNetwork, 6, (4, 3))).sample(
+        4, 5, generator=device_generator(put, 6)
+    ),
+    "conv_energy": lambda put: energy_outputs(
+        put(seeded(ConvEnergy, (1, 8, 8), width=4)), put(IMAGES)
+    ),
+    "image_energy_wide_resnet": lambda put: energy_outputs(
+        put(ImageEnergy(seeded(WideResNet, (3, 8, 8), 1, depth=10, widen=1, norm="group"))),
+        put(COLOUR),
+    ),
+    "image_energy_sn_resnet": lambda put: energy_outputs(
+        put(ImageEnergy(seeded(SNResNet, (3, 8, 8), 1, width=8, stages=2))), put(COLOUR)
+    ),
+    "class_conditional_energy": lambda put: energy_outputs(
+        put(classifier()).conditional(put(LABELS[:16])), put(X)
+    ),
+    "logit_energy": lambda put: put(seeded(LogitEnergy, 2, (8,), 3))(put(X)),
+    "distance_energy": lambda put: put(seeded(DistanceEnergy, 2, (8,), 4, 3))(put(X)),
+    "chain_energy": lambda put: put(seeded(ChainEnergy, 2, (8,), 3))(put(X)),
+    "conditional_boltzmann": lambda put: put(seeded(ConditionalBoltzmann, 2, 4, (8,)))(put(X)),
+}
+
 # each case receives ``put`` (identity, or onto the simulated device) for its inputs
 CASES = {
+    **ENERGIES,
     "energy_loss": lambda put: L.energy_loss(put(E_CORRECT)),
     "perceptron_loss": lambda put: L.perceptron_loss(put(E_TABLE), put(TARGET)),
     "hinge_loss": lambda put: L.hinge_loss(put(E_CORRECT), put(E_OFFENDING), margin=0.5),
@@ -346,6 +432,16 @@ CASES = {
         put(linear()),
         lambda m: learn.EnergyLearner(m, "hinge").step_loss(put(X), put(LABELS[:16]))[0],
     ),
+    "tuned_ladder": lambda put: tuned_ladder(
+        MALA(0.1),
+        put(mlp()),
+        put(X),
+        0.2,
+        pilot_temperatures=3,
+        pilot_steps=20,
+        generator=device_generator(put, 7),
+    ),
+    "geometric_path": lambda put: geometric_path(put(mlp()), put(gaussian()), 0.3)(put(X)),
     "random_crop_flip": lambda put: random_crop_flip(
         put(IMAGES), (1, 8, 8), device_generator(put, 9), pad=1, flip=True
     ),
@@ -408,7 +504,7 @@ OTHER_STREAM = {"rbm_ais", "raise_"}
 
 # these draw their random numbers in the wide dtype: without float64 the stream differs,
 # so the draws are other draws of the same shape
-WIDE_DRAWS = {"rbm_exact_samples", "perturbed_map", "perturb_and_map_learning"}
+WIDE_DRAWS = {"rbm_exact_samples", "perturbed_map", "perturb_and_map_learning", "double_well"}
 
 
 def _shapes(value):
