@@ -17,21 +17,19 @@ def mnist_dir() -> Path:
 @pytest.fixture(scope="session")
 def inception_weights(tmp_path_factory):
     """A weights file in the format of the FID tools' Inception-v3 port (torch.save of its
-    state dict), with random weights and batch-norm statistics away from 0 and 1, and the
-    network it holds."""
+    state dict): random weights with batch-norm statistics fitted to random images, so
+    that features vary from image to image; and the network it holds."""
+    from benchmarks.inception import fitted_weights
+
     from ebmlab.evaluation import InceptionV3
 
     with torch.random.fork_rng():
-        torch.manual_seed(0)
-        network = InceptionV3()
-        for name, buffer in network.named_buffers():
-            if name.endswith("running_mean"):
-                buffer.normal_(0, 0.1)
-            elif name.endswith("running_var"):
-                buffer.uniform_(0.5, 2.0)
+        state = fitted_weights()
+    network = InceptionV3().eval()
+    network.load_state_dict(state)
     path = tmp_path_factory.mktemp("inception") / "pt_inception-2015-12-05.pth"
-    torch.save(network.state_dict(), path)
-    return path, network.eval()
+    torch.save(state, path)
+    return path, network
 
 
 def pytest_configure(config):
