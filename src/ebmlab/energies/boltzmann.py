@@ -481,7 +481,9 @@ class SubspaceRBM(EnergyModel):
             - (hs * self.D).sum((1, 2))
         )
 
-    def energy(self, x: torch.Tensor, h: torch.Tensor | None = None, s: torch.Tensor | None = None):
+    def energy(
+        self, x: torch.Tensor, h: torch.Tensor | None = None, s: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The free energy F(x): (B, D) -> (B,).
 
         Args:

@@ -29,6 +29,7 @@ from ebmlab import _checks, hardware
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.boltzmann import (
     BernoulliRBM,
+    DeepBoltzmannMachine,
     GaussianBernoulliRBM,
     SubspaceRBM,
     base_rate_logits,
@@ -263,7 +264,9 @@ class DBMLearning(PersistentChains):
         mean_field_iters: fixed-point iterations of the data term's mean field.
     """
 
-    def __init__(self, dbm, n_chains: int = 100, k: int = 1, mean_field_iters: int = 10) -> None:
+    def __init__(
+        self, dbm: DeepBoltzmannMachine, n_chains: int = 100, k: int = 1, mean_field_iters: int = 10
+    ) -> None:
         super().__init__(True, _checks.positive_int("n_chains", n_chains))
         self.dbm = dbm
         self.k = _checks.positive_int("k", k)
@@ -338,7 +341,7 @@ def _train_doubled_rbm(
 
 
 def pretrain_dbm(
-    dbm,
+    dbm: DeepBoltzmannMachine,
     data: torch.Tensor,
     epochs: int,
     *,

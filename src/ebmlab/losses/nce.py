@@ -9,6 +9,7 @@ data density and c its log partition function: NCE estimates log Z as a by-produ
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
@@ -23,7 +24,7 @@ def nce_loss(
     log_normalizer: torch.Tensor,
     x_data: torch.Tensor,
     x_noise: torch.Tensor,
-    noise_log_prob,
+    noise_log_prob: Callable[[torch.Tensor], torch.Tensor],
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """-mean log sigmoid(G(data)) - nu mean log sigmoid(-G(noise)), nu = |noise| / |data|.
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -38,6 +39,10 @@ from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
 from ebmlab.samplers.tempering import geometric_path
+
+if TYPE_CHECKING:
+    from ebmlab.energies.analytic import AnalyticEnergy
+    from ebmlab.energies.boltzmann import BernoulliRBM, DeepBoltzmannMachine
 
 
 def salakhutdinov_schedule() -> torch.Tensor:
@@ -107,7 +112,7 @@ def _estimate(
 
 def ais(
     energy: EnergyLike,
-    base=None,
+    base: AnalyticEnergy | None = None,
     kernel: Sampler | None = None,
     *,
     n_chains: int = 100,
@@ -201,7 +206,7 @@ def _as_rows(
 
 
 def rbm_ais(
-    rbm,
+    rbm: BernoulliRBM | DeepBoltzmannMachine,
     *,
     n_chains: int = 100,
     n_temperatures: int | None = 1000,
@@ -348,7 +353,9 @@ def _requantization_gap(v, W, Wq, c) -> torch.Tensor:
     return (F.softplus(v @ W + c) - F.softplus(v @ Wq.to(W.dtype) + c)).sum(1)
 
 
-def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def rbm_exact_samples(
+    rbm: BernoulliRBM, n: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Exact samples of v from a small RBM: the smaller layer is drawn from its exact
     marginal by enumeration, the other given it.
 
@@ -381,7 +388,7 @@ def rbm_exact_samples(rbm, n: int, generator: torch.Generator | None = None) -> 
 
 
 def raise_(
-    rbm,
+    rbm: BernoulliRBM,
     *,
     samples: torch.Tensor | np.ndarray | None = None,
     n_chains: int = 100,

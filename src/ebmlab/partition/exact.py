@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import functional as F
@@ -19,6 +19,9 @@ from ebmlab.energies.boltzmann import binary_states
 from ebmlab.partition.elimination import elimination_order, pairwise_log_partition
 from ebmlab.partition.estimate import LogZEstimate, log_sum
 from ebmlab.partition.variational import pairwise_potentials
+
+if TYPE_CHECKING:
+    from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
 
 # the largest sum exact_log_partition takes on when asked explicitly (2^26 terms)
 MAX_ENUMERATION_BITS = 26
@@ -74,7 +77,7 @@ def enumerate_log_partition(
     return _enumerate(n_bits, lambda x: -fn(x), chunk=chunk, dtype=dtype, device=energy_device(fn))
 
 
-def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
+def rbm_log_partition(rbm: BernoulliRBM, *, chunk: int = 1 << 14) -> LogZEstimate:
     """Exact log Z of a Bernoulli RBM, summing out the larger layer analytically.
 
     With h enumerated: log Z = logsumexp_h [c.h + sum_i softplus(b_i + W_i. h)];
@@ -97,7 +100,9 @@ def rbm_log_partition(rbm, *, chunk: int = 1 << 14) -> LogZEstimate:
     )
 
 
-def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstimate:
+def exact_log_partition(
+    model: EnergyLike, *, bounds: Sequence[tuple[float, float]] | None = None, n_points: int = 512
+) -> LogZEstimate:
     """log Z computed exactly (up to numerical error) by the best method for ``model``.
 
     - :class:`~ebmlab.energies.BernoulliRBM`: enumeration of the smaller layer;
@@ -167,7 +172,7 @@ def exact_log_partition(model, *, bounds=None, n_points: int = 512) -> LogZEstim
     )
 
 
-def boltzmann_log_partition(bm) -> LogZEstimate:
+def boltzmann_log_partition(bm: BoltzmannMachine) -> LogZEstimate:
     """Exact log Z of a Boltzmann machine by the cheaper of two exact methods: variable
     elimination on the graph of its non-zero couplings, costing about D 2^(w + 1) for an
     elimination width w (a chain: w = 1; an L x L grid: w = L), or enumeration of all

@@ -23,6 +23,7 @@ mean-field solution of the fields alone.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +31,9 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.variational import pairwise_potentials
+
+if TYPE_CHECKING:
+    from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine, DeepBoltzmannMachine
 
 ORDERS = (1, 2, 3)
 _CLAMP = 1e-12  # magnetisations are kept in [_CLAMP, 1 - _CLAMP] for the entropy
@@ -130,7 +134,7 @@ def plefka_magnetisations(
 
 
 def plefka_log_partition(
-    model,
+    model: BoltzmannMachine | BernoulliRBM | DeepBoltzmannMachine,
     order: int = 2,
     *,
     damping: float = 0.5,

@@ -14,6 +14,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.analytic import AnalyticEnergy
+from ebmlab.energies.base import EnergyLike
 from ebmlab.energies.boltzmann import (
     ENUMERATION_LIMIT,
     BernoulliRBM,
@@ -45,7 +46,7 @@ GRAPH_METHODS = ("bethe", "trw", "pam", "mean_field", "tap", "tap3")
 PLEFKA_ORDERS = {"mean_field": 1, "tap": 2, "tap3": 3}
 
 
-def enumeration_bits(model) -> int | None:
+def enumeration_bits(model: EnergyLike) -> int | None:
     """log2 of the largest sum exact log Z of ``model`` computes: the terms enumeration
     adds up, or for a Boltzmann machine with sparse couplings the width of variable
     elimination if smaller; 0 for a closed form, None where neither applies."""
@@ -69,7 +70,7 @@ def enumeration_bits(model) -> int | None:
 
 
 def log_partition(
-    model,
+    model: EnergyLike,
     method: str = "auto",
     *,
     data: torch.Tensor | None = None,

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -58,6 +59,9 @@ from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
 from ebmlab.samplers.tempering import geometric_path
+
+if TYPE_CHECKING:
+    from ebmlab.energies.analytic import AnalyticEnergy
 
 _BISECTION_STEPS = 40  # halvings of the temperature increment: ~1e-12 resolution
 
@@ -105,7 +109,7 @@ def _eve_concentration(log_w: torch.Tensor, eve: torch.Tensor) -> torch.Tensor:
 
 def smc(
     energy: EnergyLike,
-    base,
+    base: AnalyticEnergy,
     kernel: Sampler,
     *,
     n_particles: int = 256,

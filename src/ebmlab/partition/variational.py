@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +31,9 @@ from ebmlab.devices import wide_dtype, widen
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.graph_cut import max_attractive
+
+if TYPE_CHECKING:
+    from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine
 
 EULER_GAMMA = 0.5772156649015329
 
@@ -145,7 +149,11 @@ def _estimate(model, rho_fn, method: str, **options) -> LogZEstimate:
 
 
 def bethe_log_partition(
-    model, *, damping: float = 0.5, max_iter: int = 1000, tol: float = 1e-8
+    model: BoltzmannMachine | BernoulliRBM,
+    *,
+    damping: float = 0.5,
+    max_iter: int = 1000,
+    tol: float = 1e-8,
 ) -> LogZEstimate:
     """Bethe approximation of log Z by damped loopy belief propagation; ``cost`` reports
     iterations, the last message change and convergence.
@@ -160,7 +168,11 @@ def bethe_log_partition(
 
 
 def trw_log_partition(
-    model, *, damping: float = 0.5, max_iter: int = 2000, tol: float = 1e-8
+    model: BoltzmannMachine | BernoulliRBM,
+    *,
+    damping: float = 0.5,
+    max_iter: int = 2000,
+    tol: float = 1e-8,
 ) -> LogZEstimate:
     """Tree-reweighted upper bound on log Z (uniform spanning trees, rho = (n - 1) / |E|).
 
@@ -200,7 +212,7 @@ MAP_CHUNK = 1024
 
 
 def perturbed_map(
-    model,
+    model: BoltzmannMachine | BernoulliRBM,
     n_samples: int,
     generator: torch.Generator | None,
     perturbation: str = "unit",
@@ -342,7 +354,7 @@ def _perturbed_cuts(
 
 
 def perturb_and_map_log_partition(
-    model,
+    model: BoltzmannMachine | BernoulliRBM,
     *,
     n_samples: int = 200,
     generator: torch.Generator | int | None = None,
