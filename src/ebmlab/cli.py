@@ -206,6 +206,20 @@ def _build_parser() -> _Parser:
         help="Inception-v3 weights of the FID tools (pt_inception-2015-12-05-*.pth): "
         "FID, KID, precision, recall and Inception score in its features",
     )
+    ev.add_argument(
+        "--inception-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="model samples for the Inception metrics (default: those of the other sample "
+        "metrics, at most 500; papers' FID-50k: 50000)",
+    )
+    ev.add_argument(
+        "--inception-reference",
+        choices=["test", "train"],
+        default=None,
+        help="the split compared with (default test; papers' CIFAR-10 FID: train)",
+    )
     sa = sub.add_parser("sample", help="draw samples from a trained run and save a picture")
     sa.add_argument("run_dir")
     _add_device_option(sa)
@@ -357,7 +371,12 @@ def load_run(
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
-    given = {"ood_data": args.ood_data, "inception": args.inception}
+    given = {
+        "ood_data": args.ood_data,
+        "inception": args.inception,
+        "inception_samples": args.inception_samples,
+        "inception_reference": args.inception_reference,
+    }
     options = {name: value for name, value in given.items() if value is not None}
     for name in options:
         if name not in inspect.signature(recipe.evaluate).parameters:

@@ -1,6 +1,7 @@
 """Sample-quality statistics against closed forms: the Fréchet distance of Gaussians,
 KID's unbiasedness, and precision/recall of identical and disjoint sets."""
 
+import importlib
 import math
 
 import pytest
@@ -51,6 +52,17 @@ def test_precision_recall_identical_disjoint_and_mode_dropping():
     assert dropped["recall_stderr"] == pytest.approx(
         math.sqrt(dropped["recall"] * (1 - dropped["recall"]) / 500)
     )
+
+
+def test_precision_recall_by_chunks_of_rows_is_the_same(monkeypatch):
+    """Distances are taken a chunk of rows at a time, so 50 000 features fit in memory;
+    chunks of 7 rows (the last one short) give what one chunk gives."""
+    samples, data = gaussian(60, 3, 0.5, seed=3), gaussian(50, 3, seed=4)
+    whole = precision_recall(samples, data)
+    module = importlib.import_module("ebmlab.evaluation.sample_quality")
+    monkeypatch.setattr(module, "NEIGHBOUR_CHUNK", 7)
+    assert precision_recall(samples, data) == whole
+    assert 0 < whole["precision"] < 1 and 0 < whole["recall"] < 1
 
 
 def test_penultimate_features_and_the_combined_report():

@@ -102,11 +102,16 @@ def test_bad_ood_file_is_a_usage_error(jem_run, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_bad_inception_file_is_a_usage_error(jem_run, tmp_path, capsys):
+def test_bad_inception_options_are_usage_errors(jem_run, tmp_path, capsys, inception_weights):
     capsys.readouterr()
     (tmp_path / "bad.pth").write_bytes(b"not a torch file")
     assert main(["evaluate", str(jem_run), "--inception", str(tmp_path / "bad.pth")]) == 2
     assert "bad.pth" in capsys.readouterr().err
+    assert main(["evaluate", str(jem_run), "--inception-samples", "100"]) == 2
+    assert "inception_samples needs inception" in capsys.readouterr().err
+    weights = ["--inception", str(inception_weights[0])]
+    assert main(["evaluate", str(jem_run), *weights, "--inception-samples", "5"]) == 2
+    assert "at least 20, got 5" in capsys.readouterr().err
 
 
 def test_book_variant_trains(tmp_path):
@@ -235,13 +240,15 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
     assert recorded["image_shape"] == [3, 8, 8] and recorded["num_classes"] == 3
     assert recorded["encoding"]["divisor"] == 255
     capsys.readouterr()
-    assert main(["evaluate", str(run), "--inception", str(inception_weights[0])]) == 0
+    more = ["--inception-samples", "30", "--inception-reference", "train"]  # 20 a batch here
+    assert main(["evaluate", str(run), "--inception", str(inception_weights[0]), *more]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {"permuted", "flip_lr", "flip_ud", "uniform_noise"} == set(result["ood_auroc"])
     inception = result["samples"]["inception_features"]
     assert inception["frechet_distance"] > 0 and inception["kid_stderr"] > 0
     assert 1 <= inception["inception_score"] <= 1008 and inception["inception_score_stderr"] > 0
     assert 1 <= inception["data_inception_score"] <= 1008
+    assert inception["samples"] == 30 and inception["reference"] == 30
     import matplotlib.image
 
     picture = matplotlib.image.imread(run / "samples_conditional.png")

@@ -125,11 +125,16 @@ def kernel_distance(
     return float(v.mean()), float(v.std() / math.sqrt(subsets)) if subsets > 1 else 0.0
 
 
+NEIGHBOUR_CHUNK = 1024  # rows of a distance matrix at once: 50 000 centres take 400 MB
+
+
 def _inside(points: torch.Tensor, centres: torch.Tensor, k: int) -> torch.Tensor:
     """Whether each point lies in a ball around some centre with radius the distance from
-    that centre to its k-th nearest other centre."""
-    radii = torch.cdist(centres, centres).kthvalue(k + 1, dim=1).values  # +1: itself
-    return (torch.cdist(points, centres) <= radii).any(1)
+    that centre to its k-th nearest other centre; distances a chunk of rows at a time."""
+    radii = torch.cat([torch.cdist(part, centres).kthvalue(k + 1, dim=1).values  # +1: itself
+                       for part in centres.split(NEIGHBOUR_CHUNK)])  # fmt: skip
+    return torch.cat([(torch.cdist(part, centres) <= radii).any(1)
+                      for part in points.split(NEIGHBOUR_CHUNK)])  # fmt: skip
 
 
 def precision_recall(samples: torch.Tensor, data: torch.Tensor, k: int = 3) -> dict[str, Any]:

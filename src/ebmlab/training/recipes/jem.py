@@ -46,13 +46,15 @@ gradients. Measured results of the defaults and their ablations: ``docs/results/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch.nn import functional as F
+from tqdm.auto import tqdm
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
@@ -488,24 +490,40 @@ def _sample_metrics(task: JEMTask, x: torch.Tensor, reference: torch.Tensor) -> 
     }
 
 
+INCEPTION_REFERENCES = ("test", "train")
+
+
 def _inception_quality(
-    task: JEMTask, network: InceptionV3, x: torch.Tensor, reference: torch.Tensor
+    task: JEMTask,
+    network: InceptionV3,
+    samples: Iterable[torch.Tensor],
+    reference: Iterable[torch.Tensor],
+    total: int,
 ) -> dict[str, float]:
-    """FD, KID, precision and recall of samples ``x`` against test images ``reference``
-    in Inception-v3's pool features, and the Inception score of both sets."""
+    """FD, KID, precision and recall of the sample chunks against the reference chunks in
+    Inception-v3's pool features, and the Inception score of both sets; ``total``: the
+    images of both, for the progress bar."""
     lo, hi = task.train.value_range
     shape = task.train.image_shape
+    bar = tqdm(total=total, desc="inception features", unit="image", leave=False)
 
-    def outputs(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        pixels = ((images - lo) / (hi - lo)).clamp(0, 1).reshape(len(images), *shape)
-        return inception_outputs(network, pixels)
+    def outputs(chunks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = []
+        for images in chunks:
+            pixels = ((images - lo) / (hi - lo)).clamp(0, 1).reshape(len(images), *shape)
+            parts.append(inception_outputs(network, pixels))
+            bar.update(len(images))
+        return torch.cat([f for f, _ in parts]), torch.cat([g for _, g in parts])
 
-    (features, logits), (data_features, data_logits) = outputs(x), outputs(reference)
-    splits = min(10, len(x) // 2, len(reference) // 2)
+    (features, logits), (data_features, data_logits) = outputs(samples), outputs(reference)
+    bar.close()
+    splits = min(10, len(features) // 2, len(data_features) // 2)
     score, score_stderr = inception_score(logits, splits)
     data_score, data_score_stderr = inception_score(data_logits, splits)
     return {
         **sample_quality(features, data_features),
+        "samples": len(features),
+        "reference": len(data_features),
         "inception_score": score,
         "inception_score_stderr": score_stderr,
         "data_inception_score": data_score,
@@ -519,6 +537,8 @@ def evaluate(
     ood_data: str | None = None,
     long_run_steps: int = 1000,
     inception: str | None = None,
+    inception_samples: int | None = None,
+    inception_reference: str = "test",
 ) -> dict[str, Any]:
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
     (the samples again after 200 and after ``long_run_steps`` further SGLD steps).
@@ -528,11 +548,21 @@ def evaluate(
         inception: a local Inception-v3 weights file of the FID tools
             (:func:`~ebmlab.evaluation.load_inception`): sample quality in its pool
             features too, the numbers papers report, and the Inception score.
+        inception_samples: model samples for those (default: as many as the other
+            sample metrics use, at most 500); papers' FID-50k takes 50 000.
+        inception_reference: the split the samples are compared with, ``test`` or
+            ``train`` (papers' FID on CIFAR-10: the 50 000 training images).
     """
     if long_run_steps <= 200:
         raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
+    _checks.one_of("inception_reference", inception_reference, INCEPTION_REFERENCES)
+    if inception is None and inception_samples is not None:
+        raise ArgumentError("inception_samples needs inception (an Inception-v3 weights file)")
+    if inception_samples is not None and _checks.positive_int(
+        "inception_samples", inception_samples) < 20:  # fmt: skip
+        raise ArgumentError(f"inception_samples must be at least 20, got {inception_samples}")
     if inception is not None and task.train.image_shape is None:
         raise ArgumentError(f"inception needs images; the data {task.config.data!r} are vectors")
     network = load_inception(inception, test.x.device) if inception is not None else None
@@ -580,7 +610,19 @@ def evaluate(
         ),
     }
     if network is not None:
-        quality["inception_features"] = _inception_quality(task, network, x, reference)
+        wanted = inception_samples or n
+        more = torch.Generator(test.x.device).manual_seed(2025)  # the other draws stay as they are
+        samples = itertools.chain(
+            [x[:wanted]],
+            (task.negatives(min(MAX_EVAL_SAMPLES, wanted - done), more)
+             for done in range(len(x), wanted, MAX_EVAL_SAMPLES)),
+        )  # fmt: skip
+        split = test if inception_reference == "test" else task.train
+        m = min(len(split), wanted)
+        chunks = (split.x[i : min(i + MAX_EVAL_SAMPLES, m)].to(x.device)
+                  for i in range(0, m, MAX_EVAL_SAMPLES))  # fmt: skip
+        quality["inception_features"] = _inception_quality(task, network, samples, chunks,
+                                                           wanted + m)  # fmt: skip
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
     x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
