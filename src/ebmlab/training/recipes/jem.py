@@ -58,7 +58,7 @@ from tqdm.auto import tqdm
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, check_data, load_dataset, validation_split
+from ebmlab.data import IMAGE_SETS, Dataset, check_data, load_dataset, validation_split
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.devices import widen
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
@@ -493,19 +493,42 @@ def _sample_metrics(task: JEMTask, x: torch.Tensor, reference: torch.Tensor) -> 
 INCEPTION_REFERENCES = ("test", "train")
 
 
+def _inception_network(
+    task: JEMTask, weights: str | None, samples: int | None, reference: str
+) -> InceptionV3 | None:
+    """The FID tools' Inception-v3 from ``weights`` (None without), after checking the
+    evaluation's Inception options."""
+    _checks.one_of("inception_reference", reference, INCEPTION_REFERENCES)
+    if weights is None:
+        if samples is not None:
+            raise ArgumentError("inception_samples needs inception (an Inception-v3 weights file)")
+        return None
+    if samples is not None and _checks.positive_int("inception_samples", samples) < 20:
+        raise ArgumentError(f"inception_samples must be at least 20, got {samples}")
+    if task.train.image_shape is None:
+        raise ArgumentError(f"inception needs images; the data {task.config.data!r} are vectors")
+    return load_inception(weights, task.test.x.device)
+
+
 def _inception_quality(
-    task: JEMTask,
-    network: InceptionV3,
-    samples: Iterable[torch.Tensor],
-    reference: Iterable[torch.Tensor],
-    total: int,
+    task: JEMTask, network: InceptionV3, x: torch.Tensor, wanted: int, split: Dataset
 ) -> dict[str, float]:
-    """FD, KID, precision and recall of the sample chunks against the reference chunks in
-    Inception-v3's pool features, and the Inception score of both sets; ``total``: the
-    images of both, for the progress bar."""
+    """FD, KID, precision and recall of ``wanted`` samples (``x``, then more drawn 500 at
+    a time) against as many images of ``split`` in Inception-v3's pool features, and
+    the Inception score of both sets. Only features are kept, so memory does not grow
+    with the number of images."""
     lo, hi = task.train.value_range
     shape = task.train.image_shape
-    bar = tqdm(total=total, desc="inception features", unit="image", leave=False)
+    more = torch.Generator(x.device).manual_seed(2025)  # the evaluation's other draws stay
+    samples = itertools.chain(
+        [x[:wanted]],
+        (task.negatives(min(MAX_EVAL_SAMPLES, wanted - done), more)
+         for done in range(len(x), wanted, MAX_EVAL_SAMPLES)),
+    )  # fmt: skip
+    m = min(len(split), wanted)
+    reference = (split.x[i : min(i + MAX_EVAL_SAMPLES, m)].to(x.device)
+                 for i in range(0, m, MAX_EVAL_SAMPLES))  # fmt: skip
+    bar = tqdm(total=wanted + m, desc="inception features", unit="image", leave=False)
 
     def outputs(chunks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         parts = []
@@ -557,15 +580,7 @@ def evaluate(
         raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
-    _checks.one_of("inception_reference", inception_reference, INCEPTION_REFERENCES)
-    if inception is None and inception_samples is not None:
-        raise ArgumentError("inception_samples needs inception (an Inception-v3 weights file)")
-    if inception_samples is not None and _checks.positive_int(
-        "inception_samples", inception_samples) < 20:  # fmt: skip
-        raise ArgumentError(f"inception_samples must be at least 20, got {inception_samples}")
-    if inception is not None and task.train.image_shape is None:
-        raise ArgumentError(f"inception needs images; the data {task.config.data!r} are vectors")
-    network = load_inception(inception, test.x.device) if inception is not None else None
+    network = _inception_network(task, inception, inception_samples, inception_reference)
     with torch.no_grad():
         logits = in_chunks(task.model.logits, test.x)
     probs = torch.softmax(task.model.beta * logits, 1)
@@ -610,19 +625,10 @@ def evaluate(
         ),
     }
     if network is not None:
-        wanted = inception_samples or n
-        more = torch.Generator(test.x.device).manual_seed(2025)  # the other draws stay as they are
-        samples = itertools.chain(
-            [x[:wanted]],
-            (task.negatives(min(MAX_EVAL_SAMPLES, wanted - done), more)
-             for done in range(len(x), wanted, MAX_EVAL_SAMPLES)),
-        )  # fmt: skip
         split = test if inception_reference == "test" else task.train
-        m = min(len(split), wanted)
-        chunks = (split.x[i : min(i + MAX_EVAL_SAMPLES, m)].to(x.device)
-                  for i in range(0, m, MAX_EVAL_SAMPLES))  # fmt: skip
-        quality["inception_features"] = _inception_quality(task, network, samples, chunks,
-                                                           wanted + m)  # fmt: skip
+        quality["inception_features"] = _inception_quality(
+            task, network, x, inception_samples or n, split
+        )
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
     x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
