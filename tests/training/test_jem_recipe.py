@@ -1,3 +1,4 @@
+import hashlib
 import json
 
 import numpy as np
@@ -249,6 +250,8 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
     assert 1 <= inception["inception_score"] <= 1008 and inception["inception_score_stderr"] > 0
     assert 1 <= inception["data_inception_score"] <= 1008
     assert inception["samples"] == 30 and inception["reference"] == 30
+    digest = hashlib.sha256(inception_weights[0].read_bytes()).hexdigest()
+    assert inception["weights_sha256"] == digest
     import matplotlib.image
 
     picture = matplotlib.image.imread(run / "samples_conditional.png")

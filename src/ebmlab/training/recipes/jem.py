@@ -46,6 +46,7 @@ gradients. Measured results of the defaults and their ablations: ``docs/results/
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -497,7 +498,8 @@ def _inception_network(
     task: JEMTask, weights: str | None, samples: int | None, reference: str
 ) -> InceptionV3 | None:
     """The FID tools' Inception-v3 from ``weights`` (None without), after checking the
-    evaluation's Inception options."""
+    evaluation's Inception options; the SHA-256 of the file is reported with the
+    figures, since which weights gave an FID decides what it compares with."""
     _checks.one_of("inception_reference", reference, INCEPTION_REFERENCES)
     if weights is None:
         if samples is not None:
@@ -512,7 +514,7 @@ def _inception_network(
 
 def _inception_quality(
     task: JEMTask, network: InceptionV3, x: torch.Tensor, wanted: int, split: Dataset
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """FD, KID, precision and recall of ``wanted`` samples (``x``, then more drawn 500 at
     a time) against as many images of ``split`` in Inception-v3's pool features, and
     the Inception score of both sets. Only features are kept, so memory does not grow
@@ -626,9 +628,12 @@ def evaluate(
     }
     if network is not None:
         split = test if inception_reference == "test" else task.train
-        quality["inception_features"] = _inception_quality(
-            task, network, x, inception_samples or n, split
-        )
+        with open(str(inception), "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        quality["inception_features"] = {
+            "weights_sha256": digest,
+            **_inception_quality(task, network, x, inception_samples or n, split),
+        }
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
     x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
