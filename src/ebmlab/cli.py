@@ -220,6 +220,13 @@ def _build_parser() -> _Parser:
         default=None,
         help="the split compared with (default test; papers' CIFAR-10 FID: train)",
     )
+    ev.add_argument(
+        "--inception-preprocessing",
+        choices=["tensorflow", "pytorch-fid"],
+        default=None,
+        help="how images reach the network: as the original FID code and torch-fidelity "
+        "(default) or as pytorch-fid",
+    )
     sa = sub.add_parser("sample", help="draw samples from a trained run and save a picture")
     sa.add_argument("run_dir")
     _add_device_option(sa)
@@ -376,6 +383,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "inception": args.inception,
         "inception_samples": args.inception_samples,
         "inception_reference": args.inception_reference,
+        "inception_preprocessing": args.inception_preprocessing,
     }
     options = {name: value for name, value in given.items() if value is not None}
     for name in options:

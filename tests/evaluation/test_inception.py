@@ -11,7 +11,7 @@ import torch
 
 from ebmlab._checks import ArgumentError
 from ebmlab.evaluation import InceptionV3, inception_outputs, inception_score, load_inception
-from ebmlab.evaluation.inception import _average
+from ebmlab.evaluation.inception import _average, resize_like_tensorflow
 
 # torchvision documents 27,161,264 parameters for its Inception-v3, whose auxiliary head
 # (3,326,696 of them) the FID port lacks and whose classifier has 1000 outputs, not 1008
@@ -103,20 +103,48 @@ def test_files_that_are_not_the_port_are_refused(tmp_path, inception_weights):
         load_inception(tmp_path / "c.pth")
 
 
-def test_features_are_the_classifier_inputs_at_any_size_and_in_grey(inception_weights):
+def test_features_and_the_logits_of_the_inception_score(inception_weights):
+    """Logits are the pool features times the classifier's weights, without its bias (as
+    the original Inception-score code computes them); grey images are the colour image
+    with three equal channels."""
     network = inception_weights[1]
-    gen = torch.Generator().manual_seed(3)
-    grey = torch.rand(2, 1, 28, 28, generator=gen)
+    grey = torch.rand(2, 1, 28, 28, generator=torch.Generator().manual_seed(3))
     features, logits = inception_outputs(network, grey)
     assert features.shape == (2, 2048) and logits.shape == (2, 1008)
-    torch.testing.assert_close(logits.float(), network.fc(features.float()))
+    torch.testing.assert_close(logits.float(), features.float() @ network.fc.weight.T)
     colour, _ = inception_outputs(network, grey.expand(-1, 3, -1, -1))
     torch.testing.assert_close(colour, features)
-    resized = torch.nn.functional.interpolate(grey, size=(299, 299), mode="bilinear")
-    at_input_size, _ = inception_outputs(network, resized)
-    torch.testing.assert_close(at_input_size, features, rtol=1e-4, atol=1e-5)
     with pytest.raises(ArgumentError, match="1 or 3 channels"):
         inception_outputs(network, torch.rand(2, 2, 8, 8))
+
+
+def test_the_tensorflow_resize_reads_source_pixels_without_half_pixel_offsets():
+    """Output i reads the input at i * in / out: 2 -> 4 gives x0, (x0 + x1) / 2, x1, x1
+    (PyTorch's half-pixel rule would give x0, (3 x0 + x1) / 4, (x0 + 3 x1) / 4, x1); an
+    image already at the size is left as it is."""
+    x = torch.tensor([[[[0.0, 4.0], [8.0, 16.0]]]])
+    resized = resize_like_tensorflow(x, 4)
+    torch.testing.assert_close(resized[0, 0, 0], torch.tensor([0.0, 2.0, 4.0, 4.0]))
+    torch.testing.assert_close(resized[0, 0, :, 0], torch.tensor([0.0, 4.0, 8.0, 8.0]))
+    torch.testing.assert_close(resized[0, 0, 1], torch.tensor([4.0, 7.0, 10.0, 10.0]))
+    same = torch.rand(1, 3, 299, 299)
+    assert torch.equal(resize_like_tensorflow(same, 299), same)
+
+
+def test_the_tensorflow_preprocessing_sees_8_bit_pixels(inception_weights):
+    """Pixels are quantised to 8 bits, as saved samples are: a change below half a grey
+    level changes nothing, while pytorch-fid's preprocessing sees it."""
+    network = inception_weights[1]
+    levels = torch.randint(256, (2, 3, 16, 16), generator=torch.Generator().manual_seed(4)) / 255
+    nudged = levels + 0.3 / 255
+    torch.testing.assert_close(*(inception_outputs(network, x)[0] for x in (levels, nudged)),
+                               rtol=0, atol=0)  # fmt: skip
+    plain = InceptionV3("pytorch-fid").eval()
+    plain.load_state_dict(network.state_dict())
+    a, b = (inception_outputs(plain, x)[0] for x in (levels, nudged))
+    assert not torch.equal(a, b)
+    with pytest.raises(ArgumentError, match="preprocessing must be one of"):
+        InceptionV3("keras")
 
 
 def test_the_inner_average_pools_leave_the_padding_out():

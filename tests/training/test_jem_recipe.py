@@ -241,7 +241,8 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
     assert recorded["image_shape"] == [3, 8, 8] and recorded["num_classes"] == 3
     assert recorded["encoding"]["divisor"] == 255
     capsys.readouterr()
-    more = ["--inception-samples", "30", "--inception-reference", "train"]  # 20 a batch here
+    more = ["--inception-samples", "30", "--inception-reference", "train",  # 20 a batch here
+            "--inception-preprocessing", "pytorch-fid"]  # fmt: skip
     assert main(["evaluate", str(run), "--inception", str(inception_weights[0]), *more]) == 0
     result = json.loads(capsys.readouterr().out)
     assert {"permuted", "flip_lr", "flip_ud", "uniform_noise"} == set(result["ood_auroc"])
@@ -252,6 +253,7 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
     assert inception["samples"] == 30 and inception["reference"] == 30
     digest = hashlib.sha256(inception_weights[0].read_bytes()).hexdigest()
     assert inception["weights_sha256"] == digest
+    assert inception["preprocessing"] == "pytorch-fid"
     import matplotlib.image
 
     picture = matplotlib.image.imread(run / "samples_conditional.png")

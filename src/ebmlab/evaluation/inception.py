@@ -4,17 +4,28 @@ weights file, and the Inception score.
 Papers report FID (Heusel et al. 2017), KID (Bińkowski et al. 2018) and the Inception
 score (Salimans et al. 2016) in one network: the TensorFlow Inception-v3 graph of
 2015-12-05 (Szegedy et al. 2016), with 2048 pool features and 1008 class logits. The
-common PyTorch FID tools distribute a port of it as a state dict of tensors
-(``pt_inception-2015-12-05-6726825d.pth``). :func:`load_inception` reads that file with
-``torch.load(weights_only=True)``, which refuses pickled code, into :class:`InceptionV3`,
-whose parameter names and shapes are the file's. The port's graph differs from the
-Inception-v3 of image classification libraries in two places, both kept here: the
-average pools inside the mixed blocks leave the zero padding out of the mean, and the
-last block pools by maximum.
+PyTorch FID tools distribute a port of it as a state dict of tensors
+(``pt_inception-2015-12-05-6726825d.pth``; torch-fidelity's
+``weights-inception-2015-12-05-6726825d.pth``). :func:`load_inception` reads that file
+with ``torch.load(weights_only=True)``, which refuses pickled code, into
+:class:`InceptionV3`, whose parameter names and shapes are the file's. The graph differs
+from the Inception-v3 of image classification libraries in two places, both kept here:
+the average pools inside the mixed blocks leave the zero padding out of the mean, and
+the last block pools by maximum.
 
-Images enter in [0, 1] at any size, grey or colour: grey is repeated over three
-channels, and every image is resized bilinearly to 299 x 299 and scaled to [-1, 1], as
-those tools do.
+Images enter in [0, 1] at any size, grey or colour (grey is repeated over three
+channels), and are brought to the graph's 299 x 299 inputs in one of two ways:
+
+- ``"tensorflow"`` (default), as the graph itself does and as the original FID and
+  Inception-score code and torch-fidelity feed it: pixels quantised to 8 bits (as when
+  samples are saved as PNG), resized by TensorFlow 1's bilinear interpolation (source
+  coordinate i * in / out, no half-pixel offset), then (x - 128) / 128;
+- ``"pytorch-fid"``, as pytorch-fid does: PyTorch's bilinear interpolation (half-pixel
+  centres) of the unquantised pixels, then 2 x - 1. Its FIDs differ slightly from the
+  TensorFlow code's.
+
+The Inception score uses the logits of the original code: the pool features times the
+classifier's weights, without its bias.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from ebmlab.devices import widen
 from ebmlab.energies.base import in_chunks
 
 INPUT_SIZE = 299
+PREPROCESSING = ("tensorflow", "pytorch-fid")
 CHUNK = 64  # images per forward pass: 299 x 299 activations are about 40 MB an image
 FEATURES = 2048
 CLASSES = 1008  # the graph's 1000 ImageNet classes and 8 unused outputs
@@ -180,16 +192,40 @@ def _block_e(cin: int, pool: Callable[[torch.Tensor], torch.Tensor]) -> _Mixed:
     return _Mixed(layers, paths, pool)
 
 
+def _source_rows(n_in: int, n_out: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """TensorFlow 1's bilinear sampling along one axis: output i reads the input at
+    i * n_in / n_out between rows ``low`` and ``low + 1`` (clamped) with weight ``frac``,
+    in exact integer arithmetic."""
+    scaled = torch.arange(n_out, device=device) * n_in
+    low = torch.div(scaled, n_out, rounding_mode="floor")
+    frac = (scaled - low * n_out).float() / n_out
+    return low, (low + 1).clamp(max=n_in - 1), frac
+
+
+def resize_like_tensorflow(images: torch.Tensor, size: int) -> torch.Tensor:
+    """Images (N, C, H, W) resized to ``size`` x ``size`` as TensorFlow 1's
+    ``resize_bilinear`` (align_corners=False) does, the resize inside the FID graph."""
+    low, high, frac = _source_rows(images.shape[-2], size, images.device)
+    x = images[..., low, :] * (1 - frac)[:, None] + images[..., high, :] * frac[:, None]
+    low, high, frac = _source_rows(images.shape[-1], size, images.device)
+    return x[..., low] * (1 - frac) + x[..., high] * frac
+
+
 class InceptionV3(nn.Module):
     """Inception-v3 as FID, KID and the Inception score use it (Szegedy et al. 2016).
 
     ``forward`` maps images (N, 1 or 3, H, W) in [0, 1] to the 2048 pool features and
-    the 1008 logits. Untrained as constructed: :func:`load_inception` gives the
-    published weights.
+    the 1008 logits of the Inception score (without the classifier's bias). Untrained
+    as constructed: :func:`load_inception` gives the published weights.
+
+    Args:
+        preprocessing: ``"tensorflow"`` (the graph's own: 8-bit pixels, TensorFlow 1's
+            bilinear resize) or ``"pytorch-fid"`` (pytorch-fid's); see the module.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, preprocessing: str = "tensorflow") -> None:
         super().__init__()
+        self.preprocessing = _checks.one_of("preprocessing", preprocessing, PREPROCESSING)
         stem = [
             ("Conv2d_1a_3x3", _Conv(3, 32, 3, stride=2)),
             ("Conv2d_2a_3x3", _Conv(32, 32, 3)),
@@ -224,12 +260,17 @@ class InceptionV3(nn.Module):
         x = images.float()
         if x.shape[1] == 1:
             x = x.expand(-1, 3, -1, -1)
-        x = F.interpolate(x, size=(INPUT_SIZE, INPUT_SIZE), mode="bilinear", align_corners=False)
-        x = (2 * x - 1).contiguous(memory_format=torch.channels_last)
+        if self.preprocessing == "tensorflow":
+            x = torch.floor(x.clamp(0, 1) * 255 + 0.5)  # the 8-bit pixels of a PNG
+            x = (resize_like_tensorflow(x, INPUT_SIZE) - 128) / 128
+        else:
+            x = F.interpolate(x, (INPUT_SIZE, INPUT_SIZE), mode="bilinear", align_corners=False)
+            x = 2 * x - 1
+        x = x.contiguous(memory_format=torch.channels_last)
         for name in self.order:
             x = self.get_submodule(name)(x)
         features = x.mean((2, 3))
-        return features, self.fc(features)
+        return features, features @ self.fc.weight.T
 
 
 def _without_counters(keys: Any) -> set[str]:
@@ -237,7 +278,9 @@ def _without_counters(keys: Any) -> set[str]:
     return {k for k in keys if not k.endswith("num_batches_tracked")}
 
 
-def load_inception(path: str | os.PathLike, device: torch.device | str = "cpu") -> InceptionV3:
+def load_inception(
+    path: str | os.PathLike, device: torch.device | str = "cpu", preprocessing: str = "tensorflow"
+) -> InceptionV3:
     """The Inception-v3 of the FID tools from a local state-dict file (the
     ``pt_inception-2015-12-05`` port), on ``device`` in evaluation mode.
 
@@ -247,7 +290,10 @@ def load_inception(path: str | os.PathLike, device: torch.device | str = "cpu") 
     Args:
         path: the weights file, a state dict saved by ``torch.save``.
         device: where the network is placed.
+        preprocessing: how images reach the network's inputs: ``"tensorflow"`` or
+            ``"pytorch-fid"`` (see the module).
     """
+    _checks.one_of("preprocessing", preprocessing, PREPROCESSING)
     path = Path(path)
     if not path.is_file():
         raise ArgumentError(f"inception weights: no file {str(path)!r}")
@@ -261,7 +307,7 @@ def load_inception(path: str | os.PathLike, device: torch.device | str = "cpu") 
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ArgumentError(f"inception weights {str(path)!r}: expected a dict of tensors")
-    network = InceptionV3()
+    network = InceptionV3(preprocessing)
     expected = network.state_dict()
     wanted, given = _without_counters(expected), _without_counters(state)
     if wanted != given:

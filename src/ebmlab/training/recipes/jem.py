@@ -495,7 +495,7 @@ INCEPTION_REFERENCES = ("test", "train")
 
 
 def _inception_network(
-    task: JEMTask, weights: str | None, samples: int | None, reference: str
+    task: JEMTask, weights: str | None, samples: int | None, reference: str, preprocessing: str
 ) -> InceptionV3 | None:
     """The FID tools' Inception-v3 from ``weights`` (None without), after checking the
     evaluation's Inception options; the SHA-256 of the file is reported with the
@@ -509,7 +509,7 @@ def _inception_network(
         raise ArgumentError(f"inception_samples must be at least 20, got {samples}")
     if task.train.image_shape is None:
         raise ArgumentError(f"inception needs images; the data {task.config.data!r} are vectors")
-    return load_inception(weights, task.test.x.device)
+    return load_inception(weights, task.test.x.device, preprocessing)
 
 
 def _inception_quality(
@@ -564,6 +564,7 @@ def evaluate(
     inception: str | None = None,
     inception_samples: int | None = None,
     inception_reference: str = "test",
+    inception_preprocessing: str = "tensorflow",
 ) -> dict[str, Any]:
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
     (the samples again after 200 and after ``long_run_steps`` further SGLD steps).
@@ -577,12 +578,16 @@ def evaluate(
             sample metrics use, at most 500); papers' FID-50k takes 50 000.
         inception_reference: the split the samples are compared with, ``test`` or
             ``train`` (papers' FID on CIFAR-10: the 50 000 training images).
+        inception_preprocessing: ``tensorflow`` (the original FID and IS code's,
+            and torch-fidelity's) or ``pytorch-fid`` (see :mod:`ebmlab.evaluation.inception`).
     """
     if long_run_steps <= 200:
         raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
-    network = _inception_network(task, inception, inception_samples, inception_reference)
+    network = _inception_network(
+        task, inception, inception_samples, inception_reference, inception_preprocessing
+    )
     with torch.no_grad():
         logits = in_chunks(task.model.logits, test.x)
     probs = torch.softmax(task.model.beta * logits, 1)
@@ -632,6 +637,7 @@ def evaluate(
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
         quality["inception_features"] = {
             "weights_sha256": digest,
+            "preprocessing": inception_preprocessing,
             **_inception_quality(task, network, x, inception_samples or n, split),
         }
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
