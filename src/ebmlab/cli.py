@@ -34,6 +34,7 @@ from ebmlab._checks import ArgumentError
 from ebmlab.data import Dataset, available_datasets, download
 from ebmlab.data.catalog import SOURCES, DownloadError
 from ebmlab.devices import resolve_device
+from ebmlab.evaluation.inception import PREPROCESSING
 from ebmlab.partition.binary_products import quantized_available
 from ebmlab.training import (
     CheckpointError,
@@ -46,6 +47,7 @@ from ebmlab.training import (
 )
 from ebmlab.training.checkpoint import load_newest_good, previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
+from ebmlab.training.recipes.jem import INCEPTION_REFERENCES
 from ebmlab.training.run_dir import jsonable, write_json
 
 # What a user can fix: bad arguments and settings, missing files and data, failed
@@ -216,13 +218,13 @@ def _build_parser() -> _Parser:
     )
     ev.add_argument(
         "--inception-reference",
-        choices=["test", "train"],
+        choices=INCEPTION_REFERENCES,
         default=None,
         help="the split compared with (default test; papers' CIFAR-10 FID: train)",
     )
     ev.add_argument(
         "--inception-preprocessing",
-        choices=["tensorflow", "pytorch-fid"],
+        choices=PREPROCESSING,
         default=None,
         help="how images reach the network: as the original FID code and torch-fidelity "
         "(default) or as pytorch-fid",
