@@ -164,11 +164,6 @@ def seeded(factory, *args, **kwargs):
     return factory(*args, **kwargs)
 
 
-def energy_outputs(model, x):
-    """An energy's values and input gradients at ``x``."""
-    return energy_and_grad(model, x)
-
-
 def analytic_outputs(model, x, put):
     """An analytic energy's values and gradients, exact log Z and exact draws (from a
     generator on the device, since a parameter-free energy has no device of its own:
@@ -200,24 +195,24 @@ ENERGIES = {
     "independent_bernoulli": lambda put: analytic_outputs(
         put(IndependentBernoulli(torch.linspace(-1, 1, 6))), put(BITS), put
     ),
-    "subspace_rbm": lambda put: energy_outputs(put(seeded(SubspaceRBM, 6, 2, 3, 0.5)), put(BITS)),
+    "subspace_rbm": lambda put: energy_and_grad(put(seeded(SubspaceRBM, 6, 2, 3, 0.5)), put(BITS)),
     "categorical_rbm": lambda put: put(seeded(CategoricalRBM, 2, 3, 4, 0.5)).free_energy(
         put(torch.nn.functional.one_hot(LABELS[:8].view(4, 2), 3).flatten(1).float())
     ),
     "deep_belief_network": lambda put: put(seeded(DeepBeliefNetwork, 6, (4, 3))).sample(
         4, 5, generator=device_generator(put, 6)
     ),
-    "conv_energy": lambda put: energy_outputs(
+    "conv_energy": lambda put: energy_and_grad(
         put(seeded(ConvEnergy, (1, 8, 8), width=4)), put(IMAGES)
     ),
-    "image_energy_wide_resnet": lambda put: energy_outputs(
+    "image_energy_wide_resnet": lambda put: energy_and_grad(
         put(ImageEnergy(seeded(WideResNet, (3, 8, 8), 1, depth=10, widen=1, norm="group"))),
         put(COLOUR),
     ),
-    "image_energy_sn_resnet": lambda put: energy_outputs(
+    "image_energy_sn_resnet": lambda put: energy_and_grad(
         put(ImageEnergy(seeded(SNResNet, (3, 8, 8), 1, width=8, stages=2))), put(COLOUR)
     ),
-    "class_conditional_energy": lambda put: energy_outputs(
+    "class_conditional_energy": lambda put: energy_and_grad(
         put(classifier()).conditional(put(LABELS[:16])), put(X)
     ),
     "logit_energy": lambda put: put(seeded(LogitEnergy, 2, (8,), 3))(put(X)),
