@@ -3,6 +3,9 @@
 ``python -m benchmarks.gpu [--mnist-root DIR] [--out benchmarks/results/gpu.json]``
 writes the rows with the GPU's name (every time is taken between two device
 synchronisations). Without CUDA there is nothing to measure and no row.
+The file is rewritten after each group of rows (``--rows``, all by default), so a run
+cut short keeps what it measured; a later run of some groups replaces only their rows
+(on the same GPU), and ``complete`` says whether every group has been measured.
 ``--smoke`` runs every row at toy sizes on any device (``--device cpu``) and writes
 nothing: a check that the benchmark itself runs, not a measurement.
 
@@ -398,14 +401,25 @@ def scaling_rows() -> list[dict]:
     return [row]
 
 
+GROUPS = ("jem", "langevin", "rbm", "loader", "scaling")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mnist-root", default=None, help="directory holding the MNIST files")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu.json"))
     parser.add_argument("--device", default="cuda", help="the device (cuda unless --smoke)")
+    parser.add_argument(
+        "--rows",
+        default=",".join(GROUPS),
+        help=f"comma-separated groups of rows to measure, of {', '.join(GROUPS)}",
+    )
     parser.add_argument("--smoke", action="store_true",
                         help="every row at toy sizes, printed and not written")  # fmt: skip
     args = parser.parse_args(argv)
+    groups = args.rows.split(",")
+    if unknown := sorted(set(groups) - set(GROUPS)):
+        parser.error(f"--rows: unknown group {unknown[0]!r}; expected some of {', '.join(GROUPS)}")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("no CUDA GPU here: nothing to measure")
@@ -414,18 +428,27 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("measurements are taken on CUDA only; use --smoke to check another device")
     sizes = SMOKE if args.smoke else Sizes()
     # read first, so that missing MNIST files stop the run before any row is measured
-    mnist = None if sizes.rbm_rows else load_dataset(
+    mnist = None if sizes.rbm_rows or "rbm" not in groups else load_dataset(
         "mnist10k", "train", transform="binary", root=args.mnist_root).x  # fmt: skip
-    rows = [*jem_rows(device, sizes), *langevin_rows(device, sizes),
-            *rbm_rows(device, sizes, mnist), *loader_rows(device, sizes)]  # fmt: skip
-    if device.type == "cuda" and not args.smoke:
-        rows += scaling_rows()
-        name = torch.cuda.get_device_name(device)
-        report = {"gpu": name, "torch": torch.__version__, "rows": rows}
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    for row in rows:
-        print(json.dumps(row))
+    measure = {"jem": lambda: jem_rows(device, sizes),
+               "langevin": lambda: langevin_rows(device, sizes),
+               "rbm": lambda: rbm_rows(device, sizes, mnist),
+               "loader": lambda: loader_rows(device, sizes),
+               "scaling": lambda: scaling_rows() if not args.smoke else []}  # fmt: skip
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    out = Path(args.out)
+    kept = json.loads(out.read_text())["rows"] if out.is_file() and not args.smoke else []
+    kept = [row for row in kept if row.get("group") not in groups and row.get("gpu") == gpu]
+    for group in groups:
+        rows = [{"group": group, "gpu": gpu, **row} for row in measure[group]()]
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        kept += rows
+        if not args.smoke:  # after every group, so that a run cut short keeps its rows
+            complete = {row["group"] for row in kept} == set(GROUPS)
+            report = {"gpu": gpu, "torch": torch.__version__, "complete": complete, "rows": kept}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -31,3 +31,19 @@ def test_the_gpu_benchmark_measures_only_on_cuda():
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2 and "--smoke" in done.stderr
+
+
+def test_the_gpu_benchmark_measures_the_groups_asked_for():
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--smoke", "--device", "cpu", "--rows",
+         "langevin,rbm"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {row["group"] for row in rows} == {"langevin", "rbm"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--smoke", "--rows", "jem,sgld"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--rows: unknown group 'sgld'" in bad.stderr

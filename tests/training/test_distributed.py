@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,36 @@ def test_rbm_dbm_and_dbn_recipes_train_with_two_processes(tmp_path):
             assert chains["layer1"].shape == (21, 8)
             chains = chains["layer0"]
         assert chains.shape == (21, 64)  # 11 + 10 persistent chains, one share per rank
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_node(node: int, port: int, *args: str) -> subprocess.Popen:
+    """One of two torchrun "nodes" of one process each, meeting on this machine."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+           f"--node-rank={node}", "--master-addr=127.0.0.1", f"--master-port={port}",
+           "-m", "ebmlab", *args]  # fmt: skip
+    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def test_density_across_two_nodes_matches_two_processes_on_one(tmp_path):
+    """Two nodes of one process each (both LOCAL_RANK 0, global ranks 0 and 1, one shared
+    run directory) train as ``--nproc 2`` does on one machine."""
+    density = ["train", "density", "--epochs", "1", "--no-progress"]
+    one_node = [sys.executable, "-m", "ebmlab", *density, "--out", str(tmp_path / "one"),
+                "--nproc", "2"]  # fmt: skip
+    subprocess.run(one_node, check=True, env=ENV, timeout=300, capture_output=True)
+    port = free_port()
+    nodes = [start_node(node, port, *density, "--out", str(tmp_path / "two")) for node in (0, 1)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert json.loads(outputs[0][0])["step"] > 0 and outputs[1][0] == ""  # rank 0 reports
+    a = load_checkpoint(tmp_path / "one" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "two" / "checkpoints" / "last.pt")
+    assert a["trainer"]["step"] == b["trainer"]["step"]
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
