@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,8 +35,12 @@ def inception_weights(tmp_path_factory):
 
 
 def pytest_configure(config):
-    """Under pytest-xdist each worker gets its share of the cores, so the workers do not
-    oversubscribe them."""
+    """Decoded image folders are cached in a folder of the test run's, not the user's
+    (subprocesses inherit it). Under pytest-xdist each worker gets its share of the
+    cores, so the workers do not oversubscribe them."""
+    cache = tempfile.mkdtemp(prefix="ebmlab-cache-")
+    config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
+    os.environ["EBMLAB_CACHE"] = cache
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
         torch.set_num_threads(max(1, torch.get_num_threads() // int(workers)))

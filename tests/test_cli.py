@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import math
+import os
 import tomllib
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def test_info_lists_data_sets(capsys, mnist_dir, monkeypatch):
     code, out, _ = run_cli(capsys, "info")
     assert code == 0
     assert "digits" in out and "mnist10k" in out and "torch threads" in out and "density" in out
+    assert f"decoded image folders: {os.environ['EBMLAB_CACHE']}/image-folders" in out
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from ebmlab import _checks, hardware, partition
 from ebmlab._checks import ArgumentError
 from ebmlab.data import Dataset, available_datasets, download
 from ebmlab.data.catalog import SOURCES, DownloadError
+from ebmlab.data.folders import cache_root
 from ebmlab.devices import resolve_device
 from ebmlab.evaluation.inception import PREPROCESSING
 from ebmlab.partition.binary_products import quantized_available
@@ -441,6 +442,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("data sets:")
     for name, where in available_datasets(args.data_root).items():
         print(f"  {name:<13} {where}")
+    print(f"decoded image folders: {cache_root() / 'image-folders'} (set EBMLAB_CACHE to move)")
     print("recipes: " + ", ".join(recipes()))
     return 0
 

@@ -1,19 +1,42 @@
-"""Image folders: one sub-folder per class, images decoded with Pillow.
+"""Image folders: one sub-folder per class, images decoded with Pillow once, then mapped.
 
 Classes are the sub-folders' names in sorted order, labelled 0..K-1. Every image is
 read as grayscale when all of them are grayscale and as RGB otherwise; images of mixed
 sizes need ``resize`` (height, width), which resamples each one bilinearly.
+
+A folder is decoded once into a cache entry: ``x.npy`` (N, C, H, W) uint8, ``y.npy``
+and ``classes.json`` under ``$EBMLAB_CACHE`` (default ``~/.cache/ebmlab``), named by a
+hash of every image's path, size and modification time and of ``resize``. Later loads
+memory-map the entry, so a folder larger than memory trains like an ``.npy`` file, and
+a run's train, val and test splits of one folder decode it once. Every header is read
+before any image is decoded (so mixed sizes are refused at once); images are then
+decoded straight into the mapped file, so memory holds one image per thread (several
+threads for images of 256 x 256 pixels or more, whose decoding releases the GIL long
+enough to pay). Changing, adding or removing an image makes a new
+entry; deleting the cache folder only costs decoding again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ebmlab.data.formats import DataFormatError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+GRAY_MODES = ("1", "L", "I;16", "I", "F")
+CACHE_FORMAT = 1  # bump when an entry's layout or decoding changes
+CHUNK = 64  # images a thread decodes per task
+THREADED_PIXELS = 256 * 256  # image size from which decoding on several threads pays
+PROGRESS_FROM = 2000  # images from which decoding shows a progress bar
 
 
 def class_folders(root: Path) -> list[Path]:
@@ -28,12 +51,20 @@ def class_folders(root: Path) -> list[Path]:
     return classes
 
 
-def read_image_folder(
-    root: str | Path, resize: tuple[int, int] | None = None
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Images (N, C, H, W) uint8, labels (N,) int64 and the class names of ``root``."""
-    from PIL import Image, UnidentifiedImageError
+def cache_root() -> Path:
+    """Where decoded folders are kept: ``$EBMLAB_CACHE``, else ``$XDG_CACHE_HOME/ebmlab``,
+    else ``~/.cache/ebmlab``."""
+    if os.environ.get("EBMLAB_CACHE"):
+        return Path(os.environ["EBMLAB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "ebmlab"
 
+
+def read_image_folder(
+    root: str | os.PathLike, resize: tuple[int, int] | None = None
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Images (N, C, H, W) uint8 (memory-mapped from the cache), labels (N,) int64 and
+    the class names of ``root``, decoding the folder first where it is not cached."""
     root = Path(root)
     classes = class_folders(root)
     files = [
@@ -46,27 +77,117 @@ def read_image_folder(
         raise DataFormatError(
             f"{root} holds no images (looked for {', '.join(IMAGE_SUFFIXES)} in its sub-folders)"
         )
-    images = []
-    for _, f in files:
-        try:
-            with Image.open(f) as im:
-                im.load()
-                images.append(im.copy())
-        except (UnidentifiedImageError, OSError) as err:
-            raise DataFormatError(f"{f} cannot be decoded as an image: {err}") from err
-    gray = all(im.mode in ("1", "L", "I;16", "I", "F") for im in images)
+    entry = cache_root() / "image-folders" / f"{root.name}-{_fingerprint(root, files, resize)}"
+    if not (entry / "classes.json").is_file():
+        _decode_into(entry, root, files, [c.name for c in classes], resize)
+    x = np.load(entry / "x.npy", mmap_mode="r")
+    return x, np.load(entry / "y.npy"), json.loads((entry / "classes.json").read_text())
+
+
+def _fingerprint(root: Path, files: list[tuple[int, Path]], resize: tuple[int, int] | None) -> str:
+    """A hash of what the decoded folder depends on: each image's path below ``root``,
+    class, size and modification time, and ``resize``."""
+    digest = hashlib.sha256(f"{CACHE_FORMAT} {resize}".encode())
+    for label, f in files:
+        stat = f.stat()
+        digest.update(f"\n{label} {f.relative_to(root)} {stat.st_size} {stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:20]
+
+
+def _in_threads(
+    work: Callable[[Sequence[int]], object], n: int, desc: str, threads: int
+) -> list[object]:
+    """``work`` over chunks of ``range(n)`` on ``threads`` threads, in order, with a
+    progress bar for large folders."""
+    chunks = [range(i, min(i + CHUNK, n)) for i in range(0, n, CHUNK)]
+    bar = tqdm(total=n, desc=desc, unit="image", leave=False, disable=n < PROGRESS_FROM)
+    results = []
+    pool = ThreadPoolExecutor(threads) if threads > 1 else None
+    try:
+        done = pool.map(work, chunks) if pool is not None else map(work, chunks)
+        for chunk, result in zip(chunks, done, strict=True):
+            results.append(result)
+            bar.update(len(chunk))
+    finally:  # on a bad image, the chunks not yet started are dropped
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        bar.close()
+    return results
+
+
+def _decode_into(
+    entry: Path,
+    root: Path,
+    files: list[tuple[int, Path]],
+    classes: list[str],
+    resize: tuple[int, int] | None,
+) -> None:
+    """Decode every image of ``files`` into a new cache entry at ``entry``; a failure
+    leaves no entry behind."""
+    from PIL import Image, UnidentifiedImageError
+
+    def headers(chunk: Sequence[int]) -> list[tuple[str, tuple[int, int]]]:
+        found = []
+        for i in chunk:
+            try:
+                with Image.open(files[i][1]) as im:
+                    found.append((im.mode, im.size))
+            except (UnidentifiedImageError, OSError) as err:
+                raise DataFormatError(f"{files[i][1]} cannot be read as an image: {err}") from err
+        return found
+
+    found = _in_threads(headers, len(files), "reading headers", 1)
+    modes_sizes = [h for part in found for h in part]
+    gray = all(mode in GRAY_MODES for mode, _ in modes_sizes)
     mode = "L" if gray else "RGB"
-    first = images[0].size
-    arrays = []
-    for (_, f), im in zip(files, images, strict=True):
-        if resize is not None:
-            im = im.convert(mode).resize((resize[1], resize[0]), Image.Resampling.BILINEAR)
-        elif im.size != first:
-            raise DataFormatError(
-                f"{f} is {im.size[0]}x{im.size[1]} but {files[0][1]} is {first[0]}x{first[1]}; "
-                "images of mixed sizes need resize (--resize H W)"
-            )
-        pixels = np.asarray(im.convert(mode), dtype=np.uint8)
-        arrays.append(pixels[None] if gray else pixels.transpose(2, 0, 1))
-    labels = np.array([label for label, _ in files], dtype=np.int64)
-    return np.stack(arrays), labels, [c.name for c in classes]
+    width, height = modes_sizes[0][1]
+    if resize is None:
+        for (_, f), (_, size) in zip(files, modes_sizes, strict=True):
+            if size != (width, height):
+                raise DataFormatError(
+                    f"{f} is {size[0]}x{size[1]} but {files[0][1]} is {width}x{height}; "
+                    "images of mixed sizes need resize (--resize H W)"
+                )
+    else:
+        height, width = resize
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataFormatError(
+            f"cannot create the image cache {entry.parent} ({err}); set EBMLAB_CACHE to a "
+            "writable folder"
+        ) from err
+    partial = entry.with_name(f"{entry.name}.partial-{os.getpid()}")
+    partial.mkdir(exist_ok=True)
+    try:
+        shape = (len(files), 1 if gray else 3, height, width)
+        x = np.lib.format.open_memmap(partial / "x.npy", "w+", np.uint8, shape)
+
+        def decode(chunk: Sequence[int]) -> None:
+            for i in chunk:
+                try:
+                    with Image.open(files[i][1]) as im:
+                        im = im.convert(mode)
+                        if resize is not None:
+                            im = im.resize((width, height), Image.Resampling.BILINEAR)
+                        pixels = np.asarray(im, dtype=np.uint8)
+                except (UnidentifiedImageError, OSError) as err:
+                    raise DataFormatError(
+                        f"{files[i][1]} cannot be decoded as an image: {err}"
+                    ) from err
+                x[i] = pixels[None] if gray else pixels.transpose(2, 0, 1)
+
+        # small images decode faster than threads trade the GIL
+        big = modes_sizes[0][1][0] * modes_sizes[0][1][1] >= THREADED_PIXELS
+        threads = min(32, os.cpu_count() or 1) if big else 1
+        _in_threads(decode, len(files), f"decoding {root.name}", threads)
+        x.flush()
+        np.save(partial / "y.npy", np.array([label for label, _ in files], dtype=np.int64))
+        (partial / "classes.json").write_text(json.dumps(classes))
+        try:
+            partial.rename(entry)
+        except OSError:  # another process finished the same entry first
+            if not (entry / "classes.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)

@@ -1,0 +1,113 @@
+"""Image folders decoded once into a memory-mapped cache entry: in file order across the
+decoding threads, refreshed when an image changes, and bad images refused with their
+file's name, leaving nothing half-written in the cache."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ebmlab.data import DataFormatError, EncodedRows, load_dataset
+from ebmlab.data import folders as folders_module
+from ebmlab.data.folders import read_image_folder
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EBMLAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "image-folders"
+
+
+def write_folder(root, n=150, classes=("a", "b", "c"), size=(5, 3)):
+    """``n`` RGB images, image i of class i % 3 filled with (i, 255 - i, i % 7)."""
+    for name in classes:
+        (root / name).mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        pixels = np.empty((*size, 3), np.uint8)
+        pixels[...] = (i, 255 - i, i % 7)
+        Image.fromarray(pixels).save(root / classes[i % 3] / f"{i:04d}.png")
+    return root
+
+
+def test_a_folder_is_decoded_once_in_file_order_and_mapped(tmp_path, cache):
+    root = write_folder(tmp_path / "images")
+    x, y, classes = read_image_folder(root)
+    assert classes == ["a", "b", "c"] and x.shape == (150, 3, 5, 3) and x.dtype == np.uint8
+    assert isinstance(x, np.memmap)
+    # files in class order, then name order; several threads' chunks of 64 kept in order
+    order = [i for k in range(3) for i in range(k, 150, 3)]
+    assert x[:, 0, 0, 0].tolist() == order and x[:, 1, 4, 2].tolist() == [255 - i for i in order]
+    assert y.tolist() == [i % 3 for i in order]
+    (entry,) = cache.iterdir()
+    # the splits of a run read the same entry; nothing is decoded again
+    parts = [load_dataset(str(root), s, in_memory=False) for s in ("train", "val", "test")]
+    assert [len(p) for p in parts] == [120, 15, 15] and list(cache.iterdir()) == [entry]
+    assert isinstance(parts[0].x, EncodedRows)
+    assert parts[0].x.array.filename == entry / "x.npy"
+    assert parts[0].classes == ("a", "b", "c") and parts[0].image_shape == (3, 5, 3)
+
+
+def test_a_changed_image_or_resize_makes_a_new_entry(tmp_path, cache):
+    root = write_folder(tmp_path / "images", n=6)
+    before = read_image_folder(root)[0]
+    Image.fromarray(np.full((5, 3, 3), 200, np.uint8)).save(root / "a" / "0000.png")
+    after = read_image_folder(root)[0]
+    assert len(list(cache.iterdir())) == 2
+    assert before[0].max() == 255 and (after[0] == 200).all()
+    assert np.array_equal(before[1:], after[1:])
+    resized = load_dataset(str(root), "train", resize=(4, 4), flatten=False, transform="raw")
+    assert resized.x.shape[1:] == (3, 4, 4) and len(list(cache.iterdir())) == 3
+
+
+def test_a_finished_entry_is_kept_when_another_process_wrote_it_first(tmp_path, cache):
+    root = write_folder(tmp_path / "images", n=6)
+    x, _, _ = read_image_folder(root)
+    (entry,) = cache.iterdir()
+    files = [(i % 3, root / "abc"[i % 3] / f"{i:04d}.png") for i in (0, 3, 1, 4, 2, 5)]
+    folders_module._decode_into(entry, root, files, ["a", "b", "c"], None)
+    assert list(cache.iterdir()) == [entry]
+    assert np.array_equal(read_image_folder(root)[0], x)
+
+
+@pytest.mark.parametrize(
+    "spoil, match",
+    [
+        (lambda f: f.write_bytes(f.read_bytes()[:60]), "cannot be decoded as an image"),
+        (lambda f: f.write_bytes(b"not a picture at all"), "cannot be read as an image"),
+    ],
+    ids=["truncated", "not-an-image"],
+)
+def test_a_bad_image_is_named_and_leaves_no_entry(tmp_path, cache, spoil, match):
+    root = write_folder(tmp_path / "images", n=100, size=(40, 40))
+    bad = root / "b" / "0040.png"
+    spoil(bad)
+    with pytest.raises(DataFormatError, match=match) as err:
+        load_dataset(str(root), "train")
+    assert str(bad) in str(err.value)
+    assert not cache.exists() or not list(cache.iterdir())  # no entry, not even a partial one
+
+
+def test_mixed_sizes_are_refused_before_any_image_is_decoded(tmp_path, cache, monkeypatch):
+    root = write_folder(tmp_path / "images", n=9)
+    Image.fromarray(np.zeros((7, 7, 3), np.uint8)).save(root / "c" / "big.png")
+    monkeypatch.setattr(Image.Image, "convert", lambda *a: pytest.fail("decoded an image"))
+    with pytest.raises(DataFormatError, match=r"big\.png is 7x7 but .*0000\.png is 3x5"):
+        read_image_folder(root)
+    assert not cache.exists()
+
+
+def test_an_unwritable_cache_is_a_clear_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("EBMLAB_CACHE", str(blocker))
+    root = write_folder(tmp_path / "images", n=3)
+    with pytest.raises(DataFormatError, match="set EBMLAB_CACHE to a writable folder"):
+        read_image_folder(root)
+
+
+def test_the_cache_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("EBMLAB_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert folders_module.cache_root() == tmp_path / "xdg" / "ebmlab"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert folders_module.cache_root() == tmp_path / "home" / ".cache" / "ebmlab"
