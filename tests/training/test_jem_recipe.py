@@ -219,11 +219,12 @@ def test_mixed_precision_step_runs_the_network_in_bfloat16_and_keeps_float32_sta
     assert 0 < abs(float(mixed - full)) < 0.01 * abs(float(full))
 
 
-def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weights):
+def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weights, monkeypatch):
     """JEM on the user's RGB data: classes and image shape come from the files, the run
     records the encoding, and the pictures are in colour; a test split smaller than the
     conditional grid (10 a class) still fills it. Sample quality in the features of an
-    Inception-v3 weights file too."""
+    Inception-v3 weights file too. A relative --data path is recorded as an absolute one,
+    so the run evaluates from any directory."""
     rng = np.random.default_rng(0)
     data = tmp_path / "data"
     data.mkdir()
@@ -233,13 +234,17 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
         x[np.arange(n), y] = 255  # each class has one bright channel
         np.savez(data / f"{split}.npz", x=x, y=y)
     run = tmp_path / "run"
-    args = ["train", "jem", "--out", str(run), "--data", str(data), "--conv-width", "8",
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "jem", "--out", str(run), "--data", "data", "--conv-width", "8",
             "--sampler-steps", "3", "--buffer-size", "50", "--epochs", "1"]  # fmt: skip
     args.append("--no-progress")
     assert main(args) == 0
     recorded = json.loads((run / "config.json").read_text())["data"]
     assert recorded["image_shape"] == [3, 8, 8] and recorded["num_classes"] == 3
     assert recorded["encoding"]["divisor"] == 255
+    assert json.loads((run / "config.json").read_text())["config"]["data"] == str(data)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     capsys.readouterr()
     more = ["--inception-samples", "30", "--inception-reference", "train",  # 20 a batch here
             "--inception-preprocessing", "pytorch-fid"]  # fmt: skip

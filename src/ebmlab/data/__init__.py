@@ -119,8 +119,10 @@ def resolve_path(name: str, root: str | os.PathLike | None = None) -> Path:
 
 
 def check_data(name: str, builtin: Sequence[str], root: str | os.PathLike | None = None) -> str:
-    """``name`` if it is one of ``builtin`` or an existing file or folder; a recipe's
-    config calls it so that a wrong ``--data`` fails before any work starts.
+    """``name`` if it is one of ``builtin``, or the absolute path of the existing file or
+    folder it names; a recipe's config calls it so that a wrong ``--data`` fails before
+    any work starts, and so that the run records where its data are wherever
+    ``evaluate``, ``sample`` or ``--resume`` are later called from.
 
     Args:
         root: directory of local data files (default: ``$EBMLAB_DATA``).
@@ -128,7 +130,7 @@ def check_data(name: str, builtin: Sequence[str], root: str | os.PathLike | None
     if name in builtin:
         return name
     if name not in DATASETS and resolve_path(name, root).exists():
-        return name
+        return str(resolve_path(name, root).resolve())
     raise ArgumentError(
         f"data must be one of {list(builtin)} or an existing .npy/.npz file or image "
         f"folder, got {name!r}"

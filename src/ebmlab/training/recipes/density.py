@@ -140,7 +140,7 @@ class DensityConfig:
 
     def __post_init__(self) -> None:
         _checks.choices(self)
-        check_data(self.data, TOYS)
+        self.data = check_data(self.data, TOYS)
         _checks.positive("sigma", self.sigma)
         _checks.positive_int("nce_noise_ratio", self.nce_noise_ratio)
         _checks.positive("ed_scale", self.ed_scale)

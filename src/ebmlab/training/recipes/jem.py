@@ -196,7 +196,7 @@ class JEMConfig:
     calibrate: bool = True
 
     def __post_init__(self) -> None:
-        check_data(self.data, IMAGE_SETS, self.data_root or None)
+        self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
         if self.resize and len(self.resize) != 2:
             raise ArgumentError(f"resize must be (height, width), got {self.resize}")
         _checks.choices(self)

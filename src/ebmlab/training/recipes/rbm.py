@@ -176,7 +176,7 @@ class RBMConfig:
         if own is not None and self.data != own:
             raise ArgumentError(f"model {self.model!r} trains on data {own!r}, got {self.data!r}")
         if own is None:
-            check_data(self.data, IMAGE_SETS, self.data_root or None)
+            self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
         if self.model == "categorical" and self.data != "digits":
             raise ArgumentError(
                 "model 'categorical' reads the digits' 17 grey levels; use data 'digits'"

@@ -72,7 +72,7 @@ class StructuredConfig:
                 "task 'chain' draws its sequences from a hidden Markov model; data applies "
                 "to the digits (classification) and completion tasks"
             )
-        check_data(self.data, IMAGE_SETS, self.data_root or None)
+        self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
         _checks.positive_int("n_states", self.n_states)
         _checks.positive_int("seq_length", self.seq_length)
         _checks.positive_int("n_sequences", self.n_sequences)
