@@ -111,3 +111,22 @@ def test_the_cache_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert folders_module.cache_root() == tmp_path / "home" / ".cache" / "ebmlab"
+
+
+def test_resize_is_for_folders_and_every_image_recipe_takes_it(tmp_path, cache):
+    with pytest.raises(ValueError, match=r"resize applies to image folders, not to .*'digits'"):
+        load_dataset("digits", "train", resize=(4, 4))
+    with pytest.raises(ValueError, match=r"resize must be \(height, width\), got \(4,\)"):
+        load_dataset("digits", "train", resize=(4,))
+    root = write_folder(tmp_path / "images", n=30)
+    Image.fromarray(np.zeros((7, 7, 3), np.uint8)).save(root / "c" / "big.png")
+    from ebmlab.training.recipes import get_recipe
+
+    for name in ("jem", "rbm", "structured"):
+        recipe = get_recipe(name)
+        with pytest.raises(ValueError, match="resize must be"):
+            recipe.configs({"data": str(root), "resize": [4, 4, 4]})
+        with pytest.raises(DataFormatError, match="mixed sizes need resize"):
+            recipe.build(*recipe.configs({"data": str(root)}))
+        setup = recipe.build(*recipe.configs({"data": str(root), "resize": [4, 4]}))
+        assert setup.task.train.x.shape[1:] == (48,), name

@@ -137,6 +137,15 @@ def check_data(name: str, builtin: Sequence[str], root: str | os.PathLike | None
     )
 
 
+def check_resize(resize: Sequence[int]) -> tuple[int, int] | None:
+    """``resize`` as (height, width), or None when empty (images keep their size)."""
+    if not resize:
+        return None
+    if len(resize) != 2:
+        raise ArgumentError(f"resize must be (height, width), got {tuple(resize)}")
+    return _checks.positive_int("resize", resize[0]), _checks.positive_int("resize", resize[1])
+
+
 def _physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -282,13 +291,9 @@ def load_dataset(
     _checks.one_of("transform", transform, TRANSFORMS)
     if n is not None:
         _checks.positive_int("n", n)
-    if resize is not None:
-        if len(resize) != 2:
-            raise ArgumentError(f"resize must be (height, width), got {resize}")
-        resize = (
-            _checks.positive_int("resize", resize[0]),
-            _checks.positive_int("resize", resize[1]),
-        )
+    resize = check_resize(resize or ())
+    if resize is not None and name in DATASETS:
+        raise ArgumentError(f"resize applies to image folders, not to the data set {name!r}")
     if name in TOYS:
         _checks.one_of("split", split, list(TOY_SEEDS))
         toy = make_toy(name)
@@ -367,6 +372,20 @@ def validation_split(name: str, root: str | os.PathLike | None = None) -> str:
     return "val" if "val" in splits_of(name, root) else "test"
 
 
+def run_splits(
+    name: str, *, root: str | os.PathLike | None = None, **options: Any
+) -> tuple[Dataset, Dataset, Dataset]:
+    """The train, validation (:func:`validation_split`) and test splits a recipe trains,
+    validates and tests on; ``options`` go to :func:`load_dataset`.
+
+    Args:
+        name: a data set name or a path, as for :func:`load_dataset`.
+        root: directory of local data files (default: ``$EBMLAB_DATA``).
+    """
+    validation = validation_split(name, root)
+    return tuple(load_dataset(name, s, root=root, **options) for s in ("train", validation, "test"))
+
+
 def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
     """Which named data sets can be loaded here, each with where it comes from.
 
@@ -396,9 +415,11 @@ __all__ = [
     "ToyDistribution",
     "available_datasets",
     "check_data",
+    "check_resize",
     "download",
     "load_dataset",
     "make_toy",
+    "run_splits",
     "splits_of",
     "validation_split",
 ]

@@ -59,7 +59,7 @@ from tqdm.auto import tqdm
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, Dataset, check_data, load_dataset, validation_split
+from ebmlab.data import IMAGE_SETS, Dataset, check_data, check_resize, run_splits
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.devices import widen
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
@@ -197,8 +197,7 @@ class JEMConfig:
 
     def __post_init__(self) -> None:
         self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
-        if self.resize and len(self.resize) != 2:
-            raise ArgumentError(f"resize must be (height, width), got {self.resize}")
+        check_resize(self.resize)
         _checks.choices(self)
         _checks.probability("dropout", self.dropout)
         _checks.positive_int("crop_pad", self.crop_pad, allow_zero=True)
@@ -249,10 +248,8 @@ class JEMTask(BufferTask):
 
     def __init__(self, config: JEMConfig, seed: int) -> None:
         self.config = config
-        root = config.data_root or None
-        self.train, self.val, self.test = (
-            load_dataset(config.data, s, root=root, resize=config.resize or None)
-            for s in ("train", validation_split(config.data, root), "test")
+        self.train, self.val, self.test = run_splits(
+            config.data, root=config.data_root or None, resize=config.resize
         )
         k = self.train.num_classes
         if self.train.y is None or k is None or k < 2:

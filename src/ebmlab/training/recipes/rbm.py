@@ -52,7 +52,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks, partition
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, check_data, load_dataset, validation_split
+from ebmlab.data import IMAGE_SETS, check_data, check_resize, run_splits
 from ebmlab.devices import widen
 from ebmlab.energies import (
     BernoulliRBM,
@@ -116,6 +116,7 @@ class RBMConfig:
             reads grey levels or real values. ``auto``: digits, or the conditional
             models' own sets (walking, dot-pairs).
         data_root: directory holding published data sets (else $EBMLAB_DATA).
+        resize: (height, width) for image folders of mixed sizes.
         model: Bernoulli, categorical (17 grey levels), Gaussian-Bernoulli,
             spike-and-slab, convolutional, subspace or classification RBM, deep belief
             network, deep Boltzmann machine, or conditional or gated RBM (these two
@@ -149,6 +150,7 @@ class RBMConfig:
 
     data: str = "auto"
     data_root: str = ""
+    resize: tuple[int, ...] = ()
     model: str = "bernoulli"
     n_hidden: int = 16
     n_hidden2: int = 16
@@ -177,6 +179,7 @@ class RBMConfig:
             raise ArgumentError(f"model {self.model!r} trains on data {own!r}, got {self.data!r}")
         if own is None:
             self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
+        check_resize(self.resize)
         if self.model == "categorical" and self.data != "digits":
             raise ArgumentError(
                 "model 'categorical' reads the digits' 17 grey levels; use data 'digits'"
@@ -246,11 +249,9 @@ class RBMTask(Task):
 
     def __init__(self, config: RBMConfig, trainer: TrainerConfig) -> None:
         self.config = config
-        root = config.data_root or None
         transform = "binary" if config.model in BINARY else "raw"
-        self.train, self.val, self.test = (
-            load_dataset(config.data, s, root=root, transform=transform)
-            for s in ("train", validation_split(config.data, root), "test")
+        self.train, self.val, self.test = run_splits(
+            config.data, root=config.data_root or None, transform=transform, resize=config.resize
         )
         torch.manual_seed(trainer.seed)
         self.n_chains = distributed.share(config.n_chains)

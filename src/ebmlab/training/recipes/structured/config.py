@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, check_data
+from ebmlab.data import IMAGE_SETS, check_data, check_resize
 from ebmlab.learning.structured import LOSSES
 
 CHAIN_LOSSES = ("perceptron", "hinge", "nll")
@@ -26,6 +26,7 @@ class StructuredConfig:
         data: the labelled data of classification and the images of completion: a data
             set name (digits, mnist, cifar10, ...) or an .npy/.npz file or image folder.
         data_root: directory holding published data sets (else $EBMLAB_DATA).
+        resize: (height, width) for image folders of mixed sizes.
         arch: logits E = -NN(x)[y] or distance E = ||G(x) - e_y||^2 (digits).
         loss: one of LeCun et al.'s (2006) losses (chain and completion take a subset).
         hidden: hidden widths of the network.
@@ -50,6 +51,7 @@ class StructuredConfig:
     task: str = "digits"
     data: str = "digits"
     data_root: str = ""
+    resize: tuple[int, ...] = ()
     arch: str = "logits"
     loss: str = "hinge"
     hidden: tuple[int, ...] = (128,)
@@ -73,6 +75,7 @@ class StructuredConfig:
                 "to the digits (classification) and completion tasks"
             )
         self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
+        check_resize(self.resize)
         _checks.positive_int("n_states", self.n_states)
         _checks.positive_int("seq_length", self.seq_length)
         _checks.positive_int("n_sequences", self.n_sequences)

@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab._checks import ArgumentError
-from ebmlab.data import Dataset, load_dataset, validation_split
+from ebmlab.data import Dataset, run_splits
 from ebmlab.data.sequences import HiddenMarkovModel
 from ebmlab.devices import widen
 from ebmlab.energies.base import in_chunks
@@ -116,11 +116,8 @@ def approximate_argmin(mrf: PairwiseMRF, inference: str, sweeps: int = 100) -> t
 def splits(config: StructuredConfig, transform: str = "scaled") -> tuple[Dataset, ...]:
     """The train, validation (the test split where the data have none) and test splits
     of ``config.data``, in memory."""
-    root = config.data_root or None
-    return tuple(
-        load_dataset(config.data, s, root=root, transform=transform, in_memory=True)
-        for s in ("train", validation_split(config.data, root), "test")
-    )
+    return run_splits(config.data, root=config.data_root or None, transform=transform,
+                      resize=config.resize, in_memory=True)  # fmt: skip
 
 
 class CompletionTask(Task):
