@@ -166,7 +166,9 @@ def jem_update(logits: torch.Tensor, y: torch.Tensor, optimizer: torch.optim.Opt
 def reference_jem_step(device: torch.device, s: Sizes) -> Callable[[], None]:
     """The reference JEM update as its authors' script does it: a buffer of uniform
     starts (5% re-initialised), SGLD on log sum_y exp f(x)[y] with autograd, then the
-    cross-entropy plus the contrastive term, Adam, all in float32."""
+    cross-entropy plus the contrastive term, Adam, all in float32. One labelled batch
+    serves both terms here and in ebmlab's step (the script draws a second, unlabelled
+    batch for the contrastive term: one more forward pass of 64 images)."""
     torch.manual_seed(0)
     net = WideResNet(s.depth, s.widen).to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)

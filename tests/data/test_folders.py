@@ -2,6 +2,9 @@
 decoding threads, refreshed when an image changes, and bad images refused with their
 file's name, leaving nothing half-written in the cache."""
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -15,6 +18,11 @@ from ebmlab.data.folders import read_image_folder
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EBMLAB_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache" / "image-folders"
+
+
+def entries(cache):
+    """The cache's entries (folders; each has a lock file beside it)."""
+    return sorted(d for d in cache.iterdir() if d.is_dir())
 
 
 def write_folder(root, n=150, classes=("a", "b", "c"), size=(5, 3)):
@@ -37,10 +45,11 @@ def test_a_folder_is_decoded_once_in_file_order_and_mapped(tmp_path, cache):
     order = [i for k in range(3) for i in range(k, 150, 3)]
     assert x[:, 0, 0, 0].tolist() == order and x[:, 1, 4, 2].tolist() == [255 - i for i in order]
     assert y.tolist() == [i % 3 for i in order]
-    (entry,) = cache.iterdir()
+    (entry,) = entries(cache)
     # the splits of a run read the same entry; nothing is decoded again
     parts = [load_dataset(str(root), s, in_memory=False) for s in ("train", "val", "test")]
-    assert [len(p) for p in parts] == [120, 15, 15] and list(cache.iterdir()) == [entry]
+    assert [len(p) for p in parts] == [120, 15, 15]
+    assert entries(cache) == [entry]
     assert isinstance(parts[0].x, EncodedRows)
     assert parts[0].x.array.filename == entry / "x.npy"
     assert parts[0].classes == ("a", "b", "c") and parts[0].image_shape == (3, 5, 3)
@@ -51,20 +60,20 @@ def test_a_changed_image_or_resize_makes_a_new_entry(tmp_path, cache):
     before = read_image_folder(root)[0]
     Image.fromarray(np.full((5, 3, 3), 200, np.uint8)).save(root / "a" / "0000.png")
     after = read_image_folder(root)[0]
-    assert len(list(cache.iterdir())) == 2
+    assert len(entries(cache)) == 2
     assert before[0].max() == 255 and (after[0] == 200).all()
     assert np.array_equal(before[1:], after[1:])
     resized = load_dataset(str(root), "train", resize=(4, 4), flatten=False, transform="raw")
-    assert resized.x.shape[1:] == (3, 4, 4) and len(list(cache.iterdir())) == 3
+    assert resized.x.shape[1:] == (3, 4, 4) and len(entries(cache)) == 3
 
 
 def test_a_finished_entry_is_kept_when_another_process_wrote_it_first(tmp_path, cache):
     root = write_folder(tmp_path / "images", n=6)
     x, _, _ = read_image_folder(root)
-    (entry,) = cache.iterdir()
+    (entry,) = entries(cache)
     files = [(i % 3, root / "abc"[i % 3] / f"{i:04d}.png") for i in (0, 3, 1, 4, 2, 5)]
     folders_module._decode_into(entry, root, files, ["a", "b", "c"], None)
-    assert list(cache.iterdir()) == [entry]
+    assert entries(cache) == [entry]
     assert np.array_equal(read_image_folder(root)[0], x)
 
 
@@ -83,7 +92,7 @@ def test_a_bad_image_is_named_and_leaves_no_entry(tmp_path, cache, spoil, match)
     with pytest.raises(DataFormatError, match=match) as err:
         load_dataset(str(root), "train")
     assert str(bad) in str(err.value)
-    assert not cache.exists() or not list(cache.iterdir())  # no entry, not even a partial one
+    assert not entries(cache)  # no entry, not even a partial one
 
 
 def test_mixed_sizes_are_refused_before_any_image_is_decoded(tmp_path, cache, monkeypatch):
@@ -92,7 +101,7 @@ def test_mixed_sizes_are_refused_before_any_image_is_decoded(tmp_path, cache, mo
     monkeypatch.setattr(Image.Image, "convert", lambda *a: pytest.fail("decoded an image"))
     with pytest.raises(DataFormatError, match=r"big\.png is 7x7 but .*0000\.png is 3x5"):
         read_image_folder(root)
-    assert not cache.exists()
+    assert not entries(cache)
 
 
 def test_an_unwritable_cache_is_a_clear_error(tmp_path, monkeypatch):
@@ -130,3 +139,33 @@ def test_resize_is_for_folders_and_every_image_recipe_takes_it(tmp_path, cache):
             recipe.build(*recipe.configs({"data": str(root)}))
         setup = recipe.build(*recipe.configs({"data": str(root), "resize": [4, 4]}))
         assert setup.task.train.x.shape[1:] == (48,), name
+
+
+def test_a_process_waits_for_the_one_decoding_the_folder_and_maps_its_entry(tmp_path, cache):
+    """While this test holds an entry's lock, as a decoding process would, another process
+    loading the folder waits and says so; it then maps the entry written meanwhile and
+    decodes nothing (one image is garbled by then, keeping its size and time)."""
+    import fcntl
+    import subprocess
+    import sys
+
+    root = write_folder(tmp_path / "images", n=6)
+    total = int(read_image_folder(root)[0].sum())
+    (entry,) = entries(cache)
+    shutil.move(entry, tmp_path / "done")
+    script = "from ebmlab.data.folders import read_image_folder as r; import sys; "
+    script += "print(int(r(sys.argv[1])[0].sum()))"
+    with open(entry.with_name(f"{entry.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        loader = subprocess.Popen([sys.executable, "-c", script, str(root)], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        assert "waiting for another process decoding" in loader.stderr.readline()
+        shutil.move(tmp_path / "done", entry)
+        image = root / "a" / "0000.png"
+        stat = image.stat()
+        image.write_bytes(b"x" * stat.st_size)
+        os.utime(image, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    out, err = loader.communicate(timeout=120)
+    assert loader.returncode == 0, err
+    assert int(out) == total

@@ -8,21 +8,25 @@ A folder is decoded once into a cache entry: ``x.npy`` (N, C, H, W) uint8, ``y.n
 and ``classes.json`` under ``$EBMLAB_CACHE`` (default ``~/.cache/ebmlab``), named by a
 hash of every image's path, size and modification time and of ``resize``. Later loads
 memory-map the entry, so a folder larger than memory trains like an ``.npy`` file, and
-a run's train, val and test splits of one folder decode it once. Every header is read
-before any image is decoded (so mixed sizes are refused at once); images are then
-decoded straight into the mapped file, so memory holds one image per thread (several
-threads for images of 256 x 256 pixels or more, whose decoding releases the GIL long
-enough to pay). Changing, adding or removing an image makes a new
-entry; deleting the cache folder only costs decoding again.
+a run's train, val and test splits of one folder decode it once. Processes that load
+one folder together (the ranks of a distributed run) take turns on a lock, so one
+decodes it and the others map its entry. Every header is read before any image is
+decoded (so mixed sizes are refused at once); images are then decoded straight into
+the mapped file, so memory holds one image per thread (several threads for images of
+256 x 256 pixels or more, whose decoding releases the GIL long enough to pay).
+Changing, adding or removing an image makes a new entry; deleting the cache folder
+only costs decoding again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -79,9 +83,41 @@ def read_image_folder(
         )
     entry = cache_root() / "image-folders" / f"{root.name}-{_fingerprint(root, files, resize)}"
     if not (entry / "classes.json").is_file():
-        _decode_into(entry, root, files, [c.name for c in classes], resize)
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise DataFormatError(
+                f"cannot create the image cache {entry.parent} ({err}); set EBMLAB_CACHE to "
+                "a writable folder"
+            ) from err
+        with _exclusive(entry.with_name(f"{entry.name}.lock"), f"decoding {root}"):
+            if not (entry / "classes.json").is_file():  # or another process has done it
+                _decode_into(entry, root, files, [c.name for c in classes], resize)
     x = np.load(entry / "x.npy", mmap_mode="r")
     return x, np.load(entry / "y.npy"), json.loads((entry / "classes.json").read_text())
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``lock``, so that of the processes loading
+    one folder at once (the ranks of a distributed run) one decodes it and the others
+    wait for its entry; the lock dies with its process. Without ``fcntl`` (not POSIX)
+    processes may decode the same folder side by side, to the same entry."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(lock, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"ebmlab: waiting for another process {what}", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _fingerprint(root: Path, files: list[tuple[int, Path]], resize: tuple[int, int] | None) -> str:
@@ -150,13 +186,6 @@ def _decode_into(
                 )
     else:
         height, width = resize
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DataFormatError(
-            f"cannot create the image cache {entry.parent} ({err}); set EBMLAB_CACHE to a "
-            "writable folder"
-        ) from err
     partial = entry.with_name(f"{entry.name}.partial-{os.getpid()}")
     partial.mkdir(exist_ok=True)
     try:
