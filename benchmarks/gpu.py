@@ -13,8 +13,9 @@ nothing: a check that the benchmark itself runs, not a measurement.
    20 SGLD steps from a replay buffer, against a plain transcription of the reference
    loop in float32; images/s and SGLD steps/s for ebmlab in float32, bfloat16 and
    bfloat16 with ``torch.compile``.
-2. Langevin, 1024 chains x 128 dimensions x 200 steps on an MLP energy, against a
-   hand-written loop and torchebm's sampler (when installed).
+2. Langevin, 1024 chains x 128 dimensions x 200 steps on an MLP energy, its gradients
+   in float32 and in bfloat16, against a hand-written loop and torchebm's sampler (when
+   installed), both in float32.
 3. RBM CD-1, 784 x 500, one epoch of mnist10k (batch 128), against learnergy's RBM.
 4. AIS log Z of a 784 x 500 RBM, 14,500 temperatures x 100 chains: seconds.
 5. Scaling: the JEM step with one and with two processes, where two GPUs exist.
@@ -252,15 +253,27 @@ def langevin_rows(device: torch.device, s: Sizes) -> list[dict]:
             (g,) = torch.autograd.grad(model.energy(x).sum(), x)
             x = x - h * g + math.sqrt(2 * h) * torch.randn(x.shape, device=device, generator=gen)
 
+    def ours() -> None:
+        Langevin(h).sample(model, x0, s.langevin_steps, generator=gen)
+
     what = (f"Langevin {s.chains}x{s.dim}x{s.langevin_steps}, "
             f"MLP {s.dim}-{s.hidden}-{s.hidden}-1")  # fmt: skip
-    ours = _timed(
-        lambda: Langevin(h).sample(model, x0, s.langevin_steps, generator=gen), device, s.repeats
-    )
-    rows = [_row(what, "s", ours, "hand-written loop", _timed(hand_written, device, s.repeats))]
+    float32 = _timed(ours, device, s.repeats)
+    model.grad_dtype = torch.bfloat16
+    bfloat16 = _timed(ours, device, s.repeats)
+    model.grad_dtype = None
+    hand = _timed(hand_written, device, s.repeats)
+    rows = [
+        _row(what, "s", float32, "hand-written loop", hand),
+        _row(f"{what}, gradients in bfloat16", "s", bfloat16, "hand-written loop", hand),
+    ]
     torchebm = _torchebm_langevin(model.energy, x0, h, s.langevin_steps)
     if torchebm is not None:
-        rows.append(_row(what, "s", ours, "torchebm", _timed(torchebm, device, s.repeats)))
+        theirs = _timed(torchebm, device, s.repeats)
+        rows += [
+            _row(what, "s", float32, "torchebm", theirs),
+            _row(f"{what}, gradients in bfloat16", "s", bfloat16, "torchebm", theirs),
+        ]
     return rows
 
 
