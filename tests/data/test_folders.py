@@ -169,3 +169,15 @@ def test_a_process_waits_for_the_one_decoding_the_folder_and_maps_its_entry(tmp_
     out, err = loader.communicate(timeout=120)
     assert loader.returncode == 0, err
     assert int(out) == total
+
+
+def test_a_cache_without_room_for_the_folder_is_refused_before_decoding(
+    tmp_path, cache, monkeypatch
+):
+    root = write_folder(tmp_path / "images", n=6)  # 6 x 3 x 5 x 3 = 270 bytes
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=269))
+    monkeypatch.setattr(Image.Image, "convert", lambda *a: pytest.fail("decoded an image"))
+    with pytest.raises(DataFormatError, match=r"0\.00 GiB free; set EBMLAB_CACHE to a folder"):
+        read_image_folder(root)
+    assert not entries(cache)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -186,10 +187,16 @@ def _decode_into(
                 )
     else:
         height, width = resize
+    shape = (len(files), 1 if gray else 3, height, width)
+    needed, free = math.prod(shape), shutil.disk_usage(entry.parent).free
+    if needed > free:  # a mapped file that outgrows its disk would crash at a page write
+        raise DataFormatError(
+            f"decoding {root} takes {needed / 2**30:.2f} GiB in {entry.parent}, which has "
+            f"{free / 2**30:.2f} GiB free; set EBMLAB_CACHE to a folder on a larger disk"
+        )
     partial = entry.with_name(f"{entry.name}.partial-{os.getpid()}")
     partial.mkdir(exist_ok=True)
     try:
-        shape = (len(files), 1 if gray else 3, height, width)
         x = np.lib.format.open_memmap(partial / "x.npy", "w+", np.uint8, shape)
 
         def decode(chunk: Sequence[int]) -> None:
