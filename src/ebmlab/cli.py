@@ -33,7 +33,7 @@ from ebmlab import _checks, hardware, partition
 from ebmlab._checks import ArgumentError
 from ebmlab.data import Dataset, available_datasets, download
 from ebmlab.data.catalog import SOURCES, DownloadError
-from ebmlab.data.folders import cache_root
+from ebmlab.data.folders import cache_root, cached_folders, clear_cache
 from ebmlab.devices import resolve_device
 from ebmlab.evaluation.inception import PREPROCESSING
 from ebmlab.partition.binary_products import quantized_available
@@ -157,12 +157,14 @@ def _build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="versions, threads and the data sets found")
     info.add_argument("--data-root", default=None, help="directory holding data set files")
-    data = sub.add_parser("data", help="fetch published data sets")
+    data = sub.add_parser("data", help="fetch published data sets; the image folder cache")
     dsub = data.add_subparsers(dest="action", required=True, parser_class=_Parser)
     dl = dsub.add_parser("download", help="download a data set, verifying its checksums")
     dl.add_argument("name", choices=[n for n, s in SOURCES.items() if s.url])
     dl.add_argument("dir", help="directory to write (then pass it as --data-root)")
     dl.add_argument("--mirror", default=None, help="base URL replacing the publisher's")
+    cache = dsub.add_parser("cache", help="list the decoded image folders (or --clear them)")
+    cache.add_argument("--clear", action="store_true", help="delete every decoded folder")
     train = sub.add_parser("train", help="train a recipe into a run directory")
     rsub = train.add_subparsers(dest="recipe", required=True, parser_class=_Parser)
     for name, recipe in recipes().items():
@@ -448,6 +450,16 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    if args.action == "cache":
+        if args.clear:
+            print(f"freed {clear_cache() / 2**20:.1f} MiB in {cache_root() / 'image-folders'}")
+            return 0
+        for entry in cached_folders():
+            size = entry["resize"]
+            resized = f" resized to {size[0]}x{size[1]}" if size else ""
+            print(f"{entry['bytes'] / 2**20:9.1f} MiB  {tuple(entry['shape'])}  "
+                  f"{entry['source']}{resized}")  # fmt: skip
+        return 0
     for path in download(args.name, args.dir, base_url=args.mirror):
         print(path)
     return 0

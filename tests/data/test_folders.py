@@ -67,7 +67,7 @@ def test_a_changed_image_or_resize_makes_a_new_entry(tmp_path, cache):
     assert resized.x.shape[1:] == (3, 4, 4) and len(entries(cache)) == 3
 
 
-def test_a_finished_entry_is_kept_when_another_process_wrote_it_first(tmp_path, cache):
+def test_a_finished_entry_is_kept_and_a_damaged_one_replaced(tmp_path, cache):
     root = write_folder(tmp_path / "images", n=6)
     x, _, _ = read_image_folder(root)
     (entry,) = entries(cache)
@@ -75,6 +75,8 @@ def test_a_finished_entry_is_kept_when_another_process_wrote_it_first(tmp_path, 
     folders_module._decode_into(entry, root, files, ["a", "b", "c"], None)
     assert entries(cache) == [entry]
     assert np.array_equal(read_image_folder(root)[0], x)
+    (entry / "meta.json").unlink()  # a damaged entry is decoded again
+    assert np.array_equal(read_image_folder(root)[0], x) and entries(cache) == [entry]
 
 
 @pytest.mark.parametrize(
@@ -181,3 +183,19 @@ def test_a_cache_without_room_for_the_folder_is_refused_before_decoding(
     with pytest.raises(DataFormatError, match=r"0\.00 GiB free; set EBMLAB_CACHE to a folder"):
         read_image_folder(root)
     assert not entries(cache)
+
+
+def test_the_cache_is_listed_and_cleared_from_the_command_line(tmp_path, cache, capsys):
+    from ebmlab.cli import main
+
+    root = write_folder(tmp_path / "images", n=6)
+    load_dataset(str(root), "train", resize=(4, 4))
+    load_dataset(str(root), "train")
+    assert main(["data", "cache"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(str(root) in line for line in lines)
+    assert sum("(6, 3, 4, 4)" in line and "resized to 4x4" in line for line in lines) == 1
+    assert main(["data", "cache", "--clear"]) == 0
+    assert capsys.readouterr().out.startswith("freed 0.0 MiB in ")
+    assert not list(cache.iterdir())
+    assert main(["data", "cache"]) == 0 and capsys.readouterr().out == ""

@@ -4,18 +4,19 @@ Classes are the sub-folders' names in sorted order, labelled 0..K-1. Every image
 read as grayscale when all of them are grayscale and as RGB otherwise; images of mixed
 sizes need ``resize`` (height, width), which resamples each one bilinearly.
 
-A folder is decoded once into a cache entry: ``x.npy`` (N, C, H, W) uint8, ``y.npy``
-and ``classes.json`` under ``$EBMLAB_CACHE`` (default ``~/.cache/ebmlab``), named by a
-hash of every image's path, size and modification time and of ``resize``. Later loads
-memory-map the entry, so a folder larger than memory trains like an ``.npy`` file, and
-a run's train, val and test splits of one folder decode it once. Processes that load
-one folder together (the ranks of a distributed run) take turns on a lock, so one
-decodes it and the others map its entry. Every header is read before any image is
-decoded (so mixed sizes are refused at once); images are then decoded straight into
-the mapped file, so memory holds one image per thread (several threads for images of
-256 x 256 pixels or more, whose decoding releases the GIL long enough to pay).
-Changing, adding or removing an image makes a new entry; deleting the cache folder
-only costs decoding again.
+A folder is decoded once into a cache entry under ``$EBMLAB_CACHE`` (default
+``~/.cache/ebmlab``): ``x.npy`` (N, C, H, W) uint8, ``y.npy`` and ``meta.json`` (source,
+resize, classes), named by a hash of every image's path, size and modification time
+and of ``resize``. Later loads memory-map the entry, so a folder larger than memory
+trains like an ``.npy`` file, and a run's train, val and test splits of one folder
+decode it once. Processes that load one folder together (the ranks of a distributed
+run) take turns on a lock, so one decodes it and the others map its entry. Every
+header is read before any image is decoded (so mixed sizes are refused at once); images
+are then decoded straight into the mapped file, so memory holds one image per thread
+(several threads for images of 256 x 256 pixels or more, whose decoding releases the
+GIL long enough to pay). Changing, adding or removing an image makes a new entry;
+:func:`cached_folders` lists the entries and :func:`clear_cache` deletes them
+(``ebmlab data cache [--clear]``), which only costs decoding again.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ CACHE_FORMAT = 1  # bump when an entry's layout or decoding changes
 CHUNK = 64  # images a thread decodes per task
 THREADED_PIXELS = 256 * 256  # image size from which decoding on several threads pays
 PROGRESS_FROM = 2000  # images from which decoding shows a progress bar
+META = "meta.json"  # an entry's source, resize and classes; its presence marks it complete
 
 
 def class_folders(root: Path) -> list[Path]:
@@ -65,6 +67,35 @@ def cache_root() -> Path:
     return Path(base) / "ebmlab"
 
 
+def _entries() -> list[Path]:
+    folder = cache_root() / "image-folders"
+    return sorted(d for d in folder.glob("*") if (d / META).is_file())
+
+
+def cached_folders() -> list[dict[str, object]]:
+    """The complete cache entries: each one's ``entry`` folder, ``source`` folder,
+    ``resize``, ``shape`` of its images and ``bytes`` on disk."""
+    listed = []
+    for entry in _entries():
+        meta = json.loads((entry / META).read_text())
+        shape = np.load(entry / "x.npy", mmap_mode="r").shape
+        size = sum(f.stat().st_size for f in entry.iterdir())
+        listed.append({"entry": str(entry), "source": meta["source"], "resize": meta["resize"],
+                       "shape": list(shape), "bytes": size})  # fmt: skip
+    return listed
+
+
+def clear_cache() -> int:
+    """Delete every complete cache entry (and its lock file); returns the bytes freed.
+    Entries being written by a running process are left to it."""
+    freed = 0
+    for entry in _entries():
+        freed += sum(f.stat().st_size for f in entry.iterdir())
+        shutil.rmtree(entry)
+        entry.with_name(f"{entry.name}.lock").unlink(missing_ok=True)
+    return freed
+
+
 def read_image_folder(
     root: str | os.PathLike, resize: tuple[int, int] | None = None
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -83,7 +114,7 @@ def read_image_folder(
             f"{root} holds no images (looked for {', '.join(IMAGE_SUFFIXES)} in its sub-folders)"
         )
     entry = cache_root() / "image-folders" / f"{root.name}-{_fingerprint(root, files, resize)}"
-    if not (entry / "classes.json").is_file():
+    if not (entry / META).is_file():
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -92,10 +123,10 @@ def read_image_folder(
                 "a writable folder"
             ) from err
         with _exclusive(entry.with_name(f"{entry.name}.lock"), f"decoding {root}"):
-            if not (entry / "classes.json").is_file():  # or another process has done it
+            if not (entry / META).is_file():  # or another process has done it
                 _decode_into(entry, root, files, [c.name for c in classes], resize)
     x = np.load(entry / "x.npy", mmap_mode="r")
-    return x, np.load(entry / "y.npy"), json.loads((entry / "classes.json").read_text())
+    return x, np.load(entry / "y.npy"), json.loads((entry / META).read_text())["classes"]
 
 
 @contextlib.contextmanager
@@ -219,11 +250,14 @@ def _decode_into(
         _in_threads(decode, len(files), f"decoding {root.name}", threads)
         x.flush()
         np.save(partial / "y.npy", np.array([label for label, _ in files], dtype=np.int64))
-        (partial / "classes.json").write_text(json.dumps(classes))
+        meta = {"source": str(root.resolve()), "resize": resize, "classes": classes}
+        (partial / META).write_text(json.dumps(meta))  # written last: the entry is complete
+        if entry.is_dir() and not (entry / META).is_file():  # damaged: not ours to keep
+            shutil.rmtree(entry)
         try:
             partial.rename(entry)
         except OSError:  # another process finished the same entry first
-            if not (entry / "classes.json").is_file():
+            if not (entry / META).is_file():
                 raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
