@@ -67,7 +67,7 @@ def test_a_changed_image_or_resize_makes_a_new_entry(tmp_path, cache):
     assert resized.x.shape[1:] == (3, 4, 4) and len(entries(cache)) == 3
 
 
-def test_a_finished_entry_is_kept_and_a_damaged_one_replaced(tmp_path, cache):
+def test_a_finished_entry_is_kept_a_damaged_one_replaced_and_a_stale_one_removed(tmp_path, cache):
     root = write_folder(tmp_path / "images", n=6)
     x, _, _ = read_image_folder(root)
     (entry,) = entries(cache)
@@ -76,6 +76,8 @@ def test_a_finished_entry_is_kept_and_a_damaged_one_replaced(tmp_path, cache):
     assert entries(cache) == [entry]
     assert np.array_equal(read_image_folder(root)[0], x)
     (entry / "meta.json").unlink()  # a damaged entry is decoded again
+    stale = entry.with_name(f"{entry.name}.partial-999999999")  # of a process that died
+    stale.mkdir()
     assert np.array_equal(read_image_folder(root)[0], x) and entries(cache) == [entry]
 
 

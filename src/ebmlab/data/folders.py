@@ -122,23 +122,27 @@ def read_image_folder(
                 f"cannot create the image cache {entry.parent} ({err}); set EBMLAB_CACHE to "
                 "a writable folder"
             ) from err
-        with _exclusive(entry.with_name(f"{entry.name}.lock"), f"decoding {root}"):
+        with _exclusive(entry.with_name(f"{entry.name}.lock"), f"decoding {root}") as alone:
             if not (entry / META).is_file():  # or another process has done it
+                if alone:  # a partial entry now is one a process left as it died
+                    for stale in entry.parent.glob(f"{entry.name}.partial-*"):
+                        shutil.rmtree(stale, ignore_errors=True)
                 _decode_into(entry, root, files, [c.name for c in classes], resize)
     x = np.load(entry / "x.npy", mmap_mode="r")
     return x, np.load(entry / "y.npy"), json.loads((entry / META).read_text())["classes"]
 
 
 @contextlib.contextmanager
-def _exclusive(lock: Path, what: str) -> Iterator[None]:
+def _exclusive(lock: Path, what: str) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on the file ``lock``, so that of the processes loading
     one folder at once (the ranks of a distributed run) one decodes it and the others
-    wait for its entry; the lock dies with its process. Without ``fcntl`` (not POSIX)
-    processes may decode the same folder side by side, to the same entry."""
+    wait for its entry; the lock dies with its process. Yields whether the lock is held:
+    without ``fcntl`` (not POSIX) processes may decode the same folder side by side, to
+    the same entry."""
     try:
         import fcntl
     except ImportError:
-        yield
+        yield False
         return
     with open(lock, "a") as fh:
         try:
@@ -147,7 +151,7 @@ def _exclusive(lock: Path, what: str) -> Iterator[None]:
             print(f"ebmlab: waiting for another process {what}", file=sys.stderr, flush=True)
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
