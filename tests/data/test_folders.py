@@ -201,3 +201,22 @@ def test_the_cache_is_listed_and_cleared_from_the_command_line(tmp_path, cache, 
     assert capsys.readouterr().out.startswith("freed 0.0 MiB in ")
     assert not list(cache.iterdir())
     assert main(["data", "cache"]) == 0 and capsys.readouterr().out == ""
+
+
+def test_a_split_folder_takes_the_training_splits_labels_by_class_name(tmp_path, cache):
+    """A test folder without one of the training classes keeps the training labels (fox
+    stays 2, not 1); a class the training split lacks is refused by name."""
+    for split, classes in (("train", ("cat", "dog", "fox")), ("test", ("cat", "fox"))):
+        for k, name in enumerate(classes):
+            (tmp_path / "data" / split / name).mkdir(parents=True)
+            pixels = np.full((5, 3, 3), 10 * k, np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "data" / split / name / "0.png")
+    test = load_dataset(str(tmp_path / "data"), "test")
+    assert test.classes == ("cat", "dog", "fox") and test.num_classes == 3
+    assert test.y.tolist() == [0, 2]
+    (tmp_path / "data" / "test" / "eel").mkdir()
+    Image.fromarray(np.zeros((5, 3, 3), np.uint8)).save(
+        tmp_path / "data" / "test" / "eel" / "0.png"
+    )
+    with pytest.raises(DataFormatError, match=r"class folders \['eel'\] are not among"):
+        load_dataset(str(tmp_path / "data"), "test")

@@ -43,7 +43,7 @@ from ebmlab.data import digits
 from ebmlab.data.arrays import read_arrays, value_bounds
 from ebmlab.data.catalog import SOURCES, DataNotFoundError, download, find_files, read_split
 from ebmlab.data.encoding import TRANSFORMS, EncodedRows, Encoding
-from ebmlab.data.folders import read_image_folder
+from ebmlab.data.folders import class_folders, read_image_folder
 from ebmlab.data.formats import DataFormatError
 from ebmlab.data.toys import TOYS, ToyDistribution, make_toy
 
@@ -215,8 +215,17 @@ def _local_dataset(
     if len(x) == 0:
         raise DataFormatError(f"{where} holds no rows")
     tx, ty, twhere = x, y, where
+    own = _own_splits(path)
+    if classes is not None and split != "train" and own and own["train"].is_dir():
+        # another split's folder: its class folders take the training split's labels
+        named = [c.name for c in class_folders(own["train"])]
+        if unknown := sorted(set(classes) - set(named)):
+            raise DataFormatError(
+                f"{where}: class folders {unknown} are not among the training split's "
+                f"classes {named}"
+            )
+        y, classes = np.array([named.index(c) for c in classes], dtype=np.int64)[y], named
     # another split's file: the training split fixes float bounds and the label range
-    # (an image folder names its classes itself)
     needs_train = x.dtype != np.uint8 or (classes is None and y is not None)
     if rows is None and split != "train" and needs_train:
         tx, ty, _, _, twhere = _read_local(path, "train", resize, labels)
