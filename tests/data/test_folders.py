@@ -220,3 +220,11 @@ def test_a_split_folder_takes_the_training_splits_labels_by_class_name(tmp_path,
     )
     with pytest.raises(DataFormatError, match=r"class folders \['eel'\] are not among"):
         load_dataset(str(tmp_path / "data"), "test")
+
+
+def test_grey_images_with_alpha_stay_one_channel(tmp_path, cache):
+    for name, mode, shape in (("plain", "L", (4, 4)), ("alpha", "LA", (4, 4, 2))):
+        (tmp_path / "grey" / name).mkdir(parents=True)
+        Image.fromarray(np.full(shape, 70, np.uint8), mode).save(tmp_path / "grey" / name / "0.png")
+    x, y, _ = read_image_folder(tmp_path / "grey")
+    assert x.shape == (2, 1, 4, 4) and (np.asarray(x) == 70).all() and y.tolist() == [0, 1]

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from ebmlab.data.formats import DataFormatError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
-GRAY_MODES = ("1", "L", "I;16", "I", "F")
+GRAY_MODES = ("1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "I;16N", "F")  # alpha dropped
 CACHE_FORMAT = 1  # bump when an entry's layout or decoding changes
 CHUNK = 64  # images a thread decodes per task
 THREADED_PIXELS = 256 * 256  # image size from which decoding on several threads pays
