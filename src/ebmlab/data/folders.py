@@ -72,6 +72,10 @@ def _entries() -> list[Path]:
     return sorted(d for d in folder.glob("*") if (d / META).is_file())
 
 
+def _bytes(entry: Path) -> int:
+    return sum(f.stat().st_size for f in entry.iterdir())
+
+
 def cached_folders() -> list[dict[str, object]]:
     """The complete cache entries: each one's ``entry`` folder, ``source`` folder,
     ``resize``, ``shape`` of its images and ``bytes`` on disk."""
@@ -79,9 +83,8 @@ def cached_folders() -> list[dict[str, object]]:
     for entry in _entries():
         meta = json.loads((entry / META).read_text())
         shape = np.load(entry / "x.npy", mmap_mode="r").shape
-        size = sum(f.stat().st_size for f in entry.iterdir())
         listed.append({"entry": str(entry), "source": meta["source"], "resize": meta["resize"],
-                       "shape": list(shape), "bytes": size})  # fmt: skip
+                       "shape": list(shape), "bytes": _bytes(entry)})  # fmt: skip
     return listed
 
 
@@ -90,7 +93,7 @@ def clear_cache() -> int:
     Entries being written by a running process are left to it."""
     freed = 0
     for entry in _entries():
-        freed += sum(f.stat().st_size for f in entry.iterdir())
+        freed += _bytes(entry)
         shutil.rmtree(entry)
         entry.with_name(f"{entry.name}.lock").unlink(missing_ok=True)
     return freed
@@ -212,7 +215,8 @@ def _decode_into(
     modes_sizes = [h for part in found for h in part]
     gray = all(mode in GRAY_MODES for mode, _ in modes_sizes)
     mode = "L" if gray else "RGB"
-    width, height = modes_sizes[0][1]
+    first = modes_sizes[0][1]
+    width, height = first
     if resize is None:
         for (_, f), (_, size) in zip(files, modes_sizes, strict=True):
             if size != (width, height):
@@ -249,7 +253,7 @@ def _decode_into(
                 x[i] = pixels[None] if gray else pixels.transpose(2, 0, 1)
 
         # small images decode faster than threads trade the GIL
-        big = modes_sizes[0][1][0] * modes_sizes[0][1][1] >= THREADED_PIXELS
+        big = math.prod(first) >= THREADED_PIXELS
         threads = min(32, os.cpu_count() or 1) if big else 1
         _in_threads(decode, len(files), f"decoding {root.name}", threads)
         x.flush()
