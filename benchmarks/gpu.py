@@ -50,7 +50,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from benchmarks.data_loading import write_image_npz
-from ebmlab.data import load_dataset
+from ebmlab.data import load_dataset, run_splits
 from ebmlab.energies import BernoulliRBM, ClassifierEnergy, MLPEnergy
 from ebmlab.energies import WideResNet as EbmlabWideResNet
 from ebmlab.learning.rbm import ContrastiveDivergence
@@ -357,7 +357,7 @@ def _cifar_trainer(folder: Path, device: torch.device, s: Sizes, in_memory: bool
     recipe = get_recipe("jem")
     config, trainer_config = recipe.configs(settings)
     setup = recipe.build(config, trainer_config)
-    train = setup.task.train if in_memory else load_dataset(str(folder), "train", in_memory=False)
+    train = setup.task.train if in_memory else run_splits(str(folder), in_memory=False)[0]
     return Trainer(setup.task, (train.x, train.y), trainer_config)
 
 

@@ -54,6 +54,10 @@ def test_info_lists_data_sets(capsys, mnist_dir, monkeypatch):
         (["train", "density", "--out", "x", "--epochs", "0"], "epochs must be an integer >= 1"),
         (["train", "density", "--out", "x", "--data", "moons"], "data must be one of"),
         (["train", "density", "--out", "x", "--lr", "fast"], "invalid float value"),
+        (
+            ["train", "jem", "--out", "x", "--validation-fraction", "1"],
+            "validation_fraction must lie in [0, 1), got 1.0",
+        ),
         (["train", "nonsense", "--out", "x"], "invalid choice"),
         (["train", "density"], "required: --out"),
         (["evaluate", "/nonexistent/run"], "not a run directory"),

@@ -278,14 +278,23 @@ def _configs(
 
 def run_config(recipe: Recipe, config: Any, setup: Setup) -> dict[str, Any]:
     """What config.json records: the recipe, its settings, and (for recipes that train on
-    a data set) the data's shape, classes and encoding, so pictures can undo it."""
-    train = getattr(setup.task, "train", None)
-    return {
+    a data set) the data's shape, classes and encoding, so pictures can undo it, and which
+    split and how many rows it trains, validates and tests on."""
+    record = {
         "recipe": recipe.name,
         "config": dataclasses.asdict(config),
         "ebmlab": ebmlab.__version__,
-        **({"data": train.describe()} if isinstance(train, Dataset) else {}),
     }
+    train = getattr(setup.task, "train", None)
+    if isinstance(train, Dataset):
+        parts = {role: getattr(setup.task, role, None) for role in ("train", "val", "test")}
+        record["data"] = train.describe()
+        record["splits"] = {
+            role: {"split": part.split, "rows": len(part)}
+            for role, part in parts.items()
+            if isinstance(part, Dataset)
+        }
+    return record
 
 
 def cmd_train(args: argparse.Namespace) -> int:

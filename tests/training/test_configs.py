@@ -26,8 +26,8 @@ def test_shipped_config_loads_and_takes_a_step(path, tmp_path):
     data.mkdir()
     rng = np.random.default_rng(0)
     for split in ("train", "test"):
-        np.savez(data / f"{split}.npz", x=rng.integers(0, 256, (2 * k, c, h, w), dtype=np.uint8),
-                 y=np.arange(2 * k) % k)  # fmt: skip
+        np.savez(data / f"{split}.npz", x=rng.integers(0, 256, (4 * k, c, h, w), dtype=np.uint8),
+                 y=np.arange(4 * k) % k)  # fmt: skip
     if recipe_name == "jem":  # the full network builds (WRN-28-10: 36.5 M parameters)
         net = network(config, c * h * w, (c, h, w), k)
         assert sum(p.numel() for p in net.parameters()) > 0

@@ -243,6 +243,12 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
     assert recorded["image_shape"] == [3, 8, 8] and recorded["num_classes"] == 3
     assert recorded["encoding"]["divisor"] == 255
     assert json.loads((run / "config.json").read_text())["config"]["data"] == str(data)
+    splits = json.loads((run / "config.json").read_text())["splits"]  # val held out of train
+    assert splits == {
+        "train": {"split": "train", "rows": 54},
+        "val": {"split": "val", "rows": 6},
+        "test": {"split": "test", "rows": 20},
+    }
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     capsys.readouterr()

@@ -17,6 +17,10 @@ number of classes read from the data. ``name`` is either
   ``test/``). A single file or folder is split into train, val and test (80/10/10 %)
   by a fixed permutation.
 
+A recipe reads its three splits through :func:`run_splits`, which holds out part of the
+training split for validation where a data set has no validation split of its own, so
+that neither checkpoint choice nor calibration ever sees the test split.
+
 Image data come in three transforms (:mod:`ebmlab.data.encoding`): ``raw`` stored
 values, ``scaled`` to [-1, 1] (2 x / 255 - 1 for 8-bit pixels; 2 x / 17 - 1 for the
 digits, as in Tomczak's code) and ``binary``. Splits whose encoded floats would take
@@ -28,6 +32,7 @@ batch asks for.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +58,7 @@ TOY_SIZES = {"train": 10_000, "val": 2_000, "test": 10_000}
 TOY_SEEDS = {"train": 0, "val": 1, "test": 2}
 HOLDOUT = {"train": (0.0, 0.8), "val": (0.8, 0.9), "test": (0.9, 1.0)}  # shares of one pool
 HOLDOUT_SEED = 0
+VALIDATION_FRACTION = 0.1  # of the training rows, where a set has no validation split
 MNIST10K_TRAIN = 8000
 IN_MEMORY_SHARE = 0.25  # of physical memory, above which a split stays on disk
 DIGITS_ENCODING = {"divisor": 17.0, "threshold": 8.0}  # Tomczak's scaling of 0..16
@@ -90,6 +96,23 @@ class Dataset:
     @property
     def value_range(self) -> tuple[float, float]:
         return self.encoding.value_range
+
+    def subset(self, rows: np.ndarray, split: str) -> Dataset:
+        """The rows ``rows`` of this split (indices, in the order given), named ``split``.
+
+        Args:
+            rows: indices into this split.
+            split: the name the subset goes by (``"val"`` for a held-out part).
+        """
+        index = torch.as_tensor(rows, dtype=torch.int64)
+        x = self.x.subset(rows) if isinstance(self.x, EncodedRows) else self.x[index]
+        return dataclasses.replace(
+            self,
+            split=split,
+            x=x,
+            y=None if self.y is None else self.y[index],
+            raw=None if self.raw is None else self.raw[rows],
+        )
 
     def to(self, device: torch.device | str) -> Dataset:
         """This split with ``x`` and ``y`` on ``device`` (``raw`` stays a NumPy array,
@@ -371,28 +394,83 @@ def splits_of(name: str, root: str | os.PathLike | None = None) -> list[str]:
     return local_splits(resolve_path(name, root))
 
 
-def validation_split(name: str, root: str | os.PathLike | None = None) -> str:
-    """The split a recipe validates on: ``val`` where data set ``name`` has one, else
-    ``test``.
+def holdout_rows(
+    labels: torch.Tensor | None, n: int, fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kept rows, held-out rows) of a split of ``n`` rows, both in ascending order.
+
+    ceil(``fraction`` n) rows are held out, shared among the classes of ``labels`` in
+    proportion to their sizes (largest remainders take the rows left over), each class's
+    rows chosen by a fixed permutation: stratified as scikit-learn's
+    ``train_test_split``, so that a validation split holds the classes in their shares.
 
     Args:
-        root: directory of local data files (default: ``$EBMLAB_DATA``).
+        labels: the rows' class labels (N,), or None (one group).
+        n: the number of rows.
+        fraction: the share to hold out, in (0, 1).
     """
-    return "val" if "val" in splits_of(name, root) else "test"
+    held_out = math.ceil(round(fraction * n, 6))
+    if held_out >= n:
+        raise ArgumentError(
+            f"validation_fraction {fraction} of {n} training rows leaves no training rows"
+        )
+    if labels is None:
+        groups = [np.arange(n)]
+    else:
+        y = labels.cpu().numpy()
+        groups = [np.flatnonzero(y == c) for c in np.unique(y)]
+    share = held_out * np.array([len(g) for g in groups]) / n
+    counts = np.floor(share).astype(np.int64)
+    counts[np.argsort(counts - share, kind="stable")[: held_out - counts.sum()]] += 1
+    rng = np.random.default_rng(HOLDOUT_SEED)
+    held = np.sort(
+        np.concatenate(
+            [g[rng.permutation(len(g))[:k]] for g, k in zip(groups, counts, strict=True)]
+        )
+    )
+    return np.setdiff1d(np.arange(n), held), held
 
 
 def run_splits(
-    name: str, *, root: str | os.PathLike | None = None, **options: Any
+    name: str,
+    *,
+    root: str | os.PathLike | None = None,
+    validation_fraction: float = VALIDATION_FRACTION,
+    **options: Any,
 ) -> tuple[Dataset, Dataset, Dataset]:
-    """The train, validation (:func:`validation_split`) and test splits a recipe trains,
-    validates and tests on; ``options`` go to :func:`load_dataset`.
+    """The train, validation and test splits a recipe trains, validates and tests on;
+    ``options`` go to :func:`load_dataset`.
+
+    A data set with a ``val`` split of its own validates on it. Otherwise
+    ``validation_fraction`` of the training rows, stratified by class
+    (:func:`holdout_rows`), are held out for validation and the rest train, as the JEM
+    reference holds out 5000 of CIFAR-10's 50 000 training images (Grathwohl et al.
+    2020); the validation split picks the best checkpoint, stops early and fits the
+    classifier's temperature, so the test split stays unseen. ``validation_fraction``
+    0 validates on the test split instead and trains on every training row.
 
     Args:
         name: a data set name or a path, as for :func:`load_dataset`.
         root: directory of local data files (default: ``$EBMLAB_DATA``).
+        validation_fraction: share of the training rows held out, in [0, 1), where the
+            data set has no validation split.
     """
-    validation = validation_split(name, root)
-    return tuple(load_dataset(name, s, root=root, **options) for s in ("train", validation, "test"))
+    check_validation_fraction(validation_fraction)
+    if "val" in splits_of(name, root):
+        return tuple(load_dataset(name, s, root=root, **options) for s in ("train", "val", "test"))
+    train, test = (load_dataset(name, s, root=root, **options) for s in ("train", "test"))
+    if not validation_fraction:
+        return train, test, test
+    kept, held = holdout_rows(train.y, len(train), validation_fraction)
+    return train.subset(kept, "train"), train.subset(held, "val"), test
+
+
+def check_validation_fraction(fraction: float) -> float:
+    """``fraction`` if it is a share of the training rows that can be held out, [0, 1)."""
+    _checks.positive("validation_fraction", fraction, allow_zero=True)
+    if fraction >= 1:
+        raise ArgumentError(f"validation_fraction must lie in [0, 1), got {fraction!r}")
+    return fraction
 
 
 def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
@@ -425,10 +503,11 @@ __all__ = [
     "available_datasets",
     "check_data",
     "check_resize",
+    "check_validation_fraction",
     "download",
+    "holdout_rows",
     "load_dataset",
     "make_toy",
     "run_splits",
     "splits_of",
-    "validation_split",
 ]

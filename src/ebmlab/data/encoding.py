@@ -138,6 +138,14 @@ class EncodedRows:
         values[order] = self.array[rows[order]]
         return self.encoding(values).reshape(len(rows), *self.row_shape)
 
+    def subset(self, rows: np.ndarray) -> EncodedRows:
+        """These rows' rows ``rows``, still on disk.
+
+        Args:
+            rows: indices into these rows.
+        """
+        return EncodedRows(self.array, self.encoding, self.row_shape, self.index[rows])
+
     def split(self, size: int) -> list[torch.Tensor]:
         """Consecutive chunks of ``size`` encoded rows (like :meth:`torch.Tensor.split`)."""
         return [self[start : start + size] for start in range(0, len(self), size)]

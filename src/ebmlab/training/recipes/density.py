@@ -29,7 +29,14 @@ import torch
 from torch import nn
 
 from ebmlab import _checks
-from ebmlab.data import TOYS, check_data, load_dataset, make_toy, validation_split
+from ebmlab.data import (
+    TOYS,
+    VALIDATION_FRACTION,
+    check_data,
+    check_validation_fraction,
+    make_toy,
+    run_splits,
+)
 from ebmlab.devices import widen
 from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.evaluation.likelihood import log_likelihood
@@ -77,6 +84,8 @@ class DensityConfig:
     Attributes:
         data: a 2-D toy (8gaussians, 25gaussians, checkerboard, rings, pinwheel), or
             an .npy/.npz file or a folder of split files of feature vectors.
+        validation_fraction: share of the training split held out for validation where
+            the data have no validation split (0: validate on the test split).
         hidden: width of the energy MLP.
         depth: hidden layers of the energy MLP.
         sampler_steps: Langevin steps per training step (pcd, cd).
@@ -115,6 +124,7 @@ class DensityConfig:
     }
 
     data: str = "8gaussians"
+    validation_fraction: float = VALIDATION_FRACTION
     hidden: int = 128
     depth: int = 3
     sampler_steps: int = 40
@@ -141,6 +151,7 @@ class DensityConfig:
     def __post_init__(self) -> None:
         _checks.choices(self)
         self.data = check_data(self.data, TOYS)
+        check_validation_fraction(self.validation_fraction)
         _checks.positive("sigma", self.sigma)
         _checks.positive_int("nce_noise_ratio", self.nce_noise_ratio)
         _checks.positive("ed_scale", self.ed_scale)
@@ -213,7 +224,15 @@ class DensityTask(BufferTask):
     def __init__(self, config: DensityConfig, seed: int) -> None:
         self.config = config
         self.toy = make_toy(config.data) if config.data in TOYS else None
-        raw = self.stored("train")
+        raw, val, test = (
+            split.x
+            for split in run_splits(
+                config.data,
+                transform="raw",
+                in_memory=True,
+                validation_fraction=config.validation_fraction,
+            )
+        )
         if self.toy is None:  # standardise the user's features (a toy keeps its units)
             self.shift, self.scale = raw.mean(0), raw.std(0)
             if not bool((self.scale > 0).all()):
@@ -247,7 +266,7 @@ class DensityTask(BufferTask):
         self.data_extent = max(abs(b) for bounds in self.bounds for b in bounds)
         self.init = init
         self.sampler = Langevin(config.step_size)
-        self.val = self.split(validation_split(config.data))
+        self.val, self.test = self.standardized(val), self.standardized(test)
         if config.method == "nce":
             self.noise = nce_noise(config.nce_noise, self.train)
             self.model.log_normalizer = nn.Parameter(torch.zeros(()))
@@ -259,14 +278,6 @@ class DensityTask(BufferTask):
     def in_data_units(self, x: torch.Tensor) -> torch.Tensor:
         """Model-unit points back in the data's units."""
         return x * self.scale.to(x.device) + self.shift.to(x.device)
-
-    def stored(self, name: str) -> torch.Tensor:
-        """Split ``name`` of the data as stored."""
-        return load_dataset(self.config.data, name, transform="raw", in_memory=True).x
-
-    def split(self, name: str) -> torch.Tensor:
-        """Split ``name`` of the data, standardised."""
-        return self.standardized(self.stored(name))
 
     @property
     def log_jacobian(self) -> float:
@@ -400,7 +411,7 @@ def evaluate(
     model) on the grid."""
     task: DensityTask = setup.task  # type: ignore[assignment]
     device = task.val.device
-    test = task.split("test").to(device)
+    test = task.test
     gen = torch.Generator(device).manual_seed(1234)
     est = task.log_z(512, generator=gen)
     fit = log_likelihood(task.model, test, est)

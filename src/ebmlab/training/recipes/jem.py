@@ -59,7 +59,15 @@ from tqdm.auto import tqdm
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, Dataset, check_data, check_resize, run_splits
+from ebmlab.data import (
+    IMAGE_SETS,
+    VALIDATION_FRACTION,
+    Dataset,
+    check_data,
+    check_resize,
+    check_validation_fraction,
+    run_splits,
+)
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.devices import widen
 from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
@@ -106,6 +114,8 @@ class JEMConfig:
         data: a data set name (digits, digits-rgb, mnist, cifar10, ...) or a path.
         data_root: directory holding published data sets (else $EBMLAB_DATA).
         resize: (height, width) for image folders of mixed sizes.
+        validation_fraction: share of the training split held out for validation where
+            the data set has no validation split (0: validate on the test split).
         arch: the network: MLP, small conv net, WideResNet or IGEBM's SN ResNet.
         hidden: hidden widths of the MLP.
         activation: the networks' nonlinearity.
@@ -159,6 +169,7 @@ class JEMConfig:
     data: str = "digits"
     data_root: str = ""
     resize: tuple[int, ...] = ()
+    validation_fraction: float = VALIDATION_FRACTION
     arch: str = "conv"
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "silu"
@@ -198,6 +209,7 @@ class JEMConfig:
     def __post_init__(self) -> None:
         self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
         check_resize(self.resize)
+        check_validation_fraction(self.validation_fraction)
         _checks.choices(self)
         _checks.probability("dropout", self.dropout)
         _checks.positive_int("crop_pad", self.crop_pad, allow_zero=True)
@@ -249,7 +261,10 @@ class JEMTask(BufferTask):
     def __init__(self, config: JEMConfig, seed: int) -> None:
         self.config = config
         self.train, self.val, self.test = run_splits(
-            config.data, root=config.data_root or None, resize=config.resize
+            config.data,
+            root=config.data_root or None,
+            resize=config.resize,
+            validation_fraction=config.validation_fraction,
         )
         k = self.train.num_classes
         if self.train.y is None or k is None or k < 2:

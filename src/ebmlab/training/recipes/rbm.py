@@ -52,7 +52,14 @@ from torch.nn import functional as F
 
 from ebmlab import _checks, partition
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, check_data, check_resize, run_splits
+from ebmlab.data import (
+    IMAGE_SETS,
+    VALIDATION_FRACTION,
+    check_data,
+    check_resize,
+    check_validation_fraction,
+    run_splits,
+)
 from ebmlab.devices import widen
 from ebmlab.energies import (
     BernoulliRBM,
@@ -117,6 +124,8 @@ class RBMConfig:
             models' own sets (walking, dot-pairs).
         data_root: directory holding published data sets (else $EBMLAB_DATA).
         resize: (height, width) for image folders of mixed sizes.
+        validation_fraction: share of the training split held out for validation where
+            the data set has no validation split (0: validate on the test split).
         model: Bernoulli, categorical (17 grey levels), Gaussian-Bernoulli,
             spike-and-slab, convolutional, subspace or classification RBM, deep belief
             network, deep Boltzmann machine, or conditional or gated RBM (these two
@@ -151,6 +160,7 @@ class RBMConfig:
     data: str = "auto"
     data_root: str = ""
     resize: tuple[int, ...] = ()
+    validation_fraction: float = VALIDATION_FRACTION
     model: str = "bernoulli"
     n_hidden: int = 16
     n_hidden2: int = 16
@@ -180,6 +190,7 @@ class RBMConfig:
         if own is None:
             self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
         check_resize(self.resize)
+        check_validation_fraction(self.validation_fraction)
         if self.model == "categorical" and self.data != "digits":
             raise ArgumentError(
                 "model 'categorical' reads the digits' 17 grey levels; use data 'digits'"
@@ -251,7 +262,11 @@ class RBMTask(Task):
         self.config = config
         transform = "binary" if config.model in BINARY else "raw"
         self.train, self.val, self.test = run_splits(
-            config.data, root=config.data_root or None, transform=transform, resize=config.resize
+            config.data,
+            root=config.data_root or None,
+            transform=transform,
+            resize=config.resize,
+            validation_fraction=config.validation_fraction,
         )
         torch.manual_seed(trainer.seed)
         self.n_chains = distributed.share(config.n_chains)

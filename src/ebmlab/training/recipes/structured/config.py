@@ -8,7 +8,13 @@ from typing import ClassVar
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
-from ebmlab.data import IMAGE_SETS, check_data, check_resize
+from ebmlab.data import (
+    IMAGE_SETS,
+    VALIDATION_FRACTION,
+    check_data,
+    check_resize,
+    check_validation_fraction,
+)
 from ebmlab.learning.structured import LOSSES
 
 CHAIN_LOSSES = ("perceptron", "hinge", "nll")
@@ -27,6 +33,8 @@ class StructuredConfig:
             set name (digits, mnist, cifar10, ...) or an .npy/.npz file or image folder.
         data_root: directory holding published data sets (else $EBMLAB_DATA).
         resize: (height, width) for image folders of mixed sizes.
+        validation_fraction: share of the training split held out for validation where
+            the data set has no validation split (0: validate on the test split).
         arch: logits E = -NN(x)[y] or distance E = ||G(x) - e_y||^2 (digits).
         loss: one of LeCun et al.'s (2006) losses (chain and completion take a subset).
         hidden: hidden widths of the network.
@@ -52,6 +60,7 @@ class StructuredConfig:
     data: str = "digits"
     data_root: str = ""
     resize: tuple[int, ...] = ()
+    validation_fraction: float = VALIDATION_FRACTION
     arch: str = "logits"
     loss: str = "hinge"
     hidden: tuple[int, ...] = (128,)
@@ -76,6 +85,7 @@ class StructuredConfig:
             )
         self.data = check_data(self.data, IMAGE_SETS, self.data_root or None)
         check_resize(self.resize)
+        check_validation_fraction(self.validation_fraction)
         _checks.positive_int("n_states", self.n_states)
         _checks.positive_int("seq_length", self.seq_length)
         _checks.positive_int("n_sequences", self.n_sequences)

@@ -114,10 +114,16 @@ def approximate_argmin(mrf: PairwiseMRF, inference: str, sweeps: int = 100) -> t
 
 
 def splits(config: StructuredConfig, transform: str = "scaled") -> tuple[Dataset, ...]:
-    """The train, validation (the test split where the data have none) and test splits
-    of ``config.data``, in memory."""
-    return run_splits(config.data, root=config.data_root or None, transform=transform,
-                      resize=config.resize, in_memory=True)  # fmt: skip
+    """The train, validation and test splits of ``config.data`` (:func:`run_splits`), in
+    memory."""
+    return run_splits(
+        config.data,
+        root=config.data_root or None,
+        transform=transform,
+        resize=config.resize,
+        in_memory=True,
+        validation_fraction=config.validation_fraction,
+    )
 
 
 class CompletionTask(Task):
