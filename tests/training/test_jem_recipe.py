@@ -87,6 +87,9 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
     features = result["samples"]["classifier_features"]
     assert features["frechet_distance"] > 0 and features["kid_stderr"] > 0
     assert 0 <= features["precision"] <= 1 and 0 <= features["recall"] <= 1
+    floor = features["train_test_floor"]  # training images score better than samples
+    assert 0 < floor["frechet_distance"] < features["frechet_distance"]
+    assert floor["recall"] > features["recall"] and floor["kid_stderr"] > 0
     for png in ("reliability.png", "samples_unconditional.png", "samples_conditional.png"):
         assert (jem_run / png).is_file(), png
 

@@ -633,15 +633,21 @@ def evaluate(
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
     x = task.negatives(n, gen)
-    floor, floor_stderr = mmd2(task.train.x[:n].to(reference.device), reference, return_stderr=True)
+    train_rows = task.train.x[:n].to(reference.device)
+    floor, floor_stderr = mmd2(train_rows, reference, return_stderr=True)
+    # FD, KID, precision and recall in the classifier's penultimate features, beside the
+    # same of as many training images: the floor that gives their scale a meaning
+    reference_features = penultimate_features(task.model, reference)
     quality = {
         "train_test_floor_mmd2": floor,
         "train_test_floor_mmd2_stderr": floor_stderr,
         "after_training_steps": _sample_metrics(task, x, reference),
-        # FD, KID, precision and recall in the classifier's penultimate features
-        "classifier_features": sample_quality(
-            penultimate_features(task.model, x), penultimate_features(task.model, reference)
-        ),
+        "classifier_features": {
+            **sample_quality(penultimate_features(task.model, x), reference_features),
+            "train_test_floor": sample_quality(
+                penultimate_features(task.model, train_rows), reference_features
+            ),
+        },
     }
     if network is not None:
         split = test if inception_reference == "test" else task.train
