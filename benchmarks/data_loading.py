@@ -4,12 +4,16 @@
 and the share of a JEM epoch that loading takes.
 
 The data are MNIST-shaped: 8000 images of 1 x 28 x 28 8-bit pixels (the size of
-mnist10k's training split), random, so the benchmark needs no files.
+mnist10k's training split), random, so the benchmark needs no files. A last case reads
+batches of CIFAR-size rows from a file that is not in the page cache (evicted before
+each repeat, as the rows of a data set larger than memory are), against indexing the
+memory map with the batch's rows (Linux only: eviction is ``posix_fadvise``).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 import time
@@ -19,11 +23,12 @@ import numpy as np
 import torch
 
 from benchmarks.harness import Case, MetricCase
-from ebmlab.data import load_dataset
+from ebmlab.data import EncodedRows, load_dataset, run_splits
 from ebmlab.training import Trainer, TrainerConfig
 from ebmlab.training.recipes.jem import JEMConfig, JEMTask
 
 N, SHAPE, BATCH = 8000, (1, 28, 28), 64
+COLD_SHAPE, LARGE_ROWS, SMALL_ROWS = (3, 32, 32), 600_000, 100_000  # 1.8 GB and 0.3 GB
 
 
 def write_image_npz(folder: Path, n: int, shape: tuple[int, ...]) -> Path:
@@ -72,12 +77,72 @@ class _Loader:
         return self
 
 
+def _write_cifar_rows(path: Path, n: int) -> None:
+    """``n`` random CIFAR-size 8-bit rows as the ``.npy`` file ``path``."""
+    array = np.lib.format.open_memmap(path, "w+", np.uint8, (n, *COLD_SHAPE))
+    for start in range(0, n, 10_000):
+        part = array[start : start + 10_000]
+        part[:] = np.random.default_rng(start).integers(0, 256, part.shape, np.uint8)
+    array.flush()
+
+
+def _cold_reads(path: Path, batches: list[np.ndarray], read_rows: bool):
+    """Reads of ``batches`` of the training split of ``path`` (kept on disk), first
+    dropping the file from the page cache as memory pressure does, then row by row or
+    through a fresh mapping (the pages of a mapping kept from the last repeat would stay
+    cached)."""
+
+    def run() -> None:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        rows = load_dataset(str(path), "train", in_memory=False).x
+        rows = EncodedRows(rows.array, rows.encoding, rows.row_shape, rows.index, read_rows)
+        for batch in batches:
+            rows[torch.from_numpy(batch)]
+
+    return run
+
+
+def _cold_cases(folder: Path) -> list[Case]:
+    """Rows read from a file that is not in the page cache, row by row and mapped: from a
+    file larger than memory (scattered batches, each read cold) and a whole epoch of a
+    file the page cache holds."""
+    if not hasattr(os, "posix_fadvise"):
+        return []
+    large, small = folder / "large.npy", folder / "small.npy"
+    _write_cifar_rows(large, LARGE_ROWS)
+    _write_cifar_rows(small, SMALL_ROWS)
+    rng = np.random.default_rng(0)
+    train_rows = int(0.8 * LARGE_ROWS), int(0.8 * SMALL_ROWS)  # the file's training split
+    scattered = [np.sort(rng.choice(train_rows[0], 256, replace=False)) for _ in range(20)]
+    epoch = [np.sort(b) for b in rng.permutation(train_rows[1]).reshape(-1, 250)]
+    return [
+        Case(
+            "20 batches of 256 CIFAR-size rows scattered over a 1.8 GB file not in the page "
+            "cache (each batch of a file larger than memory): read row by row",
+            _cold_reads(large, scattered, True),
+            _cold_reads(large, scattered, False),
+            "np.memmap indexed by the batch",
+            repeats=3,
+        ),
+        Case(
+            "an epoch (80 000 CIFAR-size rows) of a 300 MB file not in the page cache: "
+            "mapped, as ebmlab reads a file below half the memory",
+            _cold_reads(small, epoch, False),
+            _cold_reads(small, epoch, True),
+            "rows read one by one",
+            repeats=3,
+        ),
+    ]
+
+
 def _jem_epoch_seconds(folder: Path, in_memory: bool) -> tuple[float, float]:
     """(seconds of one JEM epoch, seconds of its data loading alone) on the folder's data."""
     config = JEMConfig(data=str(folder), conv_width=16, buffer_size=1000, calibrate=False)
     task = JEMTask(config, seed=0)
     if not in_memory:
-        task.train = load_dataset(str(folder), "train", in_memory=False)
+        task.train = run_splits(str(folder), in_memory=False)[0]
     settings = TrainerConfig(epochs=1, batch_size=BATCH, progress=False, device="cpu")
     trainer = Trainer(task, (task.train.x, task.train.y), settings)
     start = time.perf_counter()
@@ -129,4 +194,5 @@ def cases() -> list:
             "%",
             higher_is_better=False,
         ),
+        *_cold_cases(folder),
     ]

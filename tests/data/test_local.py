@@ -13,6 +13,7 @@ import torch
 from ebmlab.data import (
     DataFormatError,
     EncodedRows,
+    Encoding,
     holdout_rows,
     load_dataset,
     run_splits,
@@ -178,12 +179,13 @@ def test_empty_and_missing(tmp_path):
         load_dataset(str(tmp_path / "nothing.npy"), "train")
 
 
-def test_larger_than_memory_file_trains_in_bounded_memory(tmp_path):
+@pytest.mark.parametrize(("read_rows", "bound_mb"), [(False, 1000), (True, 300)])
+def test_larger_than_memory_file_trains_in_bounded_memory(tmp_path, read_rows, bound_mb):
     """A 1.5 GB uint8 file (sparse on disk; 6 GB once encoded as floats) trains 20 steps
-    while the process grows by less than 1 GB: only the batches' rows are ever read. The
-    growth counts the file's pages that reading a row maps (the kernel maps up to 64 KB
-    around each: about 330 MB for these 5120 rows), so reading the whole file would
-    already exceed the bound."""
+    while the process grows by a bounded amount: only the batches' rows are ever read.
+    Mapped, the growth counts the file's pages mapped around each row (up to 64 kB: about
+    330 MB for these 5120 rows), still well below the file; read row by row (as a file
+    larger than half the memory is), it stays below 300 MB."""
     path = tmp_path / "big.npy"
     n, d = 1_500_000, 1024
     array = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(n, d))
@@ -195,7 +197,9 @@ def test_larger_than_memory_file_trains_in_bounded_memory(tmp_path):
         from ebmlab.data import load_dataset
         from ebmlab.training import StepResult, Task, Trainer, TrainerConfig
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        data = load_dataset({str(path)!r}, "train", in_memory=False)
+        from ebmlab.data import EncodedRows
+        x = load_dataset({str(path)!r}, "train", in_memory=False).x
+        x = EncodedRows(x.array, x.encoding, x.row_shape, x.index, read_rows={read_rows})
         class Fit(Task):
             def __init__(self):
                 self.model = nn.Linear({d}, 1)
@@ -203,7 +207,7 @@ def test_larger_than_memory_file_trains_in_bounded_memory(tmp_path):
                 return StepResult(self.model(batch[0]).pow(2).mean())
         config = TrainerConfig(epochs=1, max_steps=20, batch_size=256, progress=False,
                                device="cpu")
-        Trainer(Fit(), (data.x,), config).fit()
+        Trainer(Fit(), (x,), config).fit()
         print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
     """)
     out = subprocess.run(
@@ -211,7 +215,56 @@ def test_larger_than_memory_file_trains_in_bounded_memory(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     grown_mb = int(out.stdout.split()[-1])
-    assert grown_mb < 1000, f"the process grew by {grown_mb} MB for a {n * d >> 20} MB file"
+    assert grown_mb < bound_mb, f"the process grew by {grown_mb} MB for a {n * d >> 20} MB file"
+
+
+def test_rows_of_a_mapped_file_are_read_from_it_as_the_view_gives_them(tmp_path):
+    """A batch reads each row's bytes from the file (offset, record stride and a skipped
+    label byte included) and gets exactly what indexing the mapped view gives; a view
+    whose rows are not one run of bytes is indexed as before, and a file cut short is
+    named."""
+    from ebmlab.data.arrays import MappedView
+
+    encoding = load_dataset("digits", "train").encoding
+    records = RNG.integers(0, 256, (60, 1 + 48), dtype=np.uint8)
+    (tmp_path / "records.bin").write_bytes(b"head" + records.tobytes())
+    mapped = np.memmap(tmp_path / "records.bin", np.uint8, "r", 4, (60, 49))
+    idx = torch.tensor([59, 3, 3, 0, 31])
+    views = {
+        "records": mapped[:, 1:].reshape(60, 3, 4, 4),  # stride 49, label byte skipped
+        "reversed": mapped[::-1, 1:],  # a negative row stride
+        "columns": mapped[:, 1:].reshape(60, 3, 4, 4).transpose(0, 1, 3, 2),  # not a run
+    }
+    for name, view in views.items():
+        shape = (int(np.prod(view.shape[1:])),)
+        rows = EncodedRows(view, encoding, shape, read_rows=name != "columns")
+        assert (rows._file is not None) == (name != "columns"), name
+        expected = encoding(np.ascontiguousarray(view[idx.numpy()])).reshape(len(idx), -1)
+        assert torch.equal(rows[idx], expected), name
+        picked = rows.subset(np.array([5, 2]))[torch.tensor([1, 0])]
+        assert torch.equal(picked, rows[torch.tensor([2, 5])]), name
+    with pytest.raises(ValueError, match="read_rows needs an array that views a memory-mapped"):
+        EncodedRows(views["columns"], encoding, (48,), read_rows=True)
+    floats = np.lib.format.open_memmap(tmp_path / "f.npy", "w+", np.float32, (30, 2, 3))
+    floats[:] = RNG.normal(size=(30, 2, 3))
+    floats.flush()
+    rows = EncodedRows(floats, Encoding.for_values(-5, 5, "raw"), (6,), read_rows=True)
+    assert rows.subset(np.arange(4))._file is not None  # a subset reads as its split does
+    assert torch.equal(rows[idx[idx < 30]], torch.from_numpy(floats[[3, 3, 0]].reshape(3, 6)))
+    cut = MappedView(str(tmp_path / "records.bin"), 4, 60 * 49, 1, (70, 48), (49, 1), "|u1")
+    with pytest.raises(DataFormatError, match=r"records\.bin: the file ends before row 65"):
+        cut.read_rows(np.array([2, 65]), np.empty((2, 48), np.uint8))
+
+
+def test_only_a_file_larger_than_half_the_memory_is_read_row_by_row(tmp_path, monkeypatch):
+    """By default a file the page cache can hold is mapped (its pages read ahead in large
+    blocks and kept); one larger than half the machine's memory is read row by row."""
+    import ebmlab.data.encoding as encoding_module
+
+    np.save(tmp_path / "x.npy", RNG.integers(0, 256, (100, 64), dtype=np.uint8))
+    assert load_dataset(str(tmp_path / "x.npy"), in_memory=False).x._file is None
+    monkeypatch.setattr(encoding_module, "physical_memory", lambda: 2 * 100 * 64 - 2)
+    assert load_dataset(str(tmp_path / "x.npy"), in_memory=False).x._file is not None
 
 
 def test_a_mapped_split_travels_to_loader_workers_as_its_file(tmp_path):

@@ -45,7 +45,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.data import digits
-from ebmlab.data.arrays import read_arrays, value_bounds
+from ebmlab.data.arrays import physical_memory, read_arrays, value_bounds
 from ebmlab.data.catalog import SOURCES, DataNotFoundError, download, find_files, read_split
 from ebmlab.data.encoding import TRANSFORMS, EncodedRows, Encoding
 from ebmlab.data.folders import class_folders, read_image_folder
@@ -167,13 +167,6 @@ def check_resize(resize: Sequence[int]) -> tuple[int, int] | None:
     if len(resize) != 2:
         raise ArgumentError(f"resize must be (height, width), got {tuple(resize)}")
     return _checks.positive_int("resize", resize[0]), _checks.positive_int("resize", resize[1])
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not POSIX
-        return 8 << 30
 
 
 def _holdout(n: int, split: str) -> np.ndarray:
@@ -354,9 +347,7 @@ def load_dataset(
     labels_t = None if y is None else torch.from_numpy(np.asarray(y[rows], dtype=np.int64))
     encoded_bytes = 4 * len(rows) * int(np.prod(row_shape))
     keep = (
-        in_memory
-        if in_memory is not None
-        else encoded_bytes <= IN_MEMORY_SHARE * _physical_memory()
+        in_memory if in_memory is not None else encoded_bytes <= IN_MEMORY_SHARE * physical_memory()
     )
     if keep:
         stored = np.asarray(values[rows]) if len(rows) < len(values) else np.asarray(values)

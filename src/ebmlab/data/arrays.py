@@ -14,6 +14,7 @@ default) maps the file again instead of receiving a pickled copy of all of it.
 from __future__ import annotations
 
 import mmap
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,14 @@ import numpy as np
 from ebmlab.data.formats import DataFormatError
 
 SCAN_BYTES = 64 << 20  # bytes per chunk of the NaN/inf and range scan
+
+
+def physical_memory() -> int:
+    """The machine's memory in bytes (8 GiB where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX
+        return 8 << 30
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,33 @@ class MappedView:
         """The same read-only view, on a new mapping of the file."""
         span = np.memmap(self.filename, np.uint8, "r", self.offset, (self.length,))
         return np.ndarray(self.shape, np.dtype(self.dtype), span, self.start, self.strides)
+
+    @property
+    def rows_contiguous(self) -> bool:
+        """Whether each row (the elements after the first axis) is one run of bytes in
+        the file, so that :meth:`read_rows` can read it with one call."""
+        itemsize = np.dtype(self.dtype).itemsize
+        expected = np.empty((1, *self.shape[1:]), np.dtype(self.dtype)).strides[1:]
+        return itemsize > 0 and tuple(self.strides[1:]) == tuple(expected)
+
+    def read_rows(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """Read rows ``rows`` of the view (best in ascending order) into ``out`` (len(rows),
+        *shape[1:]), one read of exactly a row's bytes each (needs
+        :attr:`rows_contiguous`).
+
+        Reading, not mapping, is what rows scattered over a file larger than memory
+        want: a page fault in a mapped file reads the 128 kB around it, forty times the
+        bytes of a CIFAR-size row, and in a file the page cache cannot hold those
+        neighbours are dropped before their turn comes; a read asks the disk for the
+        row alone.
+        """
+        first = self.offset + self.start  # the file position of row 0
+        with open(self.filename, "rb", buffering=0) as fh:
+            for i, row in enumerate(rows):
+                fh.seek(first + int(row) * self.strides[0])
+                target = memoryview(out[i]).cast("B")
+                if fh.readinto(target) != len(target):
+                    raise DataFormatError(f"{self.filename}: the file ends before row {row}")
 
 
 def _npz_member(path: Path, name: str) -> np.ndarray:

@@ -11,7 +11,9 @@ maps them to what a model sees, in one of three forms:
 A run records its encoding (``config.json``, under ``data``), so that pictures and
 saved samples can be mapped back to stored values. :class:`EncodedRows` keeps a
 (memory-mapped) array on disk and encodes only the rows a batch asks for, so a data set
-larger than memory trains.
+larger than memory trains; the rows of a file too large for the page cache are read
+from it one by one (:meth:`~ebmlab.data.arrays.MappedView.read_rows`), which asks the
+disk for those bytes alone.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import numpy as np
 import torch
 
 from ebmlab import _checks
-from ebmlab.data.arrays import MappedView
+from ebmlab.data.arrays import MappedView, physical_memory
 
 TRANSFORMS = ("raw", "scaled", "binary")
+READ_ROWS_SHARE = 0.5  # of the machine's memory, above which a mapped file's rows are read
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,10 @@ class EncodedRows:
     an integer tensor, array or slice, ``shape``, ``len`` and ``split``, without holding
     it: the array may be a ``numpy.memmap`` far larger than memory, turned into floats
     by ``encoding`` one batch at a time. ``index`` selects
-    and orders the rows of ``array`` that belong to this split. Rows stay on the CPU:
+    and orders the rows of ``array`` that belong to this split. ``read_rows`` reads a
+    batch's rows from the mapped file one by one (True), indexes the mapping (False), or
+    decides by the file's size (None: reads a file larger than half the machine's
+    memory). Rows stay on the CPU:
     the trainer moves each batch to its device. Pickled (for a DataLoader worker), a
     memory-mapped array travels as its file's name and is mapped again on arrival.
     """
@@ -107,10 +113,30 @@ class EncodedRows:
         encoding: Encoding,
         row_shape: tuple[int, ...],
         index: np.ndarray | None = None,
+        read_rows: bool | None = None,
     ) -> None:
         self.array, self.encoding, self.row_shape = array, encoding, tuple(row_shape)
         self.index = np.arange(len(array)) if index is None else np.asarray(index)
         self.device = torch.device("cpu")
+        self._file = self._file_to_read(array, read_rows)
+
+    @staticmethod
+    def _file_to_read(array: np.ndarray, read_rows: bool | None) -> MappedView | None:
+        """The mapped file whose rows a batch reads one by one
+        (:meth:`~ebmlab.data.arrays.MappedView.read_rows`), or None to index the mapping.
+        ``read_rows`` None reads a file larger than ``READ_ROWS_SHARE`` of the machine's
+        memory, which the page cache cannot keep, and maps a smaller one, whose pages
+        mapping reads ahead in large blocks and the page cache then holds."""
+        view = MappedView.of(array)
+        readable = view is not None and view.rows_contiguous
+        if read_rows and not readable:
+            raise _checks.ArgumentError(
+                "read_rows needs an array that views a memory-mapped file with each row "
+                "one run of bytes"
+            )
+        if read_rows is None:
+            read_rows = readable and view.length > READ_ROWS_SHARE * physical_memory()
+        return view if read_rows else None
 
     @property
     def shape(self) -> torch.Size:
@@ -132,10 +158,15 @@ class EncodedRows:
     def __getitem__(self, key: Any) -> torch.Tensor:
         rows = self.index[key.cpu().numpy() if isinstance(key, torch.Tensor) else key]
         rows = np.atleast_1d(rows)
-        # read in file order (sequential pages), then restore the batch's order
+        # read in file order, then restore the batch's order
         order = np.argsort(rows, kind="stable")
         values = np.empty((len(rows), *self.array.shape[1:]), dtype=self.array.dtype)
-        values[order] = self.array[rows[order]]
+        if self._file is not None:
+            in_order = np.empty_like(values)
+            self._file.read_rows(rows[order], in_order)
+            values[order] = in_order
+        else:
+            values[order] = self.array[rows[order]]
         return self.encoding(values).reshape(len(rows), *self.row_shape)
 
     def subset(self, rows: np.ndarray) -> EncodedRows:
@@ -144,7 +175,9 @@ class EncodedRows:
         Args:
             rows: indices into these rows.
         """
-        return EncodedRows(self.array, self.encoding, self.row_shape, self.index[rows])
+        return EncodedRows(
+            self.array, self.encoding, self.row_shape, self.index[rows], self._file is not None
+        )
 
     def split(self, size: int) -> list[torch.Tensor]:
         """Consecutive chunks of ``size`` encoded rows (like :meth:`torch.Tensor.split`)."""
