@@ -103,6 +103,11 @@ def test_holdout_rows_shares_and_bad_shares():
     _, held = holdout_rows(labels, 10, 0.25)  # ceil(2.5) = 3 rows: 2.1, 0.6, 0.3
     assert labels[held].tolist() == [0, 0, 1]
     assert len(holdout_rows(labels, 10, 0.01)[1]) == 1  # at least one row
+    single = torch.tensor([0] * 6 + [1])  # ceil(4.2) = 5 rows: 4.29 and 0.71
+    kept, held = holdout_rows(single, 7, 0.6)
+    assert single[held].tolist() == [0] * 4 and 6 in kept  # class 1 keeps its one row
+    with pytest.raises(ValueError, match="leaves no validation rows: each class has a single"):
+        holdout_rows(torch.arange(5), 5, 0.3)
     with pytest.raises(
         ValueError, match=r"validation_fraction 0\.95 of 10 training rows leaves no"
     ):

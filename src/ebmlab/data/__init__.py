@@ -391,8 +391,8 @@ def holdout_rows(
     """(kept rows, held-out rows) of a split of ``n`` rows, both in ascending order.
 
     ceil(``fraction`` n) rows are held out, shared among the classes of ``labels`` in
-    proportion to their sizes (largest remainders take the rows left over), each class's
-    rows chosen by a fixed permutation: stratified as scikit-learn's
+    proportion to their sizes (largest remainders take the rows left over; no class gives
+    up its last row), each class's rows chosen by a fixed permutation: stratified as scikit-learn's
     ``train_test_split``, so that a validation split holds the classes in their shares.
 
     Args:
@@ -410,9 +410,16 @@ def holdout_rows(
     else:
         y = labels.cpu().numpy()
         groups = [np.flatnonzero(y == c) for c in np.unique(y)]
-    share = held_out * np.array([len(g) for g in groups]) / n
+    sizes = np.array([len(g) for g in groups])
+    share = held_out * sizes / n
     counts = np.floor(share).astype(np.int64)
     counts[np.argsort(counts - share, kind="stable")[: held_out - counts.sum()]] += 1
+    counts = np.minimum(counts, sizes - 1)  # every class keeps a training row
+    if counts.sum() == 0:
+        raise ArgumentError(
+            f"validation_fraction {fraction} of {n} training rows leaves no validation rows: "
+            "each class has a single row"
+        )
     rng = np.random.default_rng(HOLDOUT_SEED)
     held = np.sort(
         np.concatenate(
