@@ -5,6 +5,7 @@ import os
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -165,6 +166,38 @@ def test_bad_data_fails_before_the_run_directory_exists(tmp_path, capsys):
     err = capsys.readouterr().err
     assert str(bad) in err and err.count("\n") == 1
     assert not run.exists()
+
+
+def test_data_show_gives_the_splits_a_recipe_reads(capsys, tmp_path):
+    """``ebmlab data show``: each split's rows and class counts (validation held out of a
+    set that has none), the shape and encoding, and a picture of each class."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 40), ("test", 12)):
+        x = rng.integers(0, 256, (n, 3, 6, 6), dtype=np.uint8)
+        np.savez(tmp_path / f"{split}.npz", x=x, y=np.arange(n) % 4)
+    grid = tmp_path / "pictures" / "classes.png"
+    code, out, _ = run_cli(capsys, "data", "show", str(tmp_path), "--grid", str(grid))
+    assert code == 0 and grid.stat().st_size > 1000
+    shown = json.loads(out)
+    assert shown["image_shape"] == [3, 6, 6] and shown["num_classes"] == 4
+    assert shown["encoding"]["transform"] == "scaled"
+    assert shown["splits"] == {
+        "train": {"split": "train", "rows": 36, "class_counts": [9, 9, 9, 9]},
+        "val": {"split": "val", "rows": 4, "class_counts": [1, 1, 1, 1]},
+        "test": {"split": "test", "rows": 12, "class_counts": [3, 3, 3, 3]},
+    }
+    code, out, _ = run_cli(capsys, "data", "show", str(tmp_path), "--validation-fraction", "0")
+    assert json.loads(out)["splits"]["val"] == {
+        "split": "test",
+        "rows": 12,
+        "class_counts": [3, 3, 3, 3],
+    }
+    code, out, err = run_cli(capsys, "data", "show", str(tmp_path), "--grid", "x.jpg")
+    assert code == 2 and "--grid must name a .png file" in err and out == ""
+    code, out, err = run_cli(capsys, "data", "show", "rings", "--grid", str(grid))
+    assert code == 2 and "--grid draws labelled images; data 'rings' has none" in err
+    code, out, err = run_cli(capsys, "data", "show", str(tmp_path / "absent"))
+    assert code == 2 and "data must be one of" in err
 
 
 def test_data_download_offers_the_sets_with_a_public_address(capsys):

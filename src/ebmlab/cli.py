@@ -31,12 +31,22 @@ import torch
 import ebmlab
 from ebmlab import _checks, hardware, partition
 from ebmlab._checks import ArgumentError
-from ebmlab.data import Dataset, available_datasets, download
+from ebmlab.data import (
+    DATASETS,
+    VALIDATION_FRACTION,
+    Dataset,
+    available_datasets,
+    check_data,
+    check_validation_fraction,
+    download,
+    run_splits,
+)
 from ebmlab.data.catalog import SOURCES, DownloadError
 from ebmlab.data.folders import cache_root, cached_folders, clear_cache
 from ebmlab.devices import resolve_device
 from ebmlab.evaluation.inception import PREPROCESSING
 from ebmlab.partition.binary_products import quantized_available
+from ebmlab.plotting import image_grid
 from ebmlab.training import (
     CheckpointError,
     CheckpointWriteError,
@@ -48,7 +58,7 @@ from ebmlab.training import (
 )
 from ebmlab.training.checkpoint import load_newest_good, previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
-from ebmlab.training.recipes.jem import INCEPTION_REFERENCES
+from ebmlab.training.recipes.jem import GRID_CLASSES, INCEPTION_REFERENCES
 from ebmlab.training.run_dir import jsonable, write_json
 
 # What a user can fix: bad arguments and settings, missing files and data, failed
@@ -165,6 +175,17 @@ def _build_parser() -> _Parser:
     dl.add_argument("--mirror", default=None, help="base URL replacing the publisher's")
     cache = dsub.add_parser("cache", help="list the decoded image folders (or --clear them)")
     cache.add_argument("--clear", action="store_true", help="delete every decoded folder")
+    show = dsub.add_parser(
+        "show", help="the splits a recipe reads of a data set: rows, classes, shape, encoding"
+    )
+    show.add_argument("name", help="a data set name or a file or folder")
+    show.add_argument("--data-root", default=None, help="directory holding data set files")
+    show.add_argument("--resize", type=int, nargs=2, default=(), metavar=("H", "W"),
+                      help="resample an image folder's images")  # fmt: skip
+    show.add_argument("--validation-fraction", type=float, default=VALIDATION_FRACTION,
+                      help="share of the training rows held out where the set has no "
+                      f"validation split (default: {VALIDATION_FRACTION})")  # fmt: skip
+    show.add_argument("--grid", default=None, help="PNG of ten training images per class")
     train = sub.add_parser("train", help="train a recipe into a run directory")
     rsub = train.add_subparsers(dest="recipe", required=True, parser_class=_Parser)
     for name, recipe in recipes().items():
@@ -458,7 +479,52 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def show_data(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``ebmlab data show`` prints: the data's shape, classes and encoding, and the
+    rows and class counts of each split a recipe trains, validates and tests on; with
+    ``--grid``, a picture of training images, ten of each of the first ten classes
+    (fewer where a class has fewer)."""
+    name = check_data(args.name, DATASETS, args.data_root)
+    check_validation_fraction(args.validation_fraction)
+    if args.grid is not None and Path(args.grid).suffix.lower() != ".png":
+        raise ArgumentError(f"--grid must name a .png file, got {args.grid!r}")
+    parts = run_splits(
+        name,
+        root=args.data_root,
+        resize=tuple(args.resize),
+        validation_fraction=args.validation_fraction,
+    )
+    train = parts[0]
+    summary = {k: v for k, v in train.describe().items() if k not in ("split", "rows")}
+    summary["splits"] = {
+        role: {
+            "split": part.split,
+            "rows": len(part),
+            **({} if part.y is None else {"class_counts": part.y.bincount().tolist()}),
+        }
+        for role, part in zip(("train", "val", "test"), parts, strict=True)
+    }
+    if args.grid is not None:
+        if train.image_shape is None or train.y is None:
+            raise ArgumentError(f"--grid draws labelled images; data {args.name!r} has none")
+        classes = range(min(train.num_classes or 0, GRID_CLASSES))
+        picks = [torch.nonzero(train.y == c).flatten()[:GRID_CLASSES] for c in classes]
+        per_class = min(len(p) for p in picks)
+        rows = torch.cat([p[:per_class] for p in picks])
+        names = train.classes or [str(c) for c in classes]
+        Path(args.grid).parent.mkdir(parents=True, exist_ok=True)
+        image_grid(train.x[rows], args.grid, image_shape=train.image_shape,
+                   value_range=train.value_range, ncol=per_class,
+                   row_labels=[names[c] for c in classes],
+                   title=f"{args.name}: training images")  # fmt: skip
+        summary["grid"] = str(args.grid)
+    return summary
+
+
 def cmd_data(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        print(json.dumps(jsonable(show_data(args)), indent=2))
+        return 0
     if args.action == "cache":
         if args.clear:
             print(f"freed {clear_cache() / 2**20:.1f} MiB in {cache_root() / 'image-folders'}")
