@@ -117,23 +117,18 @@ def _cold_cases(folder: Path) -> list[Case]:
     train_rows = int(0.8 * LARGE_ROWS), int(0.8 * SMALL_ROWS)  # the file's training split
     scattered = [np.sort(rng.choice(train_rows[0], 256, replace=False)) for _ in range(20)]
     epoch = [np.sort(b) for b in rng.permutation(train_rows[1]).reshape(-1, 250)]
+    # (what, file, batches, whether ebmlab reads row by row there, the anchor)
+    compared = [
+        ("20 batches of 256 CIFAR-size rows scattered over a 1.8 GB file not in the page "
+         "cache (each batch of a file larger than memory): read row by row",
+         large, scattered, True, "np.memmap indexed by the batch"),
+        ("an epoch (80 000 CIFAR-size rows) of a 300 MB file not in the page cache: "
+         "mapped, as ebmlab reads a file below half the memory",
+         small, epoch, False, "rows read one by one"),
+    ]  # fmt: skip
     return [
-        Case(
-            "20 batches of 256 CIFAR-size rows scattered over a 1.8 GB file not in the page "
-            "cache (each batch of a file larger than memory): read row by row",
-            _cold_reads(large, scattered, True),
-            _cold_reads(large, scattered, False),
-            "np.memmap indexed by the batch",
-            repeats=3,
-        ),
-        Case(
-            "an epoch (80 000 CIFAR-size rows) of a 300 MB file not in the page cache: "
-            "mapped, as ebmlab reads a file below half the memory",
-            _cold_reads(small, epoch, False),
-            _cold_reads(small, epoch, True),
-            "rows read one by one",
-            repeats=3,
-        ),
+        Case(what, _cold_reads(path, b, read), _cold_reads(path, b, not read), anchor, repeats=3)
+        for what, path, b, read, anchor in compared
     ]
 
 
