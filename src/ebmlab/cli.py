@@ -38,6 +38,7 @@ from ebmlab.data import (
     available_datasets,
     check_data,
     check_validation_fraction,
+    describe_splits,
     download,
     run_splits,
 )
@@ -306,15 +307,11 @@ def run_config(recipe: Recipe, config: Any, setup: Setup) -> dict[str, Any]:
         "config": dataclasses.asdict(config),
         "ebmlab": ebmlab.__version__,
     }
-    train = getattr(setup.task, "train", None)
-    if isinstance(train, Dataset):
-        parts = {role: getattr(setup.task, role, None) for role in ("train", "val", "test")}
-        record["data"] = train.describe()
-        record["splits"] = {
-            role: {"split": part.split, "rows": len(part)}
-            for role, part in parts.items()
-            if isinstance(part, Dataset)
-        }
+    parts = {role: getattr(setup.task, role, None) for role in ("train", "val", "test")}
+    if isinstance(parts["train"], Dataset):
+        record["data"] = parts["train"].describe()
+    if all(isinstance(part, Dataset) for part in parts.values()):
+        record["splits"] = describe_splits(parts)
     return record
 
 
@@ -496,14 +493,7 @@ def show_data(args: argparse.Namespace) -> dict[str, Any]:
     )
     train = parts[0]
     summary = {k: v for k, v in train.describe().items() if k not in ("split", "rows")}
-    summary["splits"] = {
-        role: {
-            "split": part.split,
-            "rows": len(part),
-            **({} if part.y is None else {"class_counts": part.y.bincount().tolist()}),
-        }
-        for role, part in zip(("train", "val", "test"), parts, strict=True)
-    }
+    summary["splits"] = describe_splits(dict(zip(("train", "val", "test"), parts, strict=True)))
     if args.grid is not None:
         if train.image_shape is None or train.y is None:
             raise ArgumentError(f"--grid draws labelled images; data {args.name!r} has none")

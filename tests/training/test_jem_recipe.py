@@ -248,9 +248,9 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
     assert json.loads((run / "config.json").read_text())["config"]["data"] == str(data)
     splits = json.loads((run / "config.json").read_text())["splits"]  # val held out of train
     assert splits == {
-        "train": {"split": "train", "rows": 54},
-        "val": {"split": "val", "rows": 6},
-        "test": {"split": "test", "rows": 20},
+        "train": {"split": "train", "rows": 54, "class_counts": [18, 18, 18]},
+        "val": {"split": "val", "rows": 6, "class_counts": [2, 2, 2]},
+        "test": {"split": "test", "rows": 20, "class_counts": [7, 7, 6]},
     }
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")

@@ -391,9 +391,10 @@ def holdout_rows(
     """(kept rows, held-out rows) of a split of ``n`` rows, both in ascending order.
 
     ceil(``fraction`` n) rows are held out, shared among the classes of ``labels`` in
-    proportion to their sizes (largest remainders take the rows left over; no class gives
-    up its last row), each class's rows chosen by a fixed permutation: stratified as scikit-learn's
-    ``train_test_split``, so that a validation split holds the classes in their shares.
+    proportion to their sizes (largest remainders take the rows left over; no class
+    gives up its last row), each class's rows chosen by a fixed permutation: stratified
+    as scikit-learn's ``train_test_split``, so that a validation split holds the classes
+    in their shares.
 
     Args:
         labels: the rows' class labels (N,), or None (one group).
@@ -463,6 +464,24 @@ def run_splits(
     return train.subset(kept, "train"), train.subset(held, "val"), test
 
 
+def describe_splits(parts: dict[str, Dataset]) -> dict[str, dict[str, Any]]:
+    """For each role (``"train"``, ``"val"``, ...) the split that fills it, its rows and,
+    for labelled data, its rows per class: what a run records and ``ebmlab data show``
+    prints.
+
+    Args:
+        parts: the splits by role, as :func:`run_splits` gives them.
+    """
+    return {
+        role: {
+            "split": part.split,
+            "rows": len(part),
+            **({} if part.y is None else {"class_counts": part.y.bincount().tolist()}),
+        }
+        for role, part in parts.items()
+    }
+
+
 def check_validation_fraction(fraction: float) -> float:
     """``fraction`` if it is a share of the training rows that can be held out, [0, 1)."""
     _checks.positive("validation_fraction", fraction, allow_zero=True)
@@ -502,6 +521,7 @@ __all__ = [
     "check_data",
     "check_resize",
     "check_validation_fraction",
+    "describe_splits",
     "download",
     "holdout_rows",
     "load_dataset",
