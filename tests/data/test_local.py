@@ -298,9 +298,10 @@ def test_a_mapped_split_travels_to_loader_workers_as_its_file(tmp_path):
     assert torch.equal(pickle.loads(pickle.dumps(view))[idx[:2]], view[idx[:2]])
 
     shares = [torch.tensor([5, 1]), torch.tensor([2000, 7, 3])]
+    read = EncodedRows(rows.array, rows.encoding, rows.row_shape, rows.index, read_rows=True)
     loader = torch.utils.data.DataLoader(
-        _Batches((rows,), shares), batch_size=None, num_workers=1,
+        _Batches((rows, read), shares), batch_size=None, num_workers=1,
         multiprocessing_context="spawn",
     )  # fmt: skip
-    for (got,), share in zip(loader, shares, strict=True):
-        assert torch.equal(got, rows[share])
+    for (got, got_read), share in zip(loader, shares, strict=True):
+        assert torch.equal(got, rows[share]) and torch.equal(got_read, rows[share])
