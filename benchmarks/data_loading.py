@@ -26,6 +26,7 @@ from benchmarks.harness import Case, MetricCase
 from ebmlab.data import EncodedRows, load_dataset, run_splits
 from ebmlab.training import Trainer, TrainerConfig
 from ebmlab.training.recipes.jem import JEMConfig, JEMTask
+from ebmlab.training.trainer import _Batches
 
 N, SHAPE, BATCH = 8000, (1, 28, 28), 64
 COLD_SHAPE, LARGE_ROWS, SMALL_ROWS = (3, 32, 32), 600_000, 100_000  # 1.8 GB and 0.3 GB
@@ -86,11 +87,11 @@ def _write_cifar_rows(path: Path, n: int) -> None:
     array.flush()
 
 
-def _cold_reads(path: Path, batches: list[np.ndarray], read_rows: bool):
+def _cold_reads(path: Path, batches: list[np.ndarray], read_rows: bool, workers: int = 0):
     """Reads of ``batches`` of the training split of ``path`` (kept on disk), first
     dropping the file from the page cache as memory pressure does, then row by row or
     through a fresh mapping (the pages of a mapping kept from the last repeat would stay
-    cached)."""
+    cached), in this process or in ``workers`` DataLoader worker processes."""
 
     def run() -> None:
         fd = os.open(path, os.O_RDONLY)
@@ -98,8 +99,12 @@ def _cold_reads(path: Path, batches: list[np.ndarray], read_rows: bool):
         os.close(fd)
         rows = load_dataset(str(path), "train", in_memory=False).x
         rows = EncodedRows(rows.array, rows.encoding, rows.row_shape, rows.index, read_rows)
-        for batch in batches:
-            rows[torch.from_numpy(batch)]
+        shares = [torch.from_numpy(batch) for batch in batches]
+        loader = torch.utils.data.DataLoader(
+            _Batches((rows,), shares), batch_size=None, num_workers=workers
+        )
+        for _ in loader:
+            pass
 
     return run
 
@@ -115,20 +120,28 @@ def _cold_cases(folder: Path) -> list[Case]:
     _write_cifar_rows(small, SMALL_ROWS)
     rng = np.random.default_rng(0)
     train_rows = int(0.8 * LARGE_ROWS), int(0.8 * SMALL_ROWS)  # the file's training split
-    scattered = [np.sort(rng.choice(train_rows[0], 256, replace=False)) for _ in range(20)]
+    scattered = [np.sort(rng.choice(train_rows[0], 256, replace=False)) for _ in range(40)]
     epoch = [np.sort(b) for b in rng.permutation(train_rows[1]).reshape(-1, 250)]
-    # (what, file, batches, whether ebmlab reads row by row there, the anchor)
+    # (what, file, batches, whether ebmlab reads row by row there, the anchor, workers)
     compared = [
         ("20 batches of 256 CIFAR-size rows scattered over a 1.8 GB file not in the page "
          "cache (each batch of a file larger than memory): read row by row",
-         large, scattered, True, "np.memmap indexed by the batch"),
+         large, scattered[:20], True, "np.memmap indexed by the batch", 0),
+        ("the same, 40 batches through 4 DataLoader workers (--num-workers 4)",
+         large, scattered, True, "np.memmap indexed by the batch", 4),
         ("an epoch (80 000 CIFAR-size rows) of a 300 MB file not in the page cache: "
          "mapped, as ebmlab reads a file below half the memory",
-         small, epoch, False, "rows read one by one"),
+         small, epoch, False, "rows read one by one", 0),
     ]  # fmt: skip
     return [
-        Case(what, _cold_reads(path, b, read), _cold_reads(path, b, not read), anchor, repeats=3)
-        for what, path, b, read, anchor in compared
+        Case(
+            what,
+            _cold_reads(path, b, read, workers),
+            _cold_reads(path, b, not read, workers),
+            anchor,
+            repeats=3,
+        )
+        for what, path, b, read, anchor, workers in compared
     ]
 
 
