@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from ebmlab._checks import ArgumentError
+from ebmlab.data import Dataset, run_splits
 from ebmlab.samplers import ReplayBuffer
 from ebmlab.training import distributed
 from ebmlab.training.run_dir import RunDirectory
@@ -52,6 +53,23 @@ class BufferTask(Task):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
+
+
+def data_splits(config: Any, **options: Any) -> tuple[Dataset, Dataset, Dataset]:
+    """The train, validation and test splits (:func:`ebmlab.data.run_splits`) that a
+    recipe's ``config`` names by its ``data``, ``data_root``, ``resize`` and
+    ``validation_fraction``; ``options`` go to :func:`ebmlab.data.load_dataset`.
+
+    Args:
+        config: a recipe config with those four settings.
+    """
+    return run_splits(
+        config.data,
+        root=config.data_root or None,
+        resize=config.resize,
+        validation_fraction=config.validation_fraction,
+        **options,
+    )
 
 
 ConfigT = TypeVar("ConfigT")

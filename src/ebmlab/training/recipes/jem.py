@@ -66,7 +66,6 @@ from ebmlab.data import (
     check_data,
     check_resize,
     check_validation_fraction,
-    run_splits,
 )
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.devices import widen
@@ -97,7 +96,7 @@ from ebmlab.plotting import image_grid
 from ebmlab.samplers import Langevin, gaussian_init, mixture_init, uniform_init
 from ebmlab.samplers.recovery import OneLevel, blur, recover
 from ebmlab.samplers.replay_buffer import InitFn
-from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
+from ebmlab.training.recipes import BufferTask, Recipe, Setup, data_splits, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
 
@@ -260,12 +259,7 @@ class JEMTask(BufferTask):
 
     def __init__(self, config: JEMConfig, seed: int) -> None:
         self.config = config
-        self.train, self.val, self.test = run_splits(
-            config.data,
-            root=config.data_root or None,
-            resize=config.resize,
-            validation_fraction=config.validation_fraction,
-        )
+        self.train, self.val, self.test = data_splits(config)
         k = self.train.num_classes
         if self.train.y is None or k is None or k < 2:
             raise ArgumentError(

@@ -58,7 +58,6 @@ from ebmlab.data import (
     check_data,
     check_resize,
     check_validation_fraction,
-    run_splits,
 )
 from ebmlab.devices import widen
 from ebmlab.energies import (
@@ -80,7 +79,7 @@ from ebmlab.losses import classification_rbm_loss
 from ebmlab.partition import LogZEstimate
 from ebmlab.plotting import image_grid
 from ebmlab.training import distributed
-from ebmlab.training.recipes import Recipe, Setup, register
+from ebmlab.training.recipes import Recipe, Setup, data_splits, register
 from ebmlab.training.recipes.conditional_rbm import ConditionalRBMTask, GatedRBMTask
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
@@ -261,13 +260,7 @@ class RBMTask(Task):
     def __init__(self, config: RBMConfig, trainer: TrainerConfig) -> None:
         self.config = config
         transform = "binary" if config.model in BINARY else "raw"
-        self.train, self.val, self.test = run_splits(
-            config.data,
-            root=config.data_root or None,
-            transform=transform,
-            resize=config.resize,
-            validation_fraction=config.validation_fraction,
-        )
+        self.train, self.val, self.test = data_splits(config, transform=transform)
         torch.manual_seed(trainer.seed)
         self.n_chains = distributed.share(config.n_chains)
         self.build_model()

@@ -31,13 +31,12 @@ from ebmlab.energies.base import in_chunks
 from ebmlab.energies.structured import DistanceEnergy, LogitEnergy
 from ebmlab.evaluation.likelihood import mean_and_stderr
 from ebmlab.learning.structured import EnergyLearner
-from ebmlab.training.recipes import Recipe, Setup, register
+from ebmlab.training.recipes import Recipe, Setup, data_splits, register
 from ebmlab.training.recipes.structured.config import StructuredConfig
 from ebmlab.training.recipes.structured.tasks import (
     INFERENCE,
     ChainTask,
     CompletionTask,
-    splits,
 )
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, Task, TrainerConfig
@@ -46,7 +45,7 @@ from ebmlab.training.trainer import StepResult, Task, TrainerConfig
 class StructuredTask(Task):
     def __init__(self, config: StructuredConfig, seed: int) -> None:
         self.config = config
-        self.train, self.val, self.test = splits(config)
+        self.train, self.val, self.test = data_splits(config, in_memory=True)
         k = self.train.num_classes
         if self.train.y is None or k is None or k < 2:
             raise ArgumentError(f"data {config.data!r} needs labels of at least two classes")

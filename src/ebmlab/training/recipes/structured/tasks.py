@@ -25,7 +25,6 @@ import torch
 from torch.nn import functional as F
 
 from ebmlab._checks import ArgumentError
-from ebmlab.data import Dataset, run_splits
 from ebmlab.data.sequences import HiddenMarkovModel
 from ebmlab.devices import widen
 from ebmlab.energies.base import in_chunks
@@ -40,6 +39,7 @@ from ebmlab.inference import (
     mean_field,
     viterbi,
 )
+from ebmlab.training.recipes import data_splits
 from ebmlab.training.recipes.structured.config import StructuredConfig
 from ebmlab.training.trainer import StepResult, Task
 
@@ -113,26 +113,13 @@ def approximate_argmin(mrf: PairwiseMRF, inference: str, sweeps: int = 100) -> t
     return mean_field(mrf).argmax(2)
 
 
-def splits(config: StructuredConfig, transform: str = "scaled") -> tuple[Dataset, ...]:
-    """The train, validation and test splits of ``config.data`` (:func:`run_splits`), in
-    memory."""
-    return run_splits(
-        config.data,
-        root=config.data_root or None,
-        transform=transform,
-        resize=config.resize,
-        in_memory=True,
-        validation_fraction=config.validation_fraction,
-    )
-
-
 class CompletionTask(Task):
     """Bottom half of binarised grayscale images given the top half (the top H // 2
     rows), with annealed-Gibbs answers."""
 
     def __init__(self, config: StructuredConfig, seed: int) -> None:
         self.config = config
-        self.train, self.val, self.test = splits(config, "binary")
+        self.train, self.val, self.test = data_splits(config, transform="binary", in_memory=True)
         shape = self.train.image_shape
         if shape is None or shape[0] != 1:
             raise ArgumentError(
