@@ -50,14 +50,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from benchmarks.data_loading import write_image_npz
-from ebmlab.data import load_dataset, run_splits
+from ebmlab.data import load_dataset
 from ebmlab.energies import BernoulliRBM, ClassifierEnergy, MLPEnergy
 from ebmlab.energies import WideResNet as EbmlabWideResNet
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.partition import rbm_ais, salakhutdinov_schedule
 from ebmlab.samplers import Langevin, ReplayBuffer, uniform_init
 from ebmlab.training import Trainer
-from ebmlab.training.recipes import get_recipe
+from ebmlab.training.recipes import data_splits, get_recipe
 from ebmlab.training.trainer import compile_networks
 
 SGLD_STEP, SGLD_NOISE = 1.0, 0.01  # the reference loop's sgld_lr and sgld_std
@@ -357,7 +357,7 @@ def _cifar_trainer(folder: Path, device: torch.device, s: Sizes, in_memory: bool
     recipe = get_recipe("jem")
     config, trainer_config = recipe.configs(settings)
     setup = recipe.build(config, trainer_config)
-    train = setup.task.train if in_memory else run_splits(str(folder), in_memory=False)[0]
+    train = setup.task.train if in_memory else data_splits(config, in_memory=False)[0]
     return Trainer(setup.task, (train.x, train.y), trainer_config)
 
 
