@@ -294,7 +294,8 @@ def _torchebm_langevin(
 
     names = inspect.signature(LangevinDynamics).parameters
     target = "model" if "model" in names else "energy_function"
-    sampler = LangevinDynamics(**{target: Wrapped()}, step_size=h, noise_scale=math.sqrt(2 * h))
+    sampler = LangevinDynamics(**{target: Wrapped(device=x0.device)}, step_size=h,
+                               noise_scale=math.sqrt(2 * h), device=x0.device)  # fmt: skip
     return lambda: sampler.sample(x=x0, n_steps=steps)
 
 

@@ -2,6 +2,7 @@
 distributed backend, each against the CPU's answer. Skipped without CUDA."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -121,3 +122,66 @@ def test_inception_features_on_the_gpu_match_the_cpu(inception_weights):
     got, _ = inception_outputs(load_inception(inception_weights[0], "cuda"), images.cuda())
     assert got.device.type == "cuda"
     assert float((got.cpu() - want).abs().max()) < 1e-2 * float(want.abs().max())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_read_from_disk_train_on_the_gpu(tmp_path, workers):
+    """Rows kept on disk reach the GPU through pinned loader batches, labels with them."""
+    from ebmlab.training import Trainer
+    from ebmlab.training.recipes import data_splits, get_recipe
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "train.npz", x=rng.integers(0, 256, (96, 1, 8, 8), dtype=np.uint8),
+             y=np.arange(96) % 4)  # fmt: skip
+    np.savez(tmp_path / "test.npz", x=rng.integers(0, 256, (32, 1, 8, 8), dtype=np.uint8),
+             y=np.arange(32) % 4)  # fmt: skip
+    recipe = get_recipe("jem")
+    config, trainer_config = recipe.configs(
+        {
+            "data": str(tmp_path),
+            "arch": "mlp",
+            "sampler_steps": 2,
+            "buffer_size": 64,
+            "batch_size": 16,
+            "epochs": 1,
+            "num_workers": workers,
+            "device": "cuda",
+            "progress": False,
+        }
+    )
+    setup = recipe.build(config, trainer_config)
+    train = data_splits(config, in_memory=False)[0]
+    trainer = Trainer(setup.task, (train.x, train.y), trainer_config)
+    assert trainer.streamed
+    trainer.fit()
+    assert trainer.step == len(trainer._batches(0))
+
+
+def test_annealing_replayed_as_cuda_graphs_agrees_with_the_same_steps_run_eagerly():
+    """The captured chunks and the same chunks launched one kernel at a time (the same
+    uniforms, drawn before each chunk) both give log Z within their error. They are not
+    bit-identical: cuBLAS may pick other kernels under capture, and a rounding
+    difference at a threshold sends a chain another way."""
+    from ebmlab.partition.ais import _log_weights
+    from ebmlab.partition.annealing_graphs import anneal_rbm_in_chunks
+
+    torch.manual_seed(0)
+    rbm = BernoulliRBM(14, 10)
+    with torch.no_grad():
+        rbm.W.normal_(0, 1)
+    exact = rbm_log_partition(rbm).log_z
+    rbm = rbm.cuda()
+    W, b, c = rbm.W.detach(), rbm.b.detach(), rbm.c.detach()
+    v = (torch.rand(400, 14, device="cuda") < 0.5).float()
+    betas = torch.linspace(0, 1, 1001, dtype=torch.float64)
+    log_z0 = 14 * math.log(2) + 10 * math.log(2)  # the base model: no weights, zero biases
+    for graphs in (True, False):
+        gen = torch.Generator("cuda").manual_seed(5)
+        sums = anneal_rbm_in_chunks(v, betas, W, b, c, torch.zeros_like(b), gen, graphs)
+        log_w = _log_weights(sums, betas).cpu()
+        w = torch.exp(log_w - log_w.max())
+        log_z = log_z0 + float(torch.logsumexp(log_w, 0) - math.log(len(log_w)))
+        stderr = float((w / w.mean()).std() / math.sqrt(len(w)))
+        assert abs(log_z - exact) < 4 * stderr + 0.01, graphs
+    est = rbm_ais(rbm, n_chains=200, n_temperatures=1000, generator=1)
+    assert abs(est.log_z - exact) < 4 * est.stderr + 0.01

@@ -35,6 +35,7 @@ from ebmlab._checks import ArgumentError
 from ebmlab.devices import wide_dtype, widen
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.energies.boltzmann import base_rate_logits, bernoulli_draw
+from ebmlab.partition import annealing_graphs
 from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
@@ -291,8 +292,13 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
     to W at beta = 1 makes the weights refer to W. Uniforms come from 32-bit words of an
     SFC64 stream seeded by ``gen`` on the CPU, and of ``gen`` itself on other devices;
     per-temperature sums are kept and combined in float64 (float32 on a device without
-    it).
+    it). On a CUDA GPU the same steps run as replayed CUDA graphs
+    (:mod:`~ebmlab.partition.annealing_graphs`).
     """
+    if annealing_graphs.replaces_loop(W.device):  # W_q = W in float32: no requantization
+        return _log_weights(
+            annealing_graphs.anneal_rbm_in_chunks(v, betas, W, b, c, b_a, gen), betas
+        )
     n, d = v.shape
     m = W.shape[1]
     device = W.device
@@ -324,13 +330,19 @@ def _anneal_rbm(v, betas, W, b, c, b_a, gen) -> torch.Tensor:
         x = up(beta / 2, torch.add(half_base, gap, alpha=beta / 2, out=v_bias))
         bits = down.sample(u[n * m : n * (m + d)].view(n, d), x.tanh_().mul_(2.0**31))
         v_now.copy_(bits.view(torch.uint8))
-    sums = widen(sums)
-    betas = betas.to(device, sums.dtype)
-    top = torch.maximum(betas[1:], betas[:-1])[:, None]
-    log_w = (betas.diff()[:, None] * (sums[2] + 2 / top * sums[1]) - sums[0]).sum(0)
+    log_w = _log_weights(sums, betas)
     if beta_list[-1] == 1:
         return log_w + _requantization_gap(bits, W, down.Wq, c)
     return log_w - _requantization_gap(v, W, down.Wq, c)
+
+
+def _log_weights(sums: torch.Tensor, betas: torch.Tensor) -> torch.Tensor:
+    """Each chain's log weight from the per-temperature sums of :func:`_anneal_rbm`,
+    combined in the widest dtype the device has."""
+    sums = widen(sums)
+    betas = betas.to(sums.device, sums.dtype)
+    top = torch.maximum(betas[1:], betas[:-1])[:, None]
+    return (betas.diff()[:, None] * (sums[2] + 2 / top * sums[1]) - sums[0]).sum(0)
 
 
 def _random_words(count: int, gen: torch.Generator | None, device: torch.device):

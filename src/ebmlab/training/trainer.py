@@ -357,11 +357,13 @@ class Trainer:
             task.model.to(memory_format=torch.channels_last)
         if self.config.compile:
             compile_networks(task.model, self.config.compile_mode)
-        self.train_data = tuple(t.to(self.device) for t in train_data)
-        self.data_fingerprint = data_fingerprint(train_data) if run_dir is not None else None
-        # rows kept on disk are read by a DataLoader (workers, pinned memory); tensors
-        # are indexed where they live
+        # rows kept on disk are read by a DataLoader (workers, pinned memory) together
+        # with the arrays beside them, which stay on the host; in-memory tensors move to
+        # the device and are indexed there
         self.streamed = any(isinstance(t, EncodedRows) for t in train_data)
+        home = torch.device("cpu") if self.streamed else self.device
+        self.train_data = tuple(t.to(home) for t in train_data)
+        self.data_fingerprint = data_fingerprint(train_data) if run_dir is not None else None
         self.n_batches = len(self._batches(0))
         self.total_steps = self.config.epochs * self.n_batches
         if self.config.max_steps:
