@@ -12,6 +12,7 @@ from ebmlab.energies import (
 )
 from ebmlab.partition import (
     ais,
+    annealing_graphs,
     binary_products,
     raise_,
     rbm_ais,
@@ -42,11 +43,15 @@ def test_rbm_ais_is_within_0_03_nats_and_inside_its_interval(scale, seed):
 
 
 @pytest.mark.fastpath
-@pytest.mark.parametrize("quantized", [True, False])
-def test_annealing_is_exact_with_int8_and_float_products(quantized, monkeypatch):
-    if quantized and not binary_products.quantized_available(torch.device("cpu")):
+@pytest.mark.parametrize("path", ["int8", "float", "chunked"])
+def test_annealing_is_exact_with_int8_float_and_chunked_steps(path, monkeypatch):
+    """Forward and reverse AIS agree with enumeration on each path; "chunked" runs the
+    steps a CUDA GPU replays as graphs eagerly, across several chunks and a partial
+    last one."""
+    if path == "int8" and not binary_products.quantized_available(torch.device("cpu")):
         pytest.skip("no int8 kernel on this CPU")
-    monkeypatch.setattr(binary_products, "quantized_available", lambda device: quantized)
+    monkeypatch.setattr(binary_products, "quantized_available", lambda device: path == "int8")
+    monkeypatch.setattr(annealing_graphs, "replaces_loop", lambda device: path == "chunked")
     rbm = random_rbm(3.0, 4, d=14, m=10)
     exact = rbm_log_partition(rbm).log_z
     for estimate in (
@@ -205,19 +210,3 @@ def test_classification_rbm_log_partition_by_ais_per_label_matches_enumeration()
     assert exact.method == "enumeration" and ais.method == "ais" and ais.cost["parts"] == 3
     assert 0 < ais.stderr < 0.05
     assert abs(ais.log_z - exact.log_z) < 4 * ais.stderr + 1e-3
-
-
-@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "loop"])
-def test_annealing_in_chunks_matches_the_loop_and_the_exact_value(chunked, monkeypatch):
-    """The chunked steps a CUDA GPU replays as graphs, run eagerly here: forward and
-    reverse AIS across several chunks and a partial last one agree with enumeration."""
-    from ebmlab.partition import annealing_graphs
-
-    monkeypatch.setattr(annealing_graphs, "replaces_loop", lambda device: chunked)
-    rbm = random_rbm(3.0, 4, d=14, m=10)
-    exact = rbm_log_partition(rbm).log_z
-    for estimate in (
-        rbm_ais(rbm, n_chains=200, n_temperatures=1000, generator=0),
-        raise_(rbm, n_chains=200, n_temperatures=1000, generator=1),
-    ):
-        assert abs(estimate.log_z - exact) < 4 * estimate.stderr + 0.01

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ebmlab.devices import wide_dtype
+
 _CHUNK_WORDS = 2**26  # uniform words drawn at once: 256 MB of int32
 _MAX_CHUNK = 256  # steps per captured graph
 _SCALE = 2.0**31  # a uniform int32 word u is below scale * p with probability (1 + p) / 2
@@ -57,7 +59,7 @@ def anneal_rbm_in_chunks(
     m = W.shape[1]
     device = W.device
     steps = len(betas) - 1
-    beta = betas.to(device, torch.float64)
+    beta = betas.to(device, wide_dtype(device))
     top = torch.maximum(beta[1:], beta[:-1])
     # per step: top / 2, beta_k / top, beta_{k-1} / top and beta_k / 2
     coef_all = torch.stack([top / 2, beta[1:] / top, beta[:-1] / top, beta[1:] / 2], 1).float()
