@@ -233,3 +233,13 @@ def test_conditional_models_train_on_their_own_data():
         RBMConfig(model="conditional", data="digits")
     with pytest.raises(ValueError, match="order must be"):
         RBMConfig(model="conditional", order=0)
+
+
+def test_a_dbn_stopped_while_its_bottom_rbm_trains_samples_that_rbm(tmp_path):
+    run = tmp_path / "dbn"
+    args = ["train", "rbm", "--model", "dbn", "--epochs", "8", "--max-steps", "3",
+            "--n-hidden", "8", "--n-hidden2", "4", "--no-progress", "--out", str(run)]  # fmt: skip
+    assert main(args) == 0
+    out = tmp_path / "s.png"
+    assert main(["sample", str(run), "--n", "4", "--steps", "2", "--out", str(out)]) == 0
+    assert out.is_file()

@@ -402,12 +402,17 @@ class RBMTask(Task):
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` visible samples after ``steps`` Gibbs steps from the persistent chains (or
         from training images)."""
-        pool = self.chains if self.chains is not None else self.train.x
-        start = pool[torch.randint(len(pool), (n,), generator=generator, device=pool.device)]
+        start = self.starts(n, generator)
         if self.dbm is not None:
             top = start.new_zeros(n, self.model.n_hidden2)
             return self.model.gibbs(start, top, steps, generator)[0]
         return self.model.gibbs(start, steps, generator)
+
+    def starts(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` rows drawn from the persistent chains (or the training images) to start
+        sampling from."""
+        pool = self.chains if self.chains is not None else self.train.x
+        return pool[torch.randint(len(pool), (n,), generator=generator, device=pool.device)]
 
     def filters(self) -> torch.Tensor:
         """The first layer's weights, one column per hidden unit (D x M), or per filter
@@ -629,8 +634,8 @@ class DBNTask(RBMTask):
         return bound, math.hypot(stderr, log_z.stderr)
 
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
-        if self.layer == 0:
-            return super().draw(n, steps, generator)
+        if self.layer == 0:  # only the bottom RBM has trained yet
+            return self.model.layers[0].gibbs(self.starts(n, generator), steps, generator)
         return self.model.sample(n, steps, generator)
 
     def filters(self) -> torch.Tensor:
