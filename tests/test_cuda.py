@@ -185,3 +185,32 @@ def test_annealing_replayed_as_cuda_graphs_agrees_with_the_same_steps_run_eagerl
         assert abs(log_z - exact) < 4 * stderr + 0.01, graphs
     est = rbm_ais(rbm, n_chains=200, n_temperatures=1000, generator=1)
     assert abs(est.log_z - exact) < 4 * est.stderr + 0.01
+
+
+RBM_MODELS = ["bernoulli", "categorical", "gaussian", "spike_slab", "conv", "subspace",
+              "classification", "dbn", "dbm", "conditional", "gated"]  # fmt: skip
+DENSITY_METHODS = ["pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl"]
+DENSITY = ["density", "--hidden", "16", "--depth", "2", "--quadrature-points", "32"]
+JEM = ["jem", "--arch", "conv", "--conv-width", "8", "--sampler-steps", "3", "--buffer-size", "200"]
+RUNS = {
+    **{f"rbm-{m}": ["rbm", "--model", m, "--n-hidden", "8"] for m in RBM_MODELS},
+    **{f"density-{m}": [*DENSITY, "--method", m] for m in DENSITY_METHODS},
+    **{f"structured-{t}": ["structured", "--task", t] for t in ["digits", "chain", "completion"]},
+    **{f"jem-{g}": [*JEM, "--gen-objective", g] for g in ["pcd", "drl", "ed"]},
+}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_every_recipe_trains_evaluates_samples_and_estimates_on_the_gpu(name, tmp_path, capsys):
+    """Each recipe and model through every command on the GPU; sample and logz where
+    the recipe has them (elsewhere they are usage errors, exit status 2)."""
+    run = str(tmp_path / "run")
+    args = ["train", *RUNS[name], "--out", run, "--epochs", "1", "--max-steps", "10",
+            "--no-progress", "--device", "cuda"]  # fmt: skip
+    assert main(args) == 0
+    assert main(["evaluate", run, "--device", "cuda"]) == 0
+    samples = not name.startswith("structured")
+    sample = ["sample", run, "--n", "4", "--steps", "2", "--out", f"{run}/s.png"]
+    assert main([*sample, "--device", "cuda"]) == (0 if samples else 2)
+    log_z = name.startswith("rbm") and name not in {"rbm-conditional", "rbm-gated"}
+    assert main(["logz", run, "--device", "cuda"]) == (0 if log_z else 2)
