@@ -23,7 +23,11 @@ SETTINGS = {
     "rbm-dbm": {"model": "dbm", "n_hidden": 6, "n_hidden2": 4, "n_chains": 20},
     "rbm-conditional": {"model": "conditional", "n_hidden": 4},
     "rbm-gated": {"model": "gated", "n_hidden": 4, "n_factors": 8},
+    "rbm-classification": {"model": "classification", "n_hidden": 8},
+    "rbm-dbn": {"model": "dbn", "n_hidden": 8, "n_hidden2": 4, "n_chains": 20},
     "structured": {},
+    "structured-chain": {"task": "chain", "n_sequences": 40},
+    "structured-completion": {"task": "completion"},
 }
 
 
@@ -117,3 +121,18 @@ def test_recipe_evaluation_runs_on_the_device(name, settings, tmp_path, float64)
         assert got == pytest.approx(want, rel=1e-4, abs=1e-6, nan_ok=True)
     pictures = [sorted(p.relative_to(r.path) for p in r.path.rglob("*.png")) for r in runs]
     assert pictures[1] == pictures[0]
+
+
+@pytest.mark.parametrize(
+    "name", [name for name in SETTINGS if get_recipe(name.split("-")[0]).sample is not None]
+)
+def test_recipe_samples_on_the_device(name, settings, tmp_path):
+    """``ebmlab sample``'s picture, drawn with the task on the simulated device."""
+    recipe = get_recipe(name.split("-")[0])
+    setup = recipe.build(*recipe.configs(settings(name)))
+    run = RunDirectory(tmp_path / "run")
+    run.create()
+    out = tmp_path / "sample.png"
+    with cf.simulated_device():
+        recipe.sample(Setup(setup.task.to(cf.DEVICE), setup.train_data), run, 4, 2, out, seed=0)
+    assert out.is_file()

@@ -63,7 +63,8 @@ class HiddenMarkovModel:
     def energies(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The true model as a chain energy: unary -log p(x_t | k) (with -log pi at t = 0)
         and transition -log A, so that exp(-E(y)) = p(x, y) up to a constant."""
-        sq = ((x[:, :, None, :] - self.means[None, None]) ** 2).sum(-1)
+        means, initial, transition = (t.to(x) for t in (self.means, self.initial, self.transition))
+        sq = ((x[:, :, None, :] - means[None, None]) ** 2).sum(-1)
         unary = sq / (2 * self.noise**2) + 0.5 * self.dim * math.log(2 * math.pi * self.noise**2)
-        unary[:, 0] = unary[:, 0] - torch.log(self.initial)
-        return unary, -torch.log(self.transition)
+        unary[:, 0] = unary[:, 0] - torch.log(initial)
+        return unary, -torch.log(transition)

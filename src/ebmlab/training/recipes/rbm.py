@@ -559,7 +559,9 @@ class ClassificationRBMTask(RBMTask):
 
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
         """Images after ``steps`` joint Gibbs steps over (x, y) from training pairs."""
-        idx = torch.randint(len(self.train.x), (n,), generator=generator)
+        idx = torch.randint(
+            len(self.train.x), (n,), generator=generator, device=self.train.x.device
+        )
         return self.model.gibbs(self.train.x[idx], self.train.y[idx], steps, generator)[0]
 
     def state_dict(self) -> dict[str, Any]:
