@@ -87,3 +87,20 @@ def test_mixture_init_draws_each_part_with_its_weight():
         mixture_init(parts, [1.0, -1.0])
     with pytest.raises(ValueError, match="at least one"):
         mixture_init([])
+
+
+def test_a_slot_drawn_twice_keeps_the_last_chain_whole():
+    """Duplicate slots on two threads: each slot holds the last chain pushed to it, all of
+    its elements (a plain indexed write leaves a run-dependent mix of chains)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for seed in range(20):
+            buf = ReplayBuffer(10, lambda n, g=None: torch.zeros(n, 64), reinit_prob=0.0)
+            slots = torch.randint(10, (64,), generator=torch.Generator().manual_seed(seed))
+            buf.push(torch.arange(64.0)[:, None].expand(64, 64), slots)
+            last = {s: i for i, s in enumerate(slots.tolist())}
+            for s in range(10):
+                assert buf.buffer[s].eq(last.get(s, 0)).all(), (seed, s)
+    finally:
+        torch.set_num_threads(threads)

@@ -237,8 +237,17 @@ class ReplayBuffer:
         return starts, slots
 
     def push(self, x: torch.Tensor, slots: torch.Tensor) -> None:
-        """Write moved chains ``x`` (n, ...) back into their ``slots`` (n,)."""
-        self.buffer[slots] = x.detach().to(self.buffer.dtype)
+        """Write moved chains ``x`` (n, ...) back into their ``slots`` (n,).
+
+        A slot drawn more than once keeps the last chain drawn for it. Every duplicate
+        writes that same chain: parallel writes to one row (CPU threads, GPU blocks)
+        land in any order and would otherwise leave a mix of elements of several
+        chains, different from run to run.
+        """
+        order = torch.arange(len(slots), device=slots.device)
+        last = torch.full((self.capacity,), -1, dtype=torch.long, device=slots.device)
+        last.scatter_reduce_(0, slots, order, "amax")
+        self.buffer[slots] = x.detach()[last[slots]].to(self.buffer.dtype)
 
     def reset_diverged(
         self, generator: torch.Generator | None = None, bound: float | None = None
