@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -7,6 +8,31 @@ import pytest
 import torch
 
 MNIST_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "mnist"
+EVALUATION_KEYS = Path(__file__).resolve().parents[1] / "docs" / "guides" / "evaluation.md"
+
+
+@pytest.fixture
+def assert_keys_documented():
+    """Check that every key of an evaluation (at any depth; ``after_<N>_more_steps``
+    as written, and ``X_stderr`` through ``X``) is named in backticks on the evaluation
+    keys page."""
+    named = set(re.findall(r"`([^`]+)`", EVALUATION_KEYS.read_text()))
+
+    def check(result: dict) -> None:
+        missing = set()
+
+        def walk(record: dict) -> None:
+            for key, value in record.items():
+                generic = re.sub(r"after_\d+_more_steps", "after_N_more_steps", key)
+                if not {key, generic, key.removesuffix("_stderr")} & named:
+                    missing.add(key)
+                if isinstance(value, dict):
+                    walk(value)
+
+        walk(result)
+        assert not missing, f"evaluation keys missing from {EVALUATION_KEYS.name}: {missing}"
+
+    return check
 
 
 @pytest.fixture
@@ -50,6 +76,15 @@ def pytest_configure(config):
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_load():
+    """The suite's own workers load the CPUs: the busy-CPU hint is left to the tests of
+    it (tests/test_threads.py), so that tests reading stderr read only their own lines."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("ebmlab.threads.load_average", lambda: None)
+        yield
 
 
 def pytest_collection_modifyitems(config, items):

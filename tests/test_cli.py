@@ -2,6 +2,8 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -71,7 +73,7 @@ def test_bad_arguments_give_one_line_and_status_2(capsys, argv, message):
     assert message in err and err.count("\n") == 1 and out == ""
 
 
-def test_train_evaluate_and_resume(capsys, tmp_path):
+def test_train_evaluate_and_resume(capsys, tmp_path, assert_keys_documented):
     run = tmp_path / "run"
     code, out, _ = run_cli(capsys, "train", "density", "--out", str(run), "--epochs", "2", *TINY)
     assert code == 0 and json.loads(out)["status"] == "completed"
@@ -79,6 +81,7 @@ def test_train_evaluate_and_resume(capsys, tmp_path):
 
     code, out, _ = run_cli(capsys, "evaluate", str(run))
     result = json.loads(out)
+    assert_keys_documented(result)
     assert code == 0 and result["test_nll"] > result["true_nll"] - 0.1
     assert 0 < result["test_nll_stderr"] < 0.2  # the test rows' spread over sqrt(rows)
     assert result["log_z"]["method"] == "quadrature"
@@ -241,3 +244,77 @@ def test_internal_errors_surface_with_their_traceback(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "get_recipe", lambda name: dataclasses.replace(recipe, build=broken))
     with pytest.raises(ValueError, match="batch_size"):
         main(["train", "density", "--out", str(tmp_path / "run"), "--epochs", "1"])
+
+
+def test_a_run_directory_is_never_trained_over_by_accident(capsys, tmp_path):
+    run = tmp_path / "run"
+    quick = ["train", "density", "--out", str(run), "--epochs", "1", *TINY]
+    assert run_cli(capsys, *quick)[0] == 0
+    (run / "evaluation.json").write_text("{}")  # what an evaluation of the old run left
+    (run / "samples" / "sample.png").write_bytes(b"old")
+    code, out, err = run_cli(capsys, *quick)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "holds a run (completed at step" in err and "--resume" in err and "--overwrite" in err
+    code, _, err = run_cli(capsys, *quick, "--resume", "--overwrite")
+    assert code == 2 and "give one of them" in err
+    assert run_cli(capsys, *quick, "--overwrite")[0] == 0
+    assert not (run / "evaluation.json").exists() and not (run / "samples" / "sample.png").exists()
+    assert (run / "checkpoints" / "last.pt").is_file()
+
+
+def test_a_resumed_run_counts_the_time_of_every_part(capsys, tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "density", "--out", str(run), "--epochs", "2", *TINY]
+    assert run_cli(capsys, *args, "--max-steps", "3")[0] == 0
+    first = json.loads((run / "summary.json").read_text())["seconds"]
+    assert run_cli(capsys, *args, "--resume", "--max-steps", "0")[0] == 0
+    total = json.loads((run / "summary.json").read_text())
+    saved = load_checkpoint(run / "checkpoints" / "last.pt")["trainer"]["seconds"]
+    assert total["seconds"] > first > 0 and saved <= total["seconds"]
+
+
+def test_the_resume_command_repeats_the_arguments_with_resume():
+    argv = ["train", "jem", "--out", "my runs/a", "--overwrite", "--lr", "1e-3"]
+    assert cli.resume_command(argv) == "ebmlab train jem --out 'my runs/a' --lr 1e-3 --resume"
+
+
+def test_every_command_takes_threads_and_refuses_more_than_the_cpus(capsys, monkeypatch):
+    monkeypatch.setattr("ebmlab.threads.usable_cpus", lambda: 2)
+    for argv in (["info"], ["evaluate", "x"], ["sample", "x"], ["logz", "x"],
+                 ["data", "cache"], ["train", "density", "--out", "x"]):  # fmt: skip
+        code, _, err = run_cli(capsys, *argv, "--threads", "3")
+        assert code == 2 and "threads 3 is more than the 2 CPUs" in err, argv
+
+
+HEAVY = ("scipy", "sklearn", "matplotlib", "pandas", "PIL")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["train", "jem", "--help"], ["train", "jem", "--epochs", "0"]]
+)
+def test_help_and_usage_errors_import_nothing_beyond_torch(argv):
+    """What a typo costs: the command line is parsed before scipy, scikit-learn or
+    matplotlib are imported (they take seconds on a busy machine)."""
+    probe = (
+        "import sys\nfrom ebmlab.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr
+
+
+def test_logz_of_a_density_run_by_quadrature_and_by_smc(capsys, tmp_path):
+    """Quadrature integrates over the plotted box, SMC over the whole plane: the box
+    holds at most the plane's mass."""
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "density", "--out", str(run), "--epochs", "1", *TINY)[0] == 0
+    code, out, _ = run_cli(capsys, "logz", str(run))
+    grid = json.loads(out)
+    code, out, _ = run_cli(capsys, "logz", str(run), "--method", "smc")
+    smc = json.loads(out)
+    assert code == 0 and grid["method"] == "quadrature" and smc["method"] == "smc"
+    assert grid["log_z"] < smc["log_z"] + 4 * smc["stderr"] and grid["stderr"] < 0.01
+    assert smc["cost"]["kernel_steps_per_particle"] > 0 and 0 < smc["stderr"] < 0.5
+    code, _, err = run_cli(capsys, "logz", str(run), "--method", "trw")
+    assert code == 2 and "method must be one of" in err

@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "src" / "ebmlab"
 LAYERS = [
     {"_checks"},
-    {"devices", "plotting", "testing"},
+    {"devices", "plotting", "testing", "convergence", "threads"},
     {"hardware", "data"},
     {"energies"},
     {"samplers", "inference"},

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import sys
 import tomllib
 import typing
@@ -46,8 +47,10 @@ from ebmlab.data.catalog import SOURCES, DownloadError
 from ebmlab.data.folders import cache_root, cached_folders, clear_cache
 from ebmlab.devices import resolve_device
 from ebmlab.evaluation.inception import PREPROCESSING
+from ebmlab.evaluation.progress import Stages
 from ebmlab.partition.binary_products import quantized_available
 from ebmlab.plotting import image_grid
+from ebmlab.threads import apply_threads, busy_warning, load_average, usable_cpus
 from ebmlab.training import (
     CheckpointError,
     CheckpointWriteError,
@@ -66,6 +69,10 @@ from ebmlab.training.run_dir import jsonable, write_json
 # downloads, unreadable checkpoints. Anything else is an internal error and surfaces
 # with its traceback (exit status 1).
 USAGE_ERRORS = (ArgumentError, FileNotFoundError, DownloadError, CheckpointError)
+
+
+# every recipe's log Z methods: the Boltzmann family's policy, and the continuous ones
+LOGZ_METHODS = (*partition.policy.METHODS, "quadrature", "smc")
 
 
 class UsageError(Exception):
@@ -147,8 +154,20 @@ def _add_dataclass_options(
             )
 
 
+def _add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads``, which every command takes (``train`` as a TrainerConfig field)."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads (default 0: PyTorch's count, at most the CPUs this process may "
+        "use; 1 on a busy machine)",
+    )
+
+
 def _add_device_option(parser: argparse.ArgumentParser) -> None:
-    """The options of commands that load a trained run: device and which weights."""
+    """The options of commands that load a trained run: device, which weights, threads."""
+    _add_threads_option(parser)
     parser.add_argument(
         "--device",
         default="auto",
@@ -168,14 +187,17 @@ def _build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="versions, threads and the data sets found")
     info.add_argument("--data-root", default=None, help="directory holding data set files")
+    _add_threads_option(info)
     data = sub.add_parser("data", help="fetch published data sets; the image folder cache")
     dsub = data.add_subparsers(dest="action", required=True, parser_class=_Parser)
     dl = dsub.add_parser("download", help="download a data set, verifying its checksums")
     dl.add_argument("name", choices=[n for n, s in SOURCES.items() if s.url])
     dl.add_argument("dir", help="directory to write (then pass it as --data-root)")
     dl.add_argument("--mirror", default=None, help="base URL replacing the publisher's")
+    _add_threads_option(dl)
     cache = dsub.add_parser("cache", help="list the decoded image folders (or --clear them)")
     cache.add_argument("--clear", action="store_true", help="delete every decoded folder")
+    _add_threads_option(cache)
     show = dsub.add_parser(
         "show", help="the splits a recipe reads of a data set: rows, classes, shape, encoding"
     )
@@ -187,6 +209,7 @@ def _build_parser() -> _Parser:
                       help="share of the training rows held out where the set has no "
                       f"validation split (default: {VALIDATION_FRACTION})")  # fmt: skip
     show.add_argument("--grid", default=None, help="PNG of ten training images per class")
+    _add_threads_option(show)
     train = sub.add_parser("train", help="train a recipe into a run directory")
     rsub = train.add_subparsers(dest="recipe", required=True, parser_class=_Parser)
     for name, recipe in recipes().items():
@@ -200,6 +223,11 @@ def _build_parser() -> _Parser:
             "--auto-resume",
             action="store_true",
             help="resume when RUN_DIR has a checkpoint, else start fresh (for resubmitted jobs)",
+        )
+        p.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="start afresh in a RUN_DIR that holds a run, deleting every file of the old one",
         )
         p.add_argument(
             "--nproc",
@@ -265,7 +293,14 @@ def _build_parser() -> _Parser:
     lz = sub.add_parser("logz", help="estimate log Z of a trained run; prints JSON")
     lz.add_argument("run_dir")
     _add_device_option(lz)
-    lz.add_argument("--method", default="auto", choices=partition.policy.METHODS)
+    lz.add_argument(
+        "--method",
+        default="auto",
+        choices=LOGZ_METHODS,
+        help="auto: rbm exact when the sum is small enough, else AIS; density quadrature "
+        "for 1 or 2 features, else SMC; jem SMC over the pixel box. quadrature, smc: "
+        "density; smc: jem; the rest: the rbm recipe's Boltzmann models",
+    )
     lz.add_argument("--checkpoint", choices=["last", "best"], default="last")
     lz.add_argument("--seed", type=int, default=0)
     return parser
@@ -291,8 +326,8 @@ def _configs(
             settings.update(tomllib.loads(path.read_text()))
         except tomllib.TOMLDecodeError as err:
             raise ArgumentError(f"--config file {path} is not valid TOML: {err}") from err
-    launcher = ("command", "recipe", "out", "config", "resume", "auto_resume", "nproc",
-                "max_restarts", "argv")  # fmt: skip
+    launcher = ("command", "recipe", "out", "config", "resume", "auto_resume", "overwrite",
+                "nproc", "max_restarts", "argv")  # fmt: skip
     flags = {k: v for k, v in vars(args).items() if k not in launcher}
     settings.update(flags)
     return recipe.configs(settings)
@@ -324,8 +359,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     # processes restarted by torchrun after one of them died continue from the checkpoint
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     args.resume = args.resume or ((args.auto_resume or restarted) and saved)
-    config, trainer_config = _configs(recipe, args, run)
+    if args.resume and args.overwrite:
+        raise ArgumentError("--resume continues the run in --out and --overwrite deletes it; "
+                            "give one of them")  # fmt: skip
+    # a resubmitted job whose run never reached a checkpoint starts that run again
+    overwrite = args.overwrite or ((args.auto_resume or restarted) and not saved)
     launched = "WORLD_SIZE" in os.environ
+    if not (args.resume or overwrite or launched):
+        run.refuse_fresh_start("--resume", "--overwrite")
+    config, trainer_config = _configs(recipe, args, run)
+    apply_threads(trainer_config.threads, "--threads")  # before any work, as the trainer will
     device = resolve_device(trainer_config.device)
     if device.type == "cuda" and args.nproc > torch.cuda.device_count():
         raise ArgumentError(
@@ -344,13 +387,27 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer = Trainer(
             setup.task, setup.train_data, trainer_config, run, run_config(recipe, config, setup)
         )
-        summary = trainer.fit(resume=args.resume)
+        trainer.preemption.hint = f"resume with: {resume_command(args.argv)}"
+        summary = trainer.fit(resume=args.resume, overwrite=overwrite)
         distributed.barrier()  # no rank leaves the group while another still writes or talks
     finally:
         distributed.shutdown()
     if trainer.main:
         print(json.dumps(jsonable({"run_dir": str(run.path), **summary}), indent=2, default=str))
-    return trainer.preemption.exit_status if summary["status"] == "interrupted" else 0
+    if summary["status"] != "interrupted":
+        return 0
+    if trainer.main:
+        print(f"ebmlab: stopped at step {summary['step']}; {trainer.preemption.hint}",
+              file=sys.stderr)  # fmt: skip
+    return trainer.preemption.exit_status
+
+
+def resume_command(argv: Sequence[str]) -> str:
+    """The shell command that continues the run ``ebmlab <argv>`` trains: the same
+    arguments (flags override the stored settings alike) with ``--resume`` in place of
+    ``--overwrite`` and ``--auto-resume``."""
+    kept = [a for a in argv if a not in ("--resume", "--auto-resume", "--overwrite")]
+    return shlex.join(["ebmlab", *kept, "--resume"])
 
 
 def launch(nproc: int, argv: list[str], max_restarts: int = 0) -> int:
@@ -360,7 +417,7 @@ def launch(nproc: int, argv: list[str], max_restarts: int = 0) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -409,6 +466,9 @@ def load_run(
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    RunDirectory(args.run_dir).read_config()  # not a run: one line, before any other
+    progress = Stages("evaluate")
+    progress(f"loading {args.run_dir} ({args.checkpoint} checkpoint)")
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     given = {
         "ood_data": args.ood_data,
@@ -418,16 +478,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "inception_preprocessing": args.inception_preprocessing,
     }
     options = {name: value for name, value in given.items() if value is not None}
+    accepted = inspect.signature(recipe.evaluate).parameters
     for name in options:
-        if name not in inspect.signature(recipe.evaluate).parameters:
+        if name not in accepted:
             flag = "--" + name.replace("_", "-")
             raise ArgumentError(f"recipe {recipe.name!r} does not take {flag}")
+    if "progress" in accepted:
+        options["progress"] = progress
     result = {
         "checkpoint": args.checkpoint,
         "step": setup.step,
         **recipe.evaluate(setup, run, **options),
     }
     write_json(run.path / "evaluation.json", result)
+    progress(f"done; written to {run.path / 'evaluation.json'}")
     print(json.dumps(jsonable(result), indent=2, default=str))
     return 0
 
@@ -454,7 +518,13 @@ def cmd_info(args: argparse.Namespace) -> int:
         f"python {platform.python_version()}, torch {torch.__version__}, "
         f"numpy {numpy.__version__}, scikit-learn {sklearn.__version__}"
     )
-    print(f"torch threads: {torch.get_num_threads()}")
+    threads = torch.get_num_threads()
+    load = load_average()
+    shown_load = "unknown" if load is None else f"{load:.1f}"
+    print(f"torch threads: {threads} (this process may use {usable_cpus()} CPUs; "
+          f"load average {shown_load}; set with --threads)")  # fmt: skip
+    if busy := busy_warning(threads):
+        print(f"warning: {busy}")
     hw = hardware.report()
     features = [name for name, present in hw["cpu_features"].items() if present]
     print(f"cpu: {hw['cpu']} ({', '.join(features) or 'no listed extensions'}); "
@@ -533,7 +603,11 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_logz(args: argparse.Namespace) -> int:
     recipe, setup, _ = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     if recipe.log_partition is None:
-        raise ArgumentError(f"recipe {recipe.name!r} has no partition function estimator")
+        raise ArgumentError(
+            f"recipe {recipe.name!r} trains a conditional energy E(x, y), whose normaliser "
+            "over the answers y is summed exactly in its likelihood; there is no log Z "
+            "over x to estimate"
+        )
     estimate = recipe.log_partition(setup, args.method, seed=args.seed)
     print(json.dumps(jsonable(estimate.to_dict()), indent=2, default=str))
     return 0
@@ -554,6 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
+        if args.command != "train":  # train takes it with the run's other settings
+            apply_threads(args.threads, "--threads")
         return COMMANDS[args.command](args)
     except UsageError as err:
         print(str(err).splitlines()[0], file=sys.stderr)

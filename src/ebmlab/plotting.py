@@ -1,6 +1,9 @@
 """Drawing primitives shared by training (curves, sample grids) and evaluation.
 
-Everything renders off-screen with matplotlib's Agg backend and writes PNG files.
+Everything renders off-screen into PNG files through matplotlib's object interface
+(:class:`matplotlib.figure.Figure`), never pyplot: no backend is chosen and no global
+figure registry is touched, so importing or plotting changes nothing in the user's
+matplotlib session, and matplotlib is imported only when a first picture is drawn.
 """
 
 from __future__ import annotations
@@ -9,24 +12,39 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def save_figure(fig, path: str | os.PathLike) -> None:
-    """Save a matplotlib figure as a PNG at ``path`` (parents created) and close it.
+
+def subplots(nrows: int = 1, ncols: int = 1, **options: Any) -> tuple[Any, Any]:
+    """A new off-screen figure and its axes, as ``pyplot.subplots`` returns them.
+
+    Args:
+        nrows: rows of axes.
+        ncols: columns of axes.
+        options: ``figsize``, ``dpi`` for the figure; the rest (``squeeze``,
+            ``sharex``, ...) for its axes.
+    """
+    from matplotlib.figure import Figure
+
+    figure_keys = ("figsize", "dpi")
+    fig = Figure(**{k: v for k, v in options.items() if k in figure_keys})
+    axes = fig.subplots(nrows, ncols, **{k: v for k, v in options.items() if k not in figure_keys})
+    return fig, axes
+
+
+def save_figure(fig: Figure, path: str | os.PathLike) -> None:
+    """Save a matplotlib figure as a PNG at ``path``.
 
     Args:
         fig: the matplotlib figure.
     """
     fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
 
 
 def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
@@ -50,7 +68,7 @@ def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
     n = len(series)
     cols = min(3, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
     for ax, (name, splits) in zip(axes.flat, sorted(series.items()), strict=False):
         for split, points in sorted(splits.items()):
             steps, values = zip(*points, strict=True)
@@ -103,9 +121,7 @@ def image_grid(
     # about 40 screen pixels per image side at 100 dpi, whatever the image resolution
     inches_per_pixel = 0.4 / max(h, w)
     height, width = canvas.shape[:2]
-    fig, ax = plt.subplots(
-        figsize=(width * inches_per_pixel + 0.6, height * inches_per_pixel + 0.5)
-    )
+    fig, ax = subplots(figsize=(width * inches_per_pixel + 0.6, height * inches_per_pixel + 0.5))
     ax.imshow(canvas, cmap=None if colour else "gray", vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks([])
     if row_labels:
@@ -133,7 +149,7 @@ def _panels(
     draw: Callable[[Any, np.ndarray], None],
 ) -> None:
     """One square axes per (title, data) panel over ``bounds``, drawn by ``draw(ax, data)``."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
+    fig, axes = subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
     for ax, (title, data) in zip(axes.flat, panels, strict=True):
         draw(ax, to_numpy(data))
         ax.set_xlim(*bounds[0])

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from sklearn.utils import check_random_state
@@ -172,7 +173,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self._optimizer.step()
 
     # ---------------------------------------------------------------- public API
-    def fit(self, X, y=None) -> _RBMEstimator:
+    def fit(self, X: npt.ArrayLike, y: object = None) -> _RBMEstimator:
         """Train for ``n_iter`` epochs of mini-batches over X (n_samples, n_features)."""
         self._check_params()
         data = self._check_X(X, reset=True)
@@ -186,7 +187,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self._sync_attributes()
         return self
 
-    def partial_fit(self, X, y=None) -> _RBMEstimator:
+    def partial_fit(self, X: npt.ArrayLike, y: object = None) -> _RBMEstimator:
         """One update on the mini-batch X (initialises the model on first call)."""
         first = not hasattr(self, "rbm_")
         if first:
@@ -198,7 +199,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self._sync_attributes()
         return self
 
-    def transform(self, X) -> np.ndarray:
+    def transform(self, X: npt.ArrayLike) -> np.ndarray:
         """Hidden activation probabilities p(h = 1 | v) (eq. 6.38), (n_samples, n_components)."""
         check_is_fitted(self)
         data = self._check_X(X, reset=False)
@@ -211,7 +212,7 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         data = self._check_X(v, reset=False)
         return _numpy(self.rbm_.gibbs(data, 1, self._generator))
 
-    def score_samples(self, X) -> np.ndarray:
+    def score_samples(self, X: npt.ArrayLike) -> np.ndarray:
         """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
         :meth:`log_partition` (exact for small models, AIS otherwise)."""
         check_is_fitted(self)
@@ -227,7 +228,7 @@ class _BinaryRBMEstimator(_RBMEstimator):
     """The RBM estimators over values in [0, 1], whose log Z anneals from the training
     data's base rates."""
 
-    def _check_X(self, X, reset: bool) -> torch.Tensor:
+    def _check_X(self, X: npt.ArrayLike, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
         return _to_tensor(self, X, unit_interval=True)
 
@@ -239,7 +240,7 @@ class _BinaryRBMEstimator(_RBMEstimator):
         check_is_fitted(self)
         return log_partition(self.rbm_, base_biases=self._base_biases, generator=self._generator)
 
-    def pseudo_likelihood(self, X) -> np.ndarray:
+    def pseudo_likelihood(self, X: npt.ArrayLike) -> np.ndarray:
         """sum_i log p(v_i | v_-i) of binarised rows (Besag 1975), exact over all sites.
 
         Args:
@@ -362,7 +363,7 @@ class _RealRBMEstimator(_RBMEstimator):
     learning_rate: float = 0.01
     matmul_dtype: str | None = None
 
-    def _check_X(self, X, reset: bool) -> torch.Tensor:
+    def _check_X(self, X: npt.ArrayLike, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
         return _to_tensor(self, X, unit_interval=False)
 
@@ -471,11 +472,13 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
     dtype: str = "float32"
     device: str = "cpu"
 
-    def _check_X(self, X, reset: bool) -> torch.Tensor:
+    def _check_X(self, X: npt.ArrayLike, reset: bool) -> torch.Tensor:
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
         return _to_tensor(self, X, unit_interval=True)
 
-    def _check_Xy(self, X, y, reset: bool, classes=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _check_Xy(
+        self, X: npt.ArrayLike, y: npt.ArrayLike, reset: bool, classes: npt.ArrayLike | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         X, y = validate_data(self, X, y, reset=reset, dtype=(np.float64, np.float32))
         data = _to_tensor(self, X, unit_interval=True)
         check_classification_targets(y)
@@ -529,7 +532,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self.intercept_visible_ = _numpy(m.b)
         self.intercept_class_ = _numpy(m.d)
 
-    def fit(self, X, y) -> ClassificationRBM:
+    def fit(self, X: npt.ArrayLike, y: npt.ArrayLike) -> ClassificationRBM:
         """Train for ``n_iter`` epochs of mini-batches over (X, y)."""
         X, labels = self._check_Xy(X, y, reset=True)
         self._init_model(X)
@@ -540,7 +543,9 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self._sync_attributes()
         return self
 
-    def partial_fit(self, X, y, classes=None) -> ClassificationRBM:
+    def partial_fit(
+        self, X: npt.ArrayLike, y: npt.ArrayLike, classes: npt.ArrayLike | None = None
+    ) -> ClassificationRBM:
         """One update on (X, y); ``classes`` (every label) is required on the first call."""
         if hasattr(self, "model_"):
             X, labels = self._check_Xy(X, y, reset=False)
@@ -554,14 +559,14 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         self._sync_attributes()
         return self
 
-    def _widened(self, X) -> tuple[boltzmann.ClassificationRBM, torch.Tensor]:
+    def _widened(self, X: npt.ArrayLike) -> tuple[boltzmann.ClassificationRBM, torch.Tensor]:
         """A float64 copy (float32 on a device without it) of the model and the checked
         inputs: a row's result does not depend on the batch it comes in."""
         check_is_fitted(self)
         x = widen(self._check_X(X, reset=False))
         return copy.deepcopy(self.model_).to(x.dtype), x
 
-    def predict_log_proba(self, X) -> np.ndarray:
+    def predict_log_proba(self, X: npt.ArrayLike) -> np.ndarray:
         """Exact log p(y | x) (n_samples, n_classes), columns in the order of ``classes_``.
 
         Args:
@@ -571,7 +576,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         with torch.no_grad():
             return _numpy(torch.log_softmax(model.class_scores(x), 1))
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: npt.ArrayLike) -> np.ndarray:
         """Exact p(y | x) (n_samples, n_classes), columns in the order of ``classes_``.
 
         Args:
@@ -579,12 +584,12 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
         """
         return np.exp(self.predict_log_proba(X))
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: npt.ArrayLike) -> np.ndarray:
         """The most probable label of each row of ``X``, in the classes seen by ``fit``."""
         best = self.predict_log_proba(X).argmax(1)
         return self.classes_[best]
 
-    def transform(self, X) -> np.ndarray:
+    def transform(self, X: npt.ArrayLike) -> np.ndarray:
         """Hidden activation probabilities averaged over the label posterior,
         sum_y p(y | x) p(h = 1 | x, y), (n_samples, n_components).
 
@@ -607,7 +612,7 @@ class ClassificationRBM(ClassifierMixin, TransformerMixin, BaseEstimator):
             self.model_, data=self._train_X, labels=self._train_y, generator=self._generator
         )
 
-    def score_samples(self, X) -> np.ndarray:
+    def score_samples(self, X: npt.ArrayLike) -> np.ndarray:
         """log p(x) = log sum_y exp(-F(x, y)) - log Z of each row.
 
         Args:
@@ -636,7 +641,9 @@ class DBN(TransformerMixin, BaseEstimator):
 
     Args:
         hidden_layers: the hidden layers' widths, bottom first.
-        learning_rate, batch_size, random_state: as in :class:`BernoulliRBM`.
+        learning_rate: as in :class:`BernoulliRBM`.
+        batch_size: as in :class:`BernoulliRBM`.
+        random_state: as in :class:`BernoulliRBM`.
         n_iter: training epochs per layer.
         k: Gibbs steps per update (CD-k).
         persistent: persistent chains (PCD) instead of chains restarted at the data.
@@ -656,7 +663,7 @@ class DBN(TransformerMixin, BaseEstimator):
     random_state: int | np.random.RandomState | None = None
     device: str = "cpu"
 
-    def fit(self, X, y=None) -> DBN:
+    def fit(self, X: npt.ArrayLike, y: object = None) -> DBN:
         """Train the stack greedily, one RBM per layer on the layer below's hidden probabilities.
 
         Args:
@@ -686,7 +693,7 @@ class DBN(TransformerMixin, BaseEstimator):
             data = rbm.transform(data)
         return self
 
-    def transform(self, X) -> np.ndarray:
+    def transform(self, X: npt.ArrayLike) -> np.ndarray:
         """Top-layer hidden probabilities.
 
         Args:
@@ -760,7 +767,7 @@ class GatedRBM(TransformerMixin, BaseEstimator):
     dtype: str = "float32"
     device: str = "cpu"
 
-    def _pairs(self, X, reset: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pairs(self, X: npt.ArrayLike, reset: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Validated rows split into (outputs y, inputs x), as tensors."""
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
         data = _to_tensor(self, X, unit_interval=True)
@@ -778,7 +785,7 @@ class GatedRBM(TransformerMixin, BaseEstimator):
             self.n_input_ = int(n_input)
         return data[:, self.n_input_ :], data[:, : self.n_input_]
 
-    def fit(self, X, y=None) -> GatedRBM:
+    def fit(self, X: npt.ArrayLike, y: object = None) -> GatedRBM:
         """Train p(output | input) on the pairs X for ``n_iter`` epochs of CD-k.
 
         Args:
@@ -806,7 +813,7 @@ class GatedRBM(TransformerMixin, BaseEstimator):
         self.model_.requires_grad_(False)
         return self
 
-    def transform(self, X) -> np.ndarray:
+    def transform(self, X: npt.ArrayLike) -> np.ndarray:
         """Mapping-unit probabilities p(h = 1 | x, y) of each pair, (n_samples, n_components).
 
         Args:
@@ -816,7 +823,7 @@ class GatedRBM(TransformerMixin, BaseEstimator):
         outputs, inputs = self._pairs(X, reset=False)
         return _numpy(self.model_.hidden_probs(outputs, inputs))
 
-    def analogy(self, X, new_inputs) -> np.ndarray:
+    def analogy(self, X: npt.ArrayLike, new_inputs: npt.ArrayLike) -> np.ndarray:
         """p(y* = 1 | h, x*): each pair's transformation (h = p(h | x, y)) applied to the
         new input in the same row of ``new_inputs`` (n_samples, n_input).
 
@@ -834,7 +841,7 @@ class GatedRBM(TransformerMixin, BaseEstimator):
         new_x = torch.from_numpy(new).to(outputs.device)
         return _numpy(self.model_.analogy(outputs, inputs, new_x))
 
-    def score_samples(self, X) -> np.ndarray:
+    def score_samples(self, X: npt.ArrayLike) -> np.ndarray:
         """Exact log p(y | x) of each pair, the mapping units enumerated (their number
         must be at most ``ENUMERATION_LIMIT``).
 

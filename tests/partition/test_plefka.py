@@ -70,3 +70,18 @@ def test_third_order_needs_a_graph_without_triangles_and_dbms_use_their_bipartit
     assert abs(log_partition(dbm, "tap").log_z - exact) < 1e-3
     bethe = bethe_log_partition(dbm.as_rbm()).log_z
     assert abs(bethe - exact) < 1e-3
+
+
+def test_magnetisations_converge_in_float32_and_an_early_stop_warns():
+    from ebmlab.convergence import ConvergenceWarning
+    from ebmlab.partition import plefka_magnetisations
+    from ebmlab.partition.variational import pairwise_potentials
+
+    torch.manual_seed(0)
+    theta_i, theta_ij, edges = pairwise_potentials(BernoulliRBM(10, 6, init_std=0.5))
+    fields, couplings = (theta_i[:, 1] - theta_i[:, 0]).float(), theta_ij[:, 1, 1].float()
+    m, report = plefka_magnetisations(fields, couplings, edges, 2)
+    assert report["converged"] and m.dtype == torch.float32
+    with pytest.warns(ConvergenceWarning, match="Plefka"):
+        _, report = plefka_magnetisations(fields, couplings, edges, 2, max_iter=1)
+    assert not report["converged"]

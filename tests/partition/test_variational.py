@@ -60,3 +60,28 @@ def test_perturb_and_map_enumerates_the_smaller_rbm_layer():
         exact = exact_log_partition(rbm).log_z
         pam = perturb_and_map_log_partition(rbm, n_samples=500, generator=0)
         assert exact - 3 * pam.stderr <= pam.log_z < exact + 10
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0])
+def test_trw_converges_and_bounds_in_float32(scale):
+    """The default tolerance is finer than float32 resolves: it is raised to the dtype's
+    resolution, so the bound holds in float32 (a device without float64) too."""
+    from ebmlab.partition.variational import pairwise_potentials, reweighted_bp
+
+    for model in models(scale, 0):
+        exact = exact_log_partition(model).log_z
+        theta_i, theta_ij, edges = (t.float() if t.is_floating_point() else t
+                                    for t in pairwise_potentials(model))  # fmt: skip
+        rho = (theta_i.shape[0] - 1) / edges.shape[0]
+        value, report = reweighted_bp(theta_i, theta_ij, edges, min(1.0, rho))
+        assert report["converged"] and report["tol"] > 1e-8
+        assert value >= exact - 1e-4 * abs(exact)
+
+
+def test_an_unconverged_trw_says_so_and_drops_the_bound():
+    from ebmlab.convergence import ConvergenceWarning
+
+    _, rbm = models(2.0, 0)
+    with pytest.warns(ConvergenceWarning, match="did not converge in 2 iterations"):
+        estimate = trw_log_partition(rbm, max_iter=2)
+    assert not estimate.cost["converged"] and estimate.upper == float("inf")

@@ -57,7 +57,7 @@ def _features(path, x):
     return str(path)
 
 
-def test_own_features_train_with_nlls_in_their_units(tmp_path, capsys):
+def test_own_features_train_with_nlls_in_their_units(tmp_path, capsys, assert_keys_documented):
     """A user's 2-D features are standardised for the model, and the NLL is reported in
     their units: the same points scaled by 10 train the same model and cost exactly
     2 log 10 nats more."""
@@ -73,6 +73,7 @@ def test_own_features_train_with_nlls_in_their_units(tmp_path, capsys):
         capsys.readouterr()
         assert main(["evaluate", str(run)]) == 0
         result = json.loads(capsys.readouterr().out)
+        assert_keys_documented(result)
         assert result["log_z"]["method"] == "quadrature" and "true_nll" not in result
         nlls.append(result["test_nll"])
         assert (run / "samples.png").is_file() and (run / "density.png").is_file()

@@ -55,6 +55,7 @@ def test_a_fault_on_one_rank_stops_every_rank_with_its_message(tmp_path):
 JEM = [
     "--arch", "mlp", "--hidden", "32", "--sampler-steps", "3", "--buffer-size", "51",
     "--epochs", "1", "--batch-size", "32", "--checkpoint-every", "3", "--no-progress",
+    "--lr-schedule", "constant",  # a schedule that --max-steps leaves alone
 ]  # fmt: skip
 
 

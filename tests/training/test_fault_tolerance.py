@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import shlex
 import signal
 import socket
 import subprocess
@@ -47,9 +48,9 @@ ARGS = [
 ]
 
 
-def train(out, *extra):
+def train(out, *extra, stderr=subprocess.DEVNULL):
     cmd = [sys.executable, "-m", "ebmlab", "train", "density", "--out", str(out), *ARGS, *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -143,11 +144,16 @@ def signal_case(signum: signal.Signals) -> pytest.param:
 @pytest.mark.parametrize("signum", [signal_case(signal.SIGTERM), signal_case(signal.SIGINT)])
 def test_signal_checkpoints_then_auto_resume_matches_uninterrupted(tmp_path, signum, uninterrupted):
     run = tmp_path / "victim"
-    victim = train(run)
+    victim = train(run, stderr=subprocess.PIPE)
     step = random.randint(5, 90)  # a different step on every run: any step must do
     wait_for_step(run, victim, step)
     victim.send_signal(signum)
     assert victim.wait(timeout=60) == 128 + signum
+    # the last line says how to go on: the same command with --resume
+    said = victim.stderr.read().strip().splitlines()[-1]
+    assert said.startswith("ebmlab: stopped at step") and said.endswith(
+        shlex.join(["ebmlab", "train", "density", "--out", str(run), *ARGS, "--resume"])
+    )
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     stop = [r for r in records if r["split"] == "interrupted"]
     assert len(stop) == 1 and stop[0]["signal"] == signal.Signals(signum).name

@@ -22,6 +22,8 @@ TINY = [
     "--no-progress",
     "--seed",
     "1",
+    "--lr",
+    "3e-4",
 ]
 
 
@@ -48,12 +50,13 @@ def test_training_writes_the_run_directory(jem_run):
     assert len(val) == 2 and all({"val_error", "val_nll", "beta"} <= set(r) for r in val)
 
 
-def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys):
+def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys, assert_keys_documented):
     capsys.readouterr()
     ood = tmp_path / "ood.npy"
     np.save(ood, np.random.default_rng(0).integers(0, 17, size=(30, 8, 8), dtype=np.uint8))
     assert main(["evaluate", str(jem_run), "--ood-data", str(ood)]) == 0
     result = json.loads(capsys.readouterr().out)
+    assert_keys_documented(result)
     assert 0 <= result["test_error"] <= 1 and 0 <= result["ece"] <= 1
     for name in ("test_error", "test_accuracy", "test_nll", "ece"):
         assert 0 < result[f"{name}_stderr"] < 0.5, name  # from a few hundred test rows
@@ -222,7 +225,9 @@ def test_mixed_precision_step_runs_the_network_in_bfloat16_and_keeps_float32_sta
     assert 0 < abs(float(mixed - full)) < 0.01 * abs(float(full))
 
 
-def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weights, monkeypatch):
+def test_colour_images_from_a_folder_of_arrays(
+    tmp_path, capsys, inception_weights, monkeypatch, assert_keys_documented
+):
     """JEM on the user's RGB data: classes and image shape come from the files, the run
     records the encoding, and the pictures are in colour; a test split smaller than the
     conditional grid (10 a class) still fills it. Sample quality in the features of an
@@ -259,6 +264,7 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
             "--inception-preprocessing", "pytorch-fid"]  # fmt: skip
     assert main(["evaluate", str(run), "--inception", str(inception_weights[0]), *more]) == 0
     result = json.loads(capsys.readouterr().out)
+    assert_keys_documented(result)
     assert {"permuted", "flip_lr", "flip_ud", "uniform_noise"} == set(result["ood_auroc"])
     inception = result["samples"]["inception_features"]
     assert inception["frechet_distance"] > 0 and inception["kid_stderr"] > 0
@@ -273,3 +279,13 @@ def test_colour_images_from_a_folder_of_arrays(tmp_path, capsys, inception_weigh
     picture = matplotlib.image.imread(run / "samples_conditional.png")
     channels = picture[..., :3].reshape(-1, 3)
     assert np.abs(channels[:, 0] - channels[:, 1]).max() > 0.1  # not a grey picture
+
+
+def test_logz_estimates_the_energy_over_the_pixel_box(jem_run, capsys):
+    capsys.readouterr()
+    assert main(["logz", str(jem_run)]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert est["method"] == "smc_box" and est["cost"]["box"] == [-1.0, 1.0]  # the digits scaled
+    assert np.isfinite(est["log_z"]) and 0 < est["stderr"] < 1
+    assert main(["logz", str(jem_run), "--method", "ais"]) == 2
+    assert "method must be one of" in capsys.readouterr().err

@@ -17,4 +17,4 @@ def test_metrics_truncate(tmp_path):
     run.truncate_metrics(3)
     assert [r["step"] for r in run.read_metrics()] == [0, 1, 2]
     run.append_metrics({"step": 9, "loss": float("nan")})
-    assert run.read_metrics()[-1]["loss"] == "nan"
+    assert run.read_metrics()[-1]["loss"] is None  # strict JSON: no NaN

@@ -30,7 +30,7 @@ def test_every_loss_trains_a_small_problem_by_one_call(loss):
         assert float(value.detach()) < -50
 
 
-def test_structured_recipe_runs(tmp_path, capsys):
+def test_structured_recipe_runs(tmp_path, capsys, assert_keys_documented):
     run = tmp_path / "s"
     args = [
         "train",
@@ -46,6 +46,7 @@ def test_structured_recipe_runs(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", str(run)]) == 0
     result = json.loads(capsys.readouterr().out)
+    assert_keys_documented(result)
     assert result["loss"] == "square_exponential" and 0 <= result["test_accuracy"] <= 1
     assert 0 < result["test_accuracy_stderr"] < 0.05  # a few hundred test digits
 
@@ -95,7 +96,9 @@ def test_chain_task_rejects_losses_without_a_chain_form():
         StructuredConfig(task="chain", loss="mce")
 
 
-def test_chain_evaluation_reports_exact_and_approximate_inference(tmp_path, capsys):
+def test_chain_evaluation_reports_exact_and_approximate_inference(
+    tmp_path, capsys, assert_keys_documented
+):
     run = tmp_path / "chain"
     args = ["train", "structured", "--task", "chain", "--loss", "hinge", "--hidden", "16"]
     assert main([*args, "--epochs", "2", "--lr", "0.01", "--n-sequences", "100",
@@ -103,6 +106,7 @@ def test_chain_evaluation_reports_exact_and_approximate_inference(tmp_path, caps
     capsys.readouterr()
     assert main(["evaluate", str(run)]) == 0
     result = json.loads(capsys.readouterr().out)
+    assert_keys_documented(result)
     by = result["test_error_by_inference"]
     assert set(by) == {"viterbi", "annealed_gibbs", "icm", "mean_field"}
     assert by["viterbi"] == result["test_error"]
@@ -154,7 +158,9 @@ def test_completion_rejects_losses_it_cannot_use():
         StructuredConfig(task="completion", loss="nll")
 
 
-def test_classification_and_completion_take_the_users_data(tmp_path, capsys):
+def test_classification_and_completion_take_the_users_data(
+    tmp_path, capsys, assert_keys_documented
+):
     """--data: classes come from the labels (three here), and completion splits a
     grayscale image of any size into its top and bottom rows."""
     rng = np.random.default_rng(0)
@@ -175,6 +181,7 @@ def test_classification_and_completion_take_the_users_data(tmp_path, capsys):
         capsys.readouterr()
         assert main(["evaluate", str(run)]) == 0
         result = json.loads(capsys.readouterr().out)
+        assert_keys_documented(result)
         if task == "digits":
             assert result[key] > 0.9  # the lit row names the class
         else:  # the lit bottom row follows from the top one (all pixels off: 1/3 wrong)

@@ -127,7 +127,7 @@ def test_early_stopping(tmp_path):
 
 
 def test_lr_schedules():
-    t = Trainer(NoisyRegression(), data(), config(lr_schedule="cosine", warmup_steps=4))
+    t = Trainer(NoisyRegression(), data(), config(epochs=10, lr_schedule="cosine", warmup_steps=4))
     assert t.lr_at(0) == pytest.approx(1e-2 / 4)
     assert t.lr_at(4) == pytest.approx(1e-2)
     assert t.lr_at(t.total_steps) == pytest.approx(0.0, abs=1e-12)
@@ -302,3 +302,24 @@ def test_fingerprints_of_rows_on_disk_see_a_rewritten_block(tmp_path, monkeypatc
     )
     stored[0, :16] += 1  # the first sampled block
     assert fingerprint.data_fingerprint((rows,)) != before
+
+
+def test_a_warm_up_longer_than_a_tenth_of_the_run_is_shortened_and_said(tmp_path, capsys):
+    t = Trainer(NoisyRegression(), data(), config(warmup_steps=300), tmp_path)
+    assert t.total_steps == 28 and t.warmup_steps == 2
+    assert t.lr_at(0) == pytest.approx(1e-2 / 2) and t.lr_at(2) == pytest.approx(1e-2)
+    t.fit()
+    err = capsys.readouterr().err
+    assert err.count("warmup_steps 300 is more than a tenth") == 1
+    assert "warming up over 2 instead" in err
+    lrs = [r["lr"] for r in t.run.read_metrics() if r["split"] == "train"]
+    assert lrs and all(0 < lr <= 1e-2 for lr in lrs)
+
+
+def test_a_fresh_start_into_a_run_is_refused_unless_overwritten(tmp_path):
+    Trainer(NoisyRegression(), data(), config(epochs=1), tmp_path).fit()
+    (tmp_path / "stale.png").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"holds a run.*resume=True.*overwrite=True"):
+        Trainer(NoisyRegression(), data(), config(epochs=1), tmp_path).fit()
+    Trainer(NoisyRegression(), data(), config(epochs=1), tmp_path).fit(overwrite=True)
+    assert not (tmp_path / "stale.png").exists() and (tmp_path / "summary.json").is_file()

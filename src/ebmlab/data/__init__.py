@@ -15,7 +15,7 @@ number of classes read from the data. ``name`` is either
 - a path: an ``.npy``/``.npz`` array file, an image folder (one sub-folder per class),
   or a folder holding one of those per split (``train.npz``, ``test.npz``; ``train/``,
   ``test/``). A single file or folder is split into train, val and test (80/10/10 %)
-  by a fixed permutation.
+  by a fixed permutation, stratified by class where it has labels.
 
 A recipe reads its three splits through :func:`run_splits`, which holds out part of the
 training split for validation where a data set has no validation split of its own, so
@@ -169,12 +169,22 @@ def check_resize(resize: Sequence[int]) -> tuple[int, int] | None:
     return _checks.positive_int("resize", resize[0]), _checks.positive_int("resize", resize[1])
 
 
-def _holdout(n: int, split: str) -> np.ndarray:
-    """The rows of a single pool that form ``split``, by a fixed permutation."""
+def _holdout(n: int, split: str, labels: np.ndarray | None = None) -> np.ndarray:
+    """The rows of a single pool that form ``split`` (80/10/10 %), by a fixed
+    permutation; with ``labels``, stratified by class (:func:`holdout_rows`: the
+    training split, then the rest halved into validation and test), so that every
+    split holds the classes in their shares."""
     _checks.one_of("split", split, list(HOLDOUT))
-    lo, hi = HOLDOUT[split]
-    perm = np.random.default_rng(HOLDOUT_SEED).permutation(n)
-    return np.sort(perm[int(lo * n) : int(hi * n)])
+    if labels is None:
+        lo, hi = HOLDOUT[split]
+        perm = np.random.default_rng(HOLDOUT_SEED).permutation(n)
+        return np.sort(perm[int(lo * n) : int(hi * n)])
+    y = torch.tensor(np.asarray(labels))
+    train, rest = holdout_rows(y, n, 1 - HOLDOUT["train"][1])
+    if split == "train":
+        return train
+    val, test = holdout_rows(y[rest], len(rest), 0.5)
+    return rest[val if split == "val" else test]
 
 
 def _own_splits(path: Path) -> dict[str, Path]:
@@ -217,7 +227,7 @@ def _read_local(
         x, y, classes = read_image_folder(path, resize)
     else:
         (x, y), classes = read_arrays(path, labels), None
-    return x, y, None if own else _holdout(len(x), split), classes, path
+    return x, y, None if own else _holdout(len(x), split, y), classes, path
 
 
 def _local_dataset(

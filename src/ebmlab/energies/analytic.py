@@ -12,8 +12,6 @@ import math
 
 import numpy as np
 import torch
-from scipy import integrate
-from scipy.stats import sampling
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
@@ -354,6 +352,9 @@ class DoubleWell(AnalyticEnergy):
     """
 
     def __init__(self, dim: int = 2, depth: float = 2.0) -> None:
+        from scipy import integrate
+        from scipy.stats import sampling
+
         super().__init__()
         self.dim = _checks.positive_int("dim", dim)
         self.depth = _checks.positive("depth", depth)

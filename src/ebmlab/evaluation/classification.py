@@ -154,12 +154,12 @@ def reliability_diagram(
         path: the PNG written.
         n_bins: number of equal-width confidence bins.
     """
-    from ebmlab.plotting import plt, save_figure
+    from ebmlab.plotting import save_figure, subplots
 
     _, acc, count = calibration_bins(probs, y, n_bins)
     edges = torch.linspace(0, 1, n_bins + 1)
     centres = (edges[:-1] + edges[1:]) / 2
-    fig, ax = plt.subplots(figsize=(4, 4))
+    fig, ax = subplots(figsize=(4, 4))
     keep = count > 0
     ax.bar(
         centres[keep.cpu()].numpy(),

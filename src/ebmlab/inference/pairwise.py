@@ -30,6 +30,7 @@ from torch.nn import functional as F
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.convergence import RESOLUTION_ULPS, warn_unconverged, working_tol
 
 
 class PairwiseMRF:
@@ -207,7 +208,9 @@ def icm(
                 local = mrf.site_energies(q, i)
                 current = local.gather(1, y[:, i : i + 1]).squeeze(1)
                 value, arg = local.min(1)
-                move = value < current - 1e-12
+                # a gain within rounding noise is a tie: no move, on every CPU alike
+                noise = RESOLUTION_ULPS * torch.finfo(local.dtype).eps * current.abs().clamp_min(1)
+                move = value < current - noise
                 if move.any():
                     changed = True
                     _set_site(y, q, i, torch.where(move, arg, y[:, i]))
@@ -226,7 +229,9 @@ def mean_field(
 ) -> torch.Tensor:
     """Naive mean field at inverse temperature beta: q_i proportional to
     exp(-beta (U[i] + sum_j P[i, j] q_j)), updated site by site (each update lowers the
-    variational free energy) until the largest change is below ``tol``. Returns q
+    variational free energy) until the largest change is below ``tol`` (raised to the
+    dtype's resolution, :func:`ebmlab.convergence.working_tol`; a
+    :class:`~ebmlab.convergence.ConvergenceWarning` when ``n_iter`` ends first). Returns q
     (B, D, K); ``q.argmax(2)`` is the answer, ``q`` approximates the marginals.
 
     Args:
@@ -242,14 +247,17 @@ def mean_field(
             if q0 is None
             else _checks.tensor("q0", q0, ndim=3, last_dims=mrf.unary.shape[1:]).clone()
         )
+        limit = working_tol(tol, q.dtype)  # marginals lie in [0, 1]
         for _ in range(n_iter):
             delta = 0.0
             for i in range(mrf.n_sites):
                 new = torch.softmax(-beta * mrf.site_energies(q, i), 1)
                 delta = max(delta, float((new - q[:, i]).abs().max()))
                 q[:, i] = new
-            if delta < tol:
+            if delta < limit:
                 break
+        else:
+            warn_unconverged("mean field", n_iter, delta, limit)
     return q
 
 

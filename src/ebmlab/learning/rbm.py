@@ -59,11 +59,12 @@ class ContrastiveDivergence(PersistentChains):
         k: Gibbs steps per update.
         persistent: keep negative chains across updates (PCD).
         n_chains: persistent chains (default: the first batch's size).
-        sparsity_target, sparsity_cost: optional penalty pulling the mean hidden
-            activation q_j (a subspace RBM's gates) towards the target (Lee et al.
-            2008; Hinton 2012, §11): ``sparsity_cost`` (q_j - target) joins the gradient
-            of each hidden unit's bias, and the same times the mean input its weights,
-            for every RBM here.
+        sparsity_target: the mean hidden activation q_j (a subspace RBM's gates) that
+            an optional penalty pulls towards (Lee et al. 2008; Hinton 2012, §11;
+            None: no penalty).
+        sparsity_cost: the penalty's weight: ``sparsity_cost`` (q_j - target) joins the
+            gradient of each hidden unit's bias, and the same times the mean input its
+            weights, for every RBM here.
         matmul_dtype: do the matrix products in this dtype (``torch.bfloat16`` uses the
             bfloat16 units, several times faster on CPUs with AMX); parameters,
             gradients and the uniforms of every draw keep at least float32.

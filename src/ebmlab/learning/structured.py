@@ -29,9 +29,13 @@ class EnergyLearner:
     Args:
         model: maps x (B, ...) to energies of all K answers (B, K).
         loss: one of ``LOSSES``.
-        margin, beta, gamma, delta: the loss's hyper-parameters (used where they apply).
-        distances, eps: define the most offending answer (see
-            :func:`ebmlab.inference.most_offending`).
+        margin: the margin of the margin losses.
+        beta: the inverse temperature of the NLL and MEE losses.
+        gamma: the scale of the square-exponential loss.
+        delta: the smoothing of the LVQ2 loss.
+        distances: distances between answers (K, K) that define the most offending
+            one (see :func:`ebmlab.inference.most_offending`).
+        eps: answers farther than this from the correct one can be offending.
     """
 
     def __init__(

@@ -82,7 +82,8 @@ def perceptron_loss(
     Zero whenever the correct answer has the lowest energy: no margin.
 
     Args:
-        energies, target: E(W, Y, X^i) of every answer (B, K), the correct ones' indices (B,).
+        energies: E(W, Y, X^i) of every answer, (B, K).
+        target: the correct answers' indices, (B,).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     e_correct = _table(energies, target)
@@ -99,7 +100,8 @@ def hinge_loss(
     """L = max(0, m + E(W, Y^i, X^i) - E(W, Ybar^i, X^i)) (§2.2.3).
 
     Args:
-        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        e_correct: E(W, Y^i, X^i), (B,).
+        e_offending: E(W, Ybar^i, X^i), (B,).
         margin: m, the margin the correct answer's energy must keep below the offending
             one's.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
@@ -118,7 +120,8 @@ def log_loss(
     answers keep being pushed apart however wide the gap between them already is.
 
     Args:
-        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        e_correct: E(W, Y^i, X^i), (B,).
+        e_offending: E(W, Ybar^i, X^i), (B,).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
@@ -139,7 +142,8 @@ def lvq2_loss(
     definition, not the hinge formula it resembles.
 
     Args:
-        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        e_correct: E(W, Y^i, X^i), (B,).
+        e_offending: E(W, Ybar^i, X^i), (B,).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
@@ -158,7 +162,8 @@ def mce_loss(
     and the loss is not convex in the energy difference.
 
     Args:
-        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        e_correct: E(W, Y^i, X^i), (B,).
+        e_offending: E(W, Ybar^i, X^i), (B,).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
@@ -177,7 +182,8 @@ def square_square_loss(
     Both terms are squared, as in the 2006 paper. Meant for non-negative energies.
 
     Args:
-        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        e_correct: E(W, Y^i, X^i), (B,).
+        e_offending: E(W, Ybar^i, X^i), (B,).
         margin: m, the margin the correct answer's energy must keep below the offending
             one's.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
@@ -197,7 +203,8 @@ def square_exponential_loss(
     """L = E(W, Y^i, X^i)^2 + gamma exp(-E(W, Ybar^i, X^i)) (§2.2.3).
 
     Args:
-        e_correct, e_offending: E(W, Y^i, X^i) and E(W, Ybar^i, X^i), (B,) each.
+        e_correct: E(W, Y^i, X^i), (B,).
+        e_offending: E(W, Ybar^i, X^i), (B,).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _pair(e_correct, e_offending)
@@ -215,7 +222,8 @@ def nll_loss(
     grows it tends to the perceptron loss.
 
     Args:
-        energies, target: E(W, Y, X^i) of every answer (B, K), the correct ones' indices (B,).
+        energies: E(W, Y, X^i) of every answer, (B, K).
+        target: the correct answers' indices, (B,).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     e_correct = _table(energies, target)
@@ -235,7 +243,8 @@ def mee_loss(
     """L = 1 - P(Y^i | X^i, W) with P = softmax(-beta E) (§2.2.4, minimum empirical error).
 
     Args:
-        energies, target: E(W, Y, X^i) of every answer (B, K), the correct ones' indices (B,).
+        energies: E(W, Y, X^i) of every answer, (B, K).
+        target: the correct answers' indices, (B,).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
     """
     _table(energies, target)

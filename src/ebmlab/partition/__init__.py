@@ -27,7 +27,7 @@ from ebmlab.partition.plefka import (
 )
 from ebmlab.partition.policy import enumeration_bits, log_partition
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition, quadrature_sample
-from ebmlab.partition.smc import smc
+from ebmlab.partition.smc import box_smc, smc
 from ebmlab.partition.variational import (
     bethe_log_partition,
     perturb_and_map_log_partition,
@@ -41,6 +41,7 @@ __all__ = [
     "bethe_log_partition",
     "binary_states",
     "boltzmann_log_partition",
+    "box_smc",
     "elimination_order",
     "enumerate_log_partition",
     "enumeration_bits",

@@ -7,7 +7,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from scipy.stats import t as student_t
 
 from ebmlab._checks import ArgumentError
 
@@ -51,6 +50,8 @@ class LogZEstimate:
         """
         half = k * self.stderr
         if math.isfinite(self.dof):
+            from scipy.stats import t as student_t
+
             coverage = math.erf(k / math.sqrt(2))
             half = float(student_t.ppf((1 + coverage) / 2, self.dof)) * self.stderr
         return max(self.lower, self.log_z - half), min(self.upper, self.log_z + half)

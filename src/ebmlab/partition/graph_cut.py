@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.sparse import coo_array
-from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
 from ebmlab._checks import ArgumentError
 
@@ -39,6 +37,9 @@ def max_attractive(
             "graph cuts need non-negative couplings (an attractive model); "
             f"the smallest coupling is {J.min():.4g}"
         )
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
     n = len(f)
     source, sink = n, n + 1
     unary = -f.copy()

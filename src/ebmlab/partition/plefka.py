@@ -29,6 +29,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.convergence import warn_unconverged, working_tol
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.variational import pairwise_potentials
 
@@ -111,7 +112,10 @@ def plefka_magnetisations(
     """Stationary magnetisations of the order-``order`` free energy, by damped iteration
     of m = sigmoid(dU/dm) from ``init`` (n,) or a batch of starts (P, n) (default: the
     mean field of the fields alone), and a report (iterations, last change, converged).
-    ``tol=0`` runs exactly ``max_iter`` iterations without reading the change back.
+    ``tol=0`` runs exactly ``max_iter`` iterations without reading the change back;
+    otherwise ``tol`` is raised to the dtype's resolution
+    (:func:`ebmlab.convergence.working_tol`) and a
+    :class:`~ebmlab.convergence.ConvergenceWarning` says when it was not met.
 
     Args:
         couplings: coupling per edge (E,).
@@ -119,8 +123,10 @@ def plefka_magnetisations(
         damping: weight of the previous iterate in each update, in [0, 1).
     """
     m = torch.sigmoid(fields) if init is None else init
+    # magnetisations lie in [0, 1]: the dtype resolves changes down to its epsilon
+    limit = working_tol(tol, m.dtype) if tol > 0 else 0.0
     change, iterations = float("inf"), 0
-    while iterations < max_iter and change >= tol:
+    while iterations < max_iter and change >= limit:
         iterations += 1
         with torch.enable_grad():
             mg = m.detach().requires_grad_(True)
@@ -130,7 +136,11 @@ def plefka_magnetisations(
         if tol > 0:
             change = float((new - m).abs().max())
         m = new
-    return m, {"iterations": iterations, "max_change": change, "converged": change < tol}
+    converged = change < limit
+    if tol > 0 and not converged:
+        warn_unconverged(f"order-{order} Plefka iteration", iterations, change, limit)
+    return m, {"iterations": iterations, "max_change": change, "tol": limit,
+               "converged": converged}  # fmt: skip
 
 
 def plefka_log_partition(

@@ -27,6 +27,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.convergence import warn_unconverged, working_tol
 from ebmlab.devices import wide_dtype, widen
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT
 from ebmlab.partition.estimate import LogZEstimate
@@ -91,6 +92,9 @@ def reweighted_bp(
     tol: float = 1e-8,
 ) -> tuple[float, dict]:
     """Reweighted BP with damped parallel updates in log space; returns (log Z, report).
+    The report holds the iterations, the last change, the tolerance used (``tol`` raised
+    to the dtype's resolution, :func:`ebmlab.convergence.working_tol`) and whether it
+    was met; a :class:`~ebmlab.convergence.ConvergenceWarning` says when it was not.
 
     Args:
         damping: weight of the previous iterate in each update, in [0, 1).
@@ -107,8 +111,8 @@ def reweighted_bp(
     index = torch.arange(n_edges, device=theta_i.device)
     reverse = torch.cat([index + n_edges, index])
     log_m = theta_i.new_zeros(2 * n_edges, 2)  # log m_{src -> dst}(x_dst)
-    change, iterations = float("inf"), 0
-    while iterations < max_iter and change >= tol:
+    change, iterations, limit = float("inf"), 0, tol
+    while iterations < max_iter and change >= limit:
         iterations += 1
         s = theta_i.new_zeros(n, 2).index_add_(0, dst, rho * log_m)
         # exponent over (x_src, x_dst): theta_src + S_src - log m_{dst -> src}(x_src) + pair
@@ -116,8 +120,12 @@ def reweighted_bp(
         new = torch.logsumexp(pre, 1)
         new = new - new.logsumexp(1, keepdim=True)
         new = (1 - damping) * new + damping * log_m
-        change = float((new - log_m).abs().max())
+        change, scale = torch.stack([(new - log_m).abs().max(), new.abs().max()]).tolist()
+        limit = working_tol(tol, new.dtype, scale)
         log_m = new
+    converged = change < limit
+    if not converged:
+        warn_unconverged("reweighted belief propagation", iterations, change, limit)
     s = theta_i.new_zeros(n, 2).index_add_(0, dst, rho * log_m)
     log_node = theta_i + s
     mu_i = torch.softmax(log_node, 1)
@@ -134,7 +142,8 @@ def reweighted_bp(
     mutual = (mu_ij * ((mu_ij + tiny).log() - (outer + tiny).log())).sum()
     energy_term = (mu_i * theta_i).sum() + (mu_ij * theta_ij).sum()
     value = float(energy_term + entropy - rho * mutual)
-    report = {"iterations": iterations, "max_message_change": change, "converged": change < tol}
+    report = {"iterations": iterations, "max_message_change": change, "tol": limit,
+              "converged": converged}  # fmt: skip
     return value, report
 
 
@@ -176,8 +185,10 @@ def trw_log_partition(
 ) -> LogZEstimate:
     """Tree-reweighted upper bound on log Z (uniform spanning trees, rho = (n - 1) / |E|).
 
-    ``upper`` carries the bound when the messages converged (otherwise infinity: the
-    value is then an approximation, not a guarantee).
+    ``upper`` carries the bound when the messages converged to the working dtype's
+    resolution (otherwise infinity, with a
+    :class:`~ebmlab.convergence.ConvergenceWarning`: the value is then an
+    approximation, not a guarantee).
 
     Args:
         model: a Boltzmann machine or Bernoulli RBM.

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import widen
+
+if TYPE_CHECKING:
+    from ebmlab.samplers.base import SampleRun
 
 
 def _split(x: torch.Tensor) -> torch.Tensor:
@@ -117,7 +121,7 @@ class Diagnostics:
         )
 
 
-def summarize(run) -> Diagnostics:
+def summarize(run: SampleRun) -> Diagnostics:
     """Diagnostics of a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
 
     Args:

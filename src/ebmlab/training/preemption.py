@@ -29,6 +29,7 @@ class Preemption:
 
     def __init__(self, grace: float) -> None:
         self.grace = grace
+        self.hint = ""  # how to continue, said when the process stops
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
         self._timer: threading.Timer | None = None
@@ -70,8 +71,10 @@ class Preemption:
         self._timer.start()
 
     def _exit(self, why: str) -> None:
+        hint = f"; {self.hint}" if self.hint else ""
         print(
-            f"ebmlab: {why}; exiting with the previous checkpoint (status {self.exit_status})",
+            f"ebmlab: {why}; exiting with the previous checkpoint (status {self.exit_status})"
+            f"{hint}",
             file=sys.stderr,
             flush=True,
         )

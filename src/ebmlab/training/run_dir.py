@@ -12,6 +12,11 @@ One training writes a run directory at a time: :meth:`RunDirectory.owned` takes 
 lock file or refuses with the owner's host and pid. A lock left by a process that is
 gone (same host, pid not running) is taken over with a warning; one from another host
 cannot be checked and must be removed by hand.
+
+A directory that holds a run (:meth:`RunDirectory.holds_run`) is never trained into
+from scratch by accident: the trainer continues it (resume) or, when asked to
+overwrite it, first removes every file of the old run (:meth:`RunDirectory.clear`), so
+no stale evaluation or picture is left beside the new run's.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import socket
 import sys
 import time
@@ -32,10 +38,12 @@ from ebmlab.plotting import plot_curves
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with non-finite floats as the strings "inf", "-inf" and "nan", which
-    strict JSON readers (jq, JavaScript) accept, unlike Python's Infinity and NaN."""
+    """``value`` with non-finite floats as ``null``: valid JSON for every reader (jq,
+    JavaScript, ``json.loads``), unlike Python's Infinity and NaN. Where a key can be
+    infinite, the evaluation keys page (docs/guides/evaluation.md) says what its
+    ``null`` means (a missing bound, an unconverged estimate)."""
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+        return None
     if isinstance(value, dict):
         return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -53,6 +61,10 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
 
 class RunDirectoryBusyError(ArgumentError):
     """Another live training writes this run directory."""
+
+
+class RunDirectoryInUseError(ArgumentError):
+    """The run directory holds a run that a fresh training would overwrite."""
 
 
 def _running(pid: int) -> bool:
@@ -129,6 +141,42 @@ class RunDirectory:
         )
         with contextlib.suppress(FileNotFoundError):
             self.lock.unlink()
+
+    def holds_run(self) -> bool:
+        """Whether a training has written here: its config, metrics or a checkpoint."""
+        return (
+            (self.path / "config.json").is_file()
+            or self.metrics_file.is_file()
+            or (self.checkpoints.is_dir() and any(self.checkpoints.iterdir()))
+        )
+
+    def clear(self) -> None:
+        """Remove every file and folder of the run directory but its lock."""
+        if not self.path.is_dir():
+            return
+        for entry in self.path.iterdir():
+            if entry == self.lock:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def refuse_fresh_start(self, resume: str, overwrite: str) -> None:
+        """Raise :class:`RunDirectoryInUseError` if this directory holds a run, naming
+        how to continue it (``resume``) or replace it (``overwrite``)."""
+        if not self.holds_run():
+            return
+        summary = self.path / "summary.json"
+        status = ""
+        if summary.is_file():
+            with contextlib.suppress(ValueError, OSError):
+                done = json.loads(summary.read_text())
+                status = f" ({done.get('status')} at step {done.get('step')})"
+        raise RunDirectoryInUseError(
+            f"{self.path} holds a run{status}; continue it with {resume}, or replace it "
+            f"with {overwrite} (deletes every file of the old run)"
+        )
 
     @property
     def last(self) -> Path:

@@ -35,13 +35,14 @@ from ebmlab.data.encoding import EncodedRows
 from ebmlab.devices import move_to, resolve_device
 from ebmlab.energies.base import energy_device
 from ebmlab.samplers.base import NonFiniteChainError
+from ebmlab.threads import apply_threads, busy_warning
 from ebmlab.training import distributed
 from ebmlab.training.callbacks import Callback, TensorBoardLogger
 from ebmlab.training.checkpoint import CheckpointWriteError, load_newest_good, save_checkpoint
 from ebmlab.training.ema import WeightAverage
 from ebmlab.training.fingerprint import data_fingerprint
 from ebmlab.training.preemption import Preemption
-from ebmlab.training.run_dir import RunDirectory, RunDirectoryBusyError
+from ebmlab.training.run_dir import RunDirectory, RunDirectoryBusyError, RunDirectoryInUseError
 
 # Adam, AdamW and SGD use PyTorch's fused kernels: one pass over all parameters, 3-5x
 # faster steps than the default per-tensor loop on CPUs (Adamax has none).
@@ -107,7 +108,8 @@ class TrainerConfig:
         weight_decay: L2 penalty (decoupled for adamw).
         momentum: momentum of SGD.
         lr_schedule: learning rate after warm-up: constant, cosine or linear decay to zero.
-        warmup_steps: steps of linear warm-up from zero.
+        warmup_steps: steps of linear warm-up from zero (at most a tenth of the run:
+            a longer one is shortened to that, with a message).
         grad_clip: bound on the gradients' global norm (0: none).
         seed: seed of every random choice of the run.
         checkpoint_every: also save checkpoints/last.pt every this many steps (0: per epoch).
@@ -122,6 +124,7 @@ class TrainerConfig:
         progress: show a progress bar.
         tensorboard: also write TensorBoard event files.
         device: auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps.
+        threads: CPU threads (0: PyTorch's count, at most the CPUs this process may use).
         compile: torch.compile the model's networks (training and sampler passes).
         compile_mode: torch.compile mode; reduce-overhead adds CUDA graphs.
         channels_last: convolution weights and inputs in NHWC (tensor cores on CUDA).
@@ -167,6 +170,7 @@ class TrainerConfig:
     progress: bool = True
     tensorboard: bool = False
     device: str = "auto"
+    threads: int = 0
     compile: bool = False
     compile_mode: str = "default"
     channels_last: bool = False
@@ -199,6 +203,7 @@ class TrainerConfig:
         _checks.positive_int("divergence_restarts", self.divergence_restarts, allow_zero=True)
         _checks.probability("restart_lr_factor", self.restart_lr_factor)
         resolve_device(self.device)
+        _checks.positive_int("threads", self.threads, allow_zero=True)
         _checks.positive_int("num_workers", self.num_workers, allow_zero=True)
         _checks.positive_int("prefetch", self.prefetch)
         _checks.positive("preempt_grace", self.preempt_grace)
@@ -340,6 +345,7 @@ class Trainer:
                 "train_data tensors must be non-empty and share their first dimension"
             )
         self.device = resolve_device(self.config.device)
+        self.threads = apply_threads(self.config.threads)
         distributed.init(self.device)
         self.world_size = distributed.world_size()
         if self.config.batch_size < self.world_size:
@@ -368,6 +374,7 @@ class Trainer:
         self.total_steps = self.config.epochs * self.n_batches
         if self.config.max_steps:
             self.total_steps = min(self.total_steps, self.config.max_steps)
+        self.warmup_steps = min(self.config.warmup_steps, self.total_steps // 10)
         if run_dir is None:
             self.run = None
         else:
@@ -397,6 +404,8 @@ class Trainer:
         self.metric_records = 0
         self.lr_scale = 1.0
         self.restarts = 0
+        self.seconds_before = 0.0  # wall time of the parts this run was resumed from
+        self.started = time.perf_counter()
         self.history: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------- state
@@ -429,6 +438,7 @@ class Trainer:
                 "metric_records": self.metric_records,
                 "lr_scale": self.lr_scale,
                 "restarts": self.restarts,
+                "seconds": self.seconds(),
             },
             "rng": rngs[0],
             **({"rng_by_rank": rngs} if self.world_size > 1 else {}),
@@ -453,6 +463,7 @@ class Trainer:
         self.task.load_state_dict(distributed.scatter_state(state["task"]))
         self.epoch, self.batch, self.step = t["epoch"], t["batch"], t["step"]
         self.lr_scale, self.restarts = t.get("lr_scale", 1.0), t.get("restarts", 0)
+        self.seconds_before, self.started = t.get("seconds", 0.0), time.perf_counter()
         self.best, self.bad_epochs, self.metric_records = (
             t["best"],
             t["bad_epochs"],
@@ -518,6 +529,10 @@ class Trainer:
         if self.main:
             self.run.truncate_metrics(self.metric_records)
 
+    def seconds(self) -> float:
+        """Wall time of the run so far: this part and every part it was resumed from."""
+        return self.seconds_before + time.perf_counter() - self.started
+
     # -------------------------------------------------------------- schedule
     def lr_at(self, step: int) -> float:
         """The learning rate at ``step``: warm-up, then the schedule, times any restart factor."""
@@ -525,10 +540,10 @@ class Trainer:
 
     def _base_lr_at(self, step: int) -> float:
         c = self.config
-        if step < c.warmup_steps:
-            return c.lr * (step + 1) / c.warmup_steps
-        span = max(1, self.total_steps - c.warmup_steps)
-        progress = min(1.0, (step - c.warmup_steps) / span)
+        if step < self.warmup_steps:
+            return c.lr * (step + 1) / self.warmup_steps
+        span = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
         if c.lr_schedule == "cosine":
             return c.lr * 0.5 * (1 + math.cos(math.pi * progress))
         if c.lr_schedule == "linear":
@@ -589,8 +604,9 @@ class Trainer:
             yield tuple(t.to(self.device, non_blocking=True) for t in batch), weight
 
     def _train_step(self, batch: tuple[torch.Tensor, ...], weight: float) -> dict[str, float]:
+        lr = self.lr_at(self.step)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.step)
+            group["lr"] = lr
         failure = None
         self.optimizer.zero_grad(set_to_none=True)  # a parameter the step leaves alone stays still
         try:
@@ -631,6 +647,7 @@ class Trainer:
             out["loss_scale"] = self.scaler.get_scale()
         if self.ema is not None:
             self.ema.update()
+        out["lr"] = lr
         return out
 
     def _where(self) -> str:
@@ -683,24 +700,31 @@ class Trainer:
         self.save("last")
         return stop
 
-    def fit(self, resume: bool = False) -> dict[str, Any]:
+    def fit(self, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
         """Train; with ``resume`` continue from the run directory's last checkpoint.
 
-        The main process holds the run directory's lock meanwhile, so a second training
-        pointed at it is refused (:meth:`RunDirectory.owned`)."""
+        A fresh start into a directory that holds a run is refused unless ``overwrite``,
+        which first removes every file of the old run. The main process holds the run
+        directory's lock meanwhile, so a second training pointed at it is refused
+        (:meth:`RunDirectory.owned`)."""
         with contextlib.ExitStack() as stack:
-            busy = None
+            refused = None
             if self.run is not None and self.main:
                 try:
                     stack.enter_context(self.run.owned())
-                except RunDirectoryBusyError as err:
-                    busy = err
-            if distributed.any_true(busy is not None):
-                raise busy or RunDirectoryBusyError(f"{self.run.path} is locked by another job")
+                    if not resume and overwrite:
+                        self.run.clear()
+                    elif not resume:
+                        self.run.refuse_fresh_start("resume=True", "overwrite=True")
+                except (RunDirectoryBusyError, RunDirectoryInUseError) as err:
+                    refused = err
+            if distributed.any_true(refused is not None):
+                raise refused or RunDirectoryBusyError(f"{self.run.path} is refused on rank 0")
             return self._fit(resume)
 
     def _fit(self, resume: bool) -> dict[str, Any]:
         c = self.config
+        self.started = time.perf_counter()
         if self.run is not None:
             if self.main:
                 self.run.create()
@@ -711,13 +735,16 @@ class Trainer:
             if resume:
                 self.resume()
             elif self.main:
-                if self.run.metrics_file.exists():
-                    self.run.metrics_file.unlink()
                 self.run.write_config(self.run_config)
             distributed.barrier()
         elif resume:
             raise ArgumentError("resume needs a run directory")
-        start = time.perf_counter()
+        if self.main and self.warmup_steps < c.warmup_steps:
+            print(f"ebmlab: warmup_steps {c.warmup_steps} is more than a tenth of this run's "
+                  f"{self.total_steps} steps; warming up over {self.warmup_steps} instead",
+                  file=sys.stderr)  # fmt: skip
+        if self.main and self.device.type == "cpu" and (busy := busy_warning(self.threads)):
+            print(f"ebmlab: {busy}", file=sys.stderr)
         bar = tqdm(
             total=self.total_steps,
             initial=self.step,
@@ -733,15 +760,15 @@ class Trainer:
                         break
                     except DivergenceError as err:
                         if not self._restart_after(err):
-                            self._finish("diverged", start, error=str(err))
+                            self._finish("diverged", error=str(err))
                             raise
                         bar.reset(total=self.total_steps)
                         bar.update(self.step)
         finally:
             bar.close()
         if status == "interrupted":
-            return self._finish(status, start, final={"signal": self.preemption.name})
-        return self._finish(status, start, final=self.task.final_metrics(self.generator))
+            return self._finish(status, final={"signal": self.preemption.name})
+        return self._finish(status, final=self.task.final_metrics(self.generator))
 
     def _interrupted(self, window: list[dict[str, float]]) -> bool:
         """At a step boundary: if a stop was asked for (on any rank), record it, save the
@@ -769,9 +796,10 @@ class Trainer:
         ):
             return False
         scale = self.lr_scale * c.restart_lr_factor
-        restarts = self.restarts + 1
+        restarts, seconds = self.restarts + 1, self.seconds()
         self.resume()
         self.lr_scale, self.restarts = scale, restarts
+        self.seconds_before, self.started = seconds, time.perf_counter()
         self.generator.manual_seed(distributed.rank_seed(c.seed + RESEED * restarts))
         per_rank = distributed.all_objects(self.task.on_restart(self.generator))
         reset = {k: sum(counts[k] for counts in per_rank) for k in per_rank[0]}  # totals
@@ -825,7 +853,6 @@ class Trainer:
     def _finish(
         self,
         status: str,
-        start: float,
         error: str | None = None,
         final: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -834,7 +861,7 @@ class Trainer:
             "status": status,
             "epoch": self.epoch,
             "step": self.step,
-            "seconds": time.perf_counter() - start,
+            "seconds": self.seconds(),
             "best": {self.config.monitor: self.best} if math.isfinite(self.best) else {},
             "restarts": self.restarts,
             "last_record": last,

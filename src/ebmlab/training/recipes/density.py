@@ -20,7 +20,7 @@ pictures show the first two features in those units.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +41,7 @@ from ebmlab.devices import widen
 from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy, NoiseConditionalEnergy
 from ebmlab.evaluation.likelihood import log_likelihood
 from ebmlab.evaluation.metrics import mmd2
+from ebmlab.evaluation.progress import quiet
 from ebmlab.evaluation.stein import kernel_stein_discrepancy
 from ebmlab.losses import (
     contrastive_divergence_loss,
@@ -357,11 +358,22 @@ class DensityTask(BufferTask):
         """Whether log Z is a quadrature (else tempered SMC)."""
         return self.config.log_z != "smc" and self.dim <= QUADRATURE_DIMS
 
-    def log_z(self, n_points: int | None = None, generator: torch.Generator | None = None):
+    def log_z(
+        self,
+        n_points: int | None = None,
+        generator: torch.Generator | None = None,
+        method: str = "auto",
+    ):
         """log Z of the model (in its units): by quadrature on the box with ``n_points``
         per axis, or by tempered SMC (Del Moral et al. 2006) from N(0, 1.5^2 I) with HMC
-        moves, whose spread over 8 runs gives the standard error."""
-        if self.quadrature:
+        moves, whose spread over 8 runs gives the standard error; ``method`` auto takes
+        the run's ``log_z`` setting."""
+        _checks.one_of("method", method, LOG_Z_METHODS)
+        if method == "quadrature" and self.dim > QUADRATURE_DIMS:
+            raise _checks.ArgumentError(
+                f"quadrature integrates 1 or 2 features, the data have {self.dim}: use smc"
+            )
+        if method == "quadrature" or (method == "auto" and self.quadrature):
             return quadrature_log_partition(
                 self.model, self.bounds, n_points or self.config.quadrature_points
             )
@@ -400,7 +412,11 @@ GRID = 256  # points per axis of the density pictures and of KL on the grid
 
 
 def evaluate(
-    setup: Setup, run: RunDirectory, n_samples: int = 5000, sample_steps: int = 500
+    setup: Setup,
+    run: RunDirectory,
+    n_samples: int = 5000,
+    sample_steps: int = 500,
+    progress: Callable[[str], None] = quiet,
 ) -> dict[str, Any]:
     """Test NLL in the data's units with its standard error (log Z by quadrature or SMC),
     MMD^2 to test data of Langevin samples from the chains (a measure of model and
@@ -413,6 +429,7 @@ def evaluate(
     device = task.val.device
     test = task.test
     gen = torch.Generator(device).manual_seed(1234)
+    progress("log Z and the test NLL")
     est = task.log_z(512, generator=gen)
     fit = log_likelihood(task.model, test, est)
     result: dict[str, Any] = {
@@ -426,6 +443,7 @@ def evaluate(
         exact = quadrature_sample(task.model, task.bounds, n_samples, generator=gen)
         compared["mmd2"] = exact
         panels.append(("exact model samples (grid)", exact))
+    progress(f"{n_samples} samples by {sample_steps} Langevin steps")
     starts, _ = task.buffer.sample(n_samples, gen)
     samples = task.sampler.sample(task.model, starts, sample_steps, generator=gen)
     compared.update(mmd2_langevin=samples, mmd2_floor=task.val)
@@ -439,6 +457,7 @@ def evaluate(
         result[name], result[f"{name}_stderr"] = mmd2(
             x[:n_samples], test[:n_samples], return_stderr=True
         )
+    progress("MMD to the test data and the kernel Stein discrepancy")
     result["ksd"] = kernel_stein_discrepancy(
         test[:KSD_SAMPLES], task.model, generator=gen
     ).to_dict()
@@ -446,6 +465,15 @@ def evaluate(
         [(title, task.plane(x)) for title, x in panels], run.path / "samples.png", bounds=task.box
     )
     return result
+
+
+def log_partition(setup: Setup, method: str, seed: int = 0):
+    """log Z of the trained energy in the model's units (standardised features): auto
+    as the run's ``log_z`` setting (quadrature for 1 or 2 features, else SMC),
+    ``quadrature`` or ``smc``."""
+    task: DensityTask = setup.task  # type: ignore[assignment]
+    gen = torch.Generator(task.val.device).manual_seed(seed)
+    return task.log_z(generator=gen, method=method)
 
 
 def _densities(task: DensityTask, log_z: float, run: RunDirectory) -> dict[str, float]:
@@ -494,6 +522,7 @@ register(
         build=build,
         evaluate=evaluate,
         sample=sample,
+        log_partition=log_partition,
         trainer_defaults={"epochs": 60, "batch_size": 256, "lr": 2e-3, "monitor": "val_nll"},
         config_defaults=lambda config: METHOD_TRAINING.get(config.method, {}),
     )

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -90,8 +90,10 @@ from ebmlab.evaluation import (
     shifted_images,
     uniform_noise,
 )
+from ebmlab.evaluation.progress import quiet
 from ebmlab.hardware import autocast
 from ebmlab.losses.discrepancy import energy_discrepancy_loss
+from ebmlab.partition import LogZEstimate, box_smc
 from ebmlab.plotting import image_grid
 from ebmlab.samplers import Langevin, gaussian_init, mixture_init, uniform_init
 from ebmlab.samplers.recovery import OneLevel, blur, recover
@@ -571,6 +573,7 @@ def evaluate(
     inception_samples: int | None = None,
     inception_reference: str = "test",
     inception_preprocessing: str = "tensorflow",
+    progress: Callable[[str], None] = quiet,
 ) -> dict[str, Any]:
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
     (the samples again after 200 and after ``long_run_steps`` further SGLD steps).
@@ -586,6 +589,7 @@ def evaluate(
             ``train`` (papers' FID on CIFAR-10: the 50 000 training images).
         inception_preprocessing: ``tensorflow`` (the original FID and IS code's,
             and torch-fidelity's) or ``pytorch-fid`` (see :mod:`ebmlab.evaluation.inception`).
+        progress: called with each stage's name as it starts (the CLI prints it).
     """
     if long_run_steps <= 200:
         raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
@@ -594,6 +598,7 @@ def evaluate(
     network = _inception_network(
         task, inception, inception_samples, inception_reference, inception_preprocessing
     )
+    progress("classification and calibration of the test split")
     with torch.no_grad():
         logits = in_chunks(task.model.logits, test.x)
     probs = torch.softmax(task.model.beta * logits, 1)
@@ -616,6 +621,7 @@ def evaluate(
         "beta": float(task.model.beta),
         "ece_at_beta_1": expected_calibration_error(torch.softmax(logits, 1), test.y, 15),
     }
+    progress("OOD scores: log p(x), max p(y|x), gradient norm")
     in_scores = _ood_scores(task, test.x)
     result["ood_auroc"], result["ood_auroc_stderr"] = {}, {}
     for name, x in ood_sets(task, ood_data).items():
@@ -626,6 +632,7 @@ def evaluate(
     gen = torch.Generator(test.x.device).manual_seed(2024)
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
+    progress(f"{n} samples from the replay buffer and their quality")
     x = task.negatives(n, gen)
     train_rows = task.train.x[:n].to(reference.device)
     floor, floor_stderr = mmd2(train_rows, reference, return_stderr=True)
@@ -652,6 +659,7 @@ def evaluate(
             "preprocessing": inception_preprocessing,
             **_inception_quality(task, network, x, inception_samples or n, split),
         }
+    progress(f"stability: the samples after 200 and {long_run_steps} more SGLD steps")
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
     x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
@@ -663,6 +671,7 @@ def evaluate(
         run.path / f"samples_after_{long_run_steps}_steps.png",
         f"after {long_run_steps} further steps",
     )
+    progress("class-conditional samples")
     classes = min(task.model.num_classes, GRID_CLASSES)
     y = torch.arange(classes, device=test.x.device).repeat_interleave(10)
     starts = x[torch.arange(len(y), device=x.device) % len(x)]  # a test split may be small
@@ -686,6 +695,17 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
     return out
 
 
+def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
+    """log Z of the energy E(x) = -logsumexp_y f(x)[y] over the data's pixel box, by
+    tempered SMC in logit coordinates (:func:`ebmlab.partition.box_smc`); ``method``
+    auto or smc."""
+    _checks.one_of("method", method, ("auto", "smc"))
+    task: JEMTask = setup.task  # type: ignore[assignment]
+    gen = torch.Generator(task.test.x.device).manual_seed(seed)
+    lo, hi = task.train.value_range
+    return box_smc(task.model, lo, hi, tuple(task.train.x.shape[1:]), generator=gen)
+
+
 register(
     Recipe[JEMConfig, JEMTask](
         name="jem",
@@ -694,6 +714,7 @@ register(
         build=build,
         evaluate=evaluate,
         sample=sample,
+        log_partition=log_partition,
         trainer_defaults={
             "epochs": 100,
             "batch_size": 64,
@@ -701,7 +722,7 @@ register(
             "optimizer": "adamw",
             "weight_decay": 0.05,
             "lr_schedule": "cosine",
-            "warmup_steps": 300,
+            "warmup_steps": 150,
             "monitor": "val_error",
         },
     )
