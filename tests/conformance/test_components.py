@@ -321,6 +321,9 @@ CASES = {
     "smc": lambda put: P.smc(
         put(mlp()), put(gaussian()), HMC(0.2, 3), n_particles=16, n_runs=2, generator=6
     ),
+    "box_smc": lambda put: P.box_smc(
+        put(mlp()), -1.0, 1.0, (2,), kernel=HMC(0.2, 3), n_particles=16, n_runs=2, generator=6
+    ),
     "smc_genealogy": lambda put: P.smc(
         put(mlp()),
         put(gaussian()),

@@ -2,6 +2,8 @@
 models: mean field is a lower bound, TAP is closer, and the errors shrink with the
 couplings at the rates of their orders."""
 
+import math
+
 import pytest
 import torch
 
@@ -85,3 +87,16 @@ def test_magnetisations_converge_in_float32_and_an_early_stop_warns():
     with pytest.warns(ConvergenceWarning, match="Plefka"):
         _, report = plefka_magnetisations(fields, couplings, edges, 2, max_iter=1)
     assert not report["converged"]
+
+
+def test_saturated_magnetisations_have_a_finite_entropy_in_float32():
+    """m = 0 or 1 contributes no entropy; the clamp that keeps the logarithms finite must
+    be one float32 resolves (1 - 1e-12 rounds to 1 there, and 0 log 0 became NaN)."""
+    from ebmlab.partition import plefka_free_energy
+
+    none = torch.zeros(0, 2, dtype=torch.long)
+    for dtype in (torch.float32, torch.float64):
+        m = torch.tensor([[0.0, 1.0, 0.5]], dtype=dtype)
+        value = plefka_free_energy(m, torch.zeros(3, dtype=dtype), torch.zeros(0, dtype=dtype),
+                                   none, 1)  # fmt: skip
+        assert torch.isfinite(value).all() and abs(float(value) - math.log(2)) < 1e-5

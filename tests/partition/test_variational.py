@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -85,3 +87,18 @@ def test_an_unconverged_trw_says_so_and_drops_the_bound():
     with pytest.warns(ConvergenceWarning, match="did not converge in 2 iterations"):
         estimate = trw_log_partition(rbm, max_iter=2)
     assert not estimate.cost["converged"] and estimate.upper == float("inf")
+
+
+def test_beliefs_that_underflow_in_float32_leave_the_estimate_finite():
+    """Fields of +-120 make one state's belief exp(-120), zero in float32: its entropy
+    term is 0 log 0 = 0, not NaN."""
+    from ebmlab.partition.variational import pairwise_potentials, reweighted_bp
+
+    bm = BoltzmannMachine(4, init_std=0.1)
+    with torch.no_grad():
+        bm.b.copy_(torch.tensor([120.0, -120.0, 0.3, -0.2]))
+    exact = exact_log_partition(bm).log_z
+    theta_i, theta_ij, edges = (t.float() if t.is_floating_point() else t
+                                for t in pairwise_potentials(bm))  # fmt: skip
+    value, _ = reweighted_bp(theta_i, theta_ij, edges, 1.0)
+    assert math.isfinite(value) and abs(value - exact) < 1e-3 * abs(exact)

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from ebmlab.energies.boltzmann import BernoulliRBM, BoltzmannMachine, DeepBoltzmannMachine
 
 ORDERS = (1, 2, 3)
-_CLAMP = 1e-12  # magnetisations are kept in [_CLAMP, 1 - _CLAMP] for the entropy
 
 
 def plefka_free_energy(
@@ -52,7 +51,9 @@ def plefka_free_energy(
     Args:
         edges: the couplings' index pairs (E, 2).
     """
-    clamped = m.clamp(_CLAMP, 1 - _CLAMP)
+    # kept a machine epsilon inside (0, 1), which 1 - eps still resolves in float32
+    eps = torch.finfo(m.dtype).eps
+    clamped = m.clamp(eps, 1 - eps)
     entropy = -(clamped * clamped.log() + (1 - clamped) * (1 - clamped).log()).sum(-1)
     return entropy + _interaction(m, fields, couplings, edges, order)
 

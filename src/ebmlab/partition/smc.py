@@ -307,11 +307,12 @@ def box_smc(
     def in_logits(u: torch.Tensor) -> torch.Tensor:
         x = low + width * torch.sigmoid(u)
         log_jacobian = (F.logsigmoid(u) + F.logsigmoid(-u)).sum(1) + u.shape[1] * math.log(width)
-        return e1(x.view(len(u), *shape)) - log_jacobian.to(x.dtype)
+        return e1(x.view(len(u), *shape)) - log_jacobian
 
     device = energy_device(energy)
     dim = math.prod(shape)
-    dtype = next((p.dtype for p in getattr(energy, "parameters", list)()), torch.float32)
+    params = list(energy.parameters()) if isinstance(energy, torch.nn.Module) else []
+    dtype = params[0].dtype if params else torch.get_default_dtype()  # the particles'
     spread = torch.full((dim,), LOGISTIC_STD, device=device, dtype=dtype)
     base = DiagonalGaussian(torch.zeros_like(spread), spread)
     with frozen_parameters(energy):

@@ -136,10 +136,11 @@ def reweighted_bp(
         + theta_ij / rho
     )
     mu_ij = torch.softmax(log_edge.reshape(n_edges, 4), 1).reshape(n_edges, 2, 2)
-    tiny = 1e-300
-    entropy = -(mu_i * (mu_i + tiny).log()).sum()
+    # x log x with 0 log 0 = 0 in any dtype (a belief that underflows to 0 in float32)
+    xlogy = torch.special.xlogy
+    entropy = -xlogy(mu_i, mu_i).sum()
     outer = mu_i[a][:, :, None] * mu_i[b][:, None, :]
-    mutual = (mu_ij * ((mu_ij + tiny).log() - (outer + tiny).log())).sum()
+    mutual = (xlogy(mu_ij, mu_ij) - xlogy(mu_ij, outer)).sum()
     energy_term = (mu_i * theta_i).sum() + (mu_ij * theta_ij).sum()
     value = float(energy_term + entropy - rho * mutual)
     report = {"iterations": iterations, "max_message_change": change, "tol": limit,
