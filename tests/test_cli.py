@@ -79,8 +79,11 @@ def test_train_evaluate_and_resume(capsys, tmp_path, assert_keys_documented):
     assert code == 0 and json.loads(out)["status"] == "completed"
     full = load_checkpoint(run / "checkpoints" / "last.pt")["model"]
 
-    code, out, _ = run_cli(capsys, "evaluate", str(run))
-    result = json.loads(out)
+    code, out, err = run_cli(capsys, "evaluate", str(run))
+    result = json.loads(out)  # stdout holds the JSON alone; the stages go to stderr
+    stages = [line for line in err.splitlines() if line.startswith("ebmlab evaluate: ")]
+    assert stages[0].startswith("ebmlab evaluate: loading") and "log Z" in stages[1]
+    assert stages[-1].startswith("ebmlab evaluate: done") and len(stages) >= 5
     assert_keys_documented(result)
     assert code == 0 and result["test_nll"] > result["true_nll"] - 0.1
     assert 0 < result["test_nll_stderr"] < 0.2  # the test rows' spread over sqrt(rows)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,6 +74,7 @@ from ebmlab.energies import (
 from ebmlab.energies.boltzmann import ENUMERATION_LIMIT, base_rate_logits
 from ebmlab.evaluation import log_likelihood
 from ebmlab.evaluation.likelihood import mean_and_stderr
+from ebmlab.evaluation.progress import quiet
 from ebmlab.learning.rbm import ContrastiveDivergence, DBMLearning, pretrain_dbm
 from ebmlab.losses import classification_rbm_loss
 from ebmlab.partition import LogZEstimate
@@ -669,11 +670,16 @@ def build(config: RBMConfig, trainer: TrainerConfig) -> Setup:
     return Setup(task, data)
 
 
-def evaluate(setup: Setup, run: RunDirectory) -> dict[str, Any]:
+def evaluate(
+    setup: Setup, run: RunDirectory, progress: Callable[[str], None] = quiet
+) -> dict[str, Any]:
     """Train and test log-likelihood with the partition function used (the conditional
-    models: their own scores), and the run's pictures."""
+    models: their own scores), and the run's pictures; ``progress`` is called with each
+    stage's name as it starts."""
     task: RBMTask = setup.task  # type: ignore[assignment]
+    progress("filters and samples")
     task.grids(run)
+    progress("log Z and the log-likelihoods (the conditional models: their scores)")
     return {
         "data": task.config.data,
         "model": task.config.model,
