@@ -57,5 +57,6 @@ def test_a_busy_machine_gets_a_hint(monkeypatch):
     monkeypatch.setattr(threads, "load_average", lambda: 6.3)
     assert "load average 6.3 on 2 CPUs" in threads.busy_warning(2)
     assert "--threads 1" in threads.busy_warning(2)
-    monkeypatch.setattr(threads, "load_average", lambda: 1.2)
+    assert "--threads" not in threads.busy_warning(1)
+    monkeypatch.setattr(threads, "load_average", lambda: 2.4)  # a job just ended
     assert threads.busy_warning(2) is None

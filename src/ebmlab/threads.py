@@ -89,13 +89,15 @@ def apply_threads(threads: int, name: str = "threads") -> int:
 
 
 def busy_warning(threads: int) -> str | None:
-    """A one-line hint when the load average is above the usable CPUs (work with
-    ``threads`` threads then runs many times slower than on idle CPUs), else None."""
+    """A one-line hint when the load average is above the usable CPUs by a whole
+    runnable process (work with ``threads`` threads then runs many times slower than on
+    idle CPUs; the margin spares the minute the average takes to fall after a job ends),
+    else None."""
     load, cpus = load_average(), usable_cpus()
-    if load is None or load <= cpus:
+    if load is None or load < cpus + 1:
         return None
-    fewer = "--threads 1" if threads > 1 else "fewer processes beside it"
+    fewer = "; --threads 1 wastes less of them" if threads > 1 else ""
     return (
         f"the CPUs are busy (load average {load:.1f} on {cpus} CPUs): steps will be "
-        f"slower than on an idle machine; {fewer} wastes less of them"
+        f"slower than on an idle machine{fewer}"
     )
