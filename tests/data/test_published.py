@@ -11,6 +11,7 @@ import shutil
 import struct
 import tarfile
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,11 +27,13 @@ from ebmlab.data import (
 from ebmlab.data.formats import read_idx
 
 RNG = np.random.default_rng(0)
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def set_md5(monkeypatch, name, md5):
-    """Published checksums replaced (the files written here are not the published ones)."""
-    source = dataclasses.replace(catalog.SOURCES[name], md5=md5)
+def set_md5(monkeypatch, name, md5, content=None):
+    """Published checksums, of the files and of their content, replaced (the files
+    written here are not the published ones)."""
+    source = dataclasses.replace(catalog.SOURCES[name], md5=md5, content_md5=content or {})
     monkeypatch.setitem(catalog.SOURCES, name, source)
 
 
@@ -293,3 +296,56 @@ def test_download_from_an_unreachable_address_is_a_clear_error(tmp_path, capsys)
     assert not list((tmp_path / "data").rglob("*.mat*"))
     assert main(["data", "download", "svhn", str(tmp_path / "data"), "--mirror", url]) == 2
     assert "could not download" in capsys.readouterr().err
+
+
+def test_a_recompressed_copy_is_recognised_by_its_content(tmp_path, monkeypatch):
+    """A distribution or mirror recompresses the published .gz files (another header,
+    another level): the file's md5 changes, its decompressed content's does not. Both
+    sums are published; either one admits the file, and the error names the content's."""
+    images, labels = RNG.integers(0, 256, (5, 28, 28)), np.arange(5)
+    write_idx_set(tmp_path / "published", images, labels)
+    content = {}
+    for path in (tmp_path / "published").iterdir():
+        raw = gzip.decompress(path.read_bytes())
+        content[path.stem] = hashlib.md5(raw).hexdigest()
+        # the same bytes recompressed at another level, without the original header
+        (tmp_path / path.name).write_bytes(gzip.compress(raw, compresslevel=1, mtime=0))
+    published = {p.name: hashlib.md5(p.read_bytes()).hexdigest()
+                 for p in (tmp_path / "published").iterdir()}  # fmt: skip
+    set_md5(monkeypatch, "fashion-mnist", published, content)
+    data = load_dataset("fashion-mnist", "test", root=tmp_path, transform="raw")
+    np.testing.assert_array_equal(data.y.numpy(), labels)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"\0\0\x08\x01" + bytes(4)))
+    with pytest.raises(DataFormatError, match=content["t10k-labels-idx1-ubyte"]):
+        load_dataset("fashion-mnist", "test", root=tmp_path)
+    # decompressed by the user: the content's sum applies to the plain file too
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(idx_bytes(labels.astype(np.uint8)))
+    assert len(load_dataset("fashion-mnist", "test", root=tmp_path)) == 5
+
+
+def test_fashion_mnist_as_debian_ships_it():
+    """The full Fashion-MNIST from Debian's dataset-fashion-mnist, whose recompressed .gz
+    files differ from the published sums: accepted by their content's sums."""
+    folder = ROOT.parent / "shared" / "datasets" / "fashion-mnist"
+    if not (folder / "t10k-labels-idx1-ubyte.gz").is_file():
+        pytest.skip(f"Fashion-MNIST not found at {folder}")
+    test = load_dataset("fashion-mnist", "test", root=folder, transform="raw")
+    assert len(test) == 10_000 and test.num_classes == 10
+    assert np.bincount(test.y.numpy()).tolist() == [1000] * 10
+    found = available_datasets(folder)  # MNIST's file names, Fashion-MNIST's labels
+    assert found["fashion-mnist"] == str(folder) and "mnist" not in found
+
+
+def test_the_system_data_folder_is_searched_after_ebmlab_data(tmp_path, monkeypatch):
+    images, labels = RNG.integers(0, 256, (4, 28, 28)), np.arange(4)
+    for split in ("train", "t10k"):
+        write_idx_set(tmp_path / "system" / "kmnist", images, labels, split=split)
+    monkeypatch.setattr(catalog, "SYSTEM_DATA_DIRS", (tmp_path / "system",))
+    monkeypatch.setenv("EBMLAB_DATA", str(tmp_path / "mine"))
+    assert len(load_dataset("kmnist", "test")) == 4
+    assert available_datasets()["kmnist"] == str(tmp_path / "system" / "kmnist")
+    dirs = catalog.search_dirs(catalog.SOURCES["kmnist"], None)
+    assert dirs.index(tmp_path / "mine") < dirs.index(tmp_path / "system")
+    assert catalog.search_dirs(catalog.SOURCES["kmnist"], tmp_path / "given") == [
+        tmp_path / "given", tmp_path / "given" / "kmnist"]  # fmt: skip

@@ -31,6 +31,7 @@ batch asks for.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -46,7 +47,14 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.data import digits
 from ebmlab.data.arrays import physical_memory, read_arrays, value_bounds
-from ebmlab.data.catalog import SOURCES, DataNotFoundError, download, find_files, read_split
+from ebmlab.data.catalog import (
+    SOURCES,
+    DataNotFoundError,
+    download,
+    find_files,
+    read_split,
+    verified,
+)
 from ebmlab.data.encoding import TRANSFORMS, EncodedRows, Encoding
 from ebmlab.data.folders import class_folders, read_image_folder
 from ebmlab.data.formats import DataFormatError
@@ -501,19 +509,23 @@ def check_validation_fraction(fraction: float) -> float:
 
 
 def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
-    """Which named data sets can be loaded here, each with where it comes from.
+    """Which named data sets can be loaded here, each with where it comes from (a set
+    with published checksums only where its test labels pass them).
 
     Args:
-        root: directory of local data files (default: ``$EBMLAB_DATA``).
+        root: directory of local data files (default: ``$EBMLAB_DATA``, then the system's
+            data folders).
     """
     found = {"digits": "scikit-learn (built in)", "digits-rgb": "digits in colour (built in)"}
     for name, source in SOURCES.items():
         test = find_files(source, "test", root)
-        if test is not None:
-            if name == "mnist":
-                found["mnist10k"] = str(test[0].parent)
-            if find_files(source, "train", root) is not None:
-                found[name] = str(test[0].parent)
+        # the MNIST family shares file names: its small label file's checksum tells them apart
+        with contextlib.suppress(DataFormatError):
+            if test is not None and verified(source, test[-1]):
+                if name == "mnist":
+                    found["mnist10k"] = str(test[0].parent)
+                if find_files(source, "train", root) is not None:
+                    found[name] = str(test[0].parent)
     for name in TOYS:
         found[name] = "exact 2-D density (built in)"
     return found

@@ -2,9 +2,14 @@
 
 Each :class:`Source` names its files per split, how to read them, their published md5
 checksums (verified on every load where the publisher gives one) and where to download
-them. Files are looked for in the directory given by argument (``--data-root``), else
-in ``$EBMLAB_DATA``: directly there or in the set's own sub-folder (``mnist/``,
-``cifar-10-batches-bin/`` as the CIFAR-10 archive unpacks, ...). Nothing is
+them. A file is accepted when its md5 is the published one or, where the catalog knows
+it, when the md5 of its decompressed content is the published content's: a copy that a
+mirror or a distribution recompressed (Debian's ``dataset-fashion-mnist``) holds the
+published data under another compressed sum. Files are looked for in the directory
+given by argument (``--data-root``), else in ``$EBMLAB_DATA`` and then in the system's
+data folders (``/usr/share/datasets/<set>``, where Debian's dataset packages install):
+directly there or in the set's own sub-folder (``mnist/``, ``cifar-10-batches-bin/`` as
+the CIFAR-10 archive unpacks, ...). Nothing is
 downloaded unless asked for: :func:`download` (``ebmlab data download NAME DIR``)
 fetches the files into a folder, writing each under a temporary name and renaming it
 only once its checksum matches.
@@ -55,6 +60,8 @@ class Source:
     read: Reader
     num_classes: int
     md5: dict[str, str] = field(default_factory=dict)  # published checksums, by file name
+    # md5 of each file's decompressed content, by the uncompressed name
+    content_md5: dict[str, str] = field(default_factory=dict)
     url: str | None = None  # base URL of the files (or of the archive)
     archive: str | None = None  # a .tar.gz that unpacks into ``folder``
     gzipped: bool = False  # files are published gzip-compressed (name + ".gz")
@@ -82,13 +89,15 @@ _IDX_FILES = {
 }
 
 
-def _idx_source(name: str, url: str, md5: str = "") -> Source:
+def _idx_source(name: str, url: str, md5: str = "", content_md5: str = "") -> Source:
     """An MNIST-like set: the four IDX files under MNIST's names, gzip-compressed, with
-    their published md5 checksums (train images, train labels, test images, test labels)
-    when given."""
-    names = [stem + ".gz" for split in ("train", "test") for stem in _IDX_FILES[split]]
-    md5s = dict(zip(names, md5.split(), strict=True)) if md5 else {}
-    return Source(name, name, _IDX_FILES, _idx(), 10, md5=md5s, url=url, gzipped=True)
+    their published md5 checksums and those of their decompressed content (train images,
+    train labels, test images, test labels) when given."""
+    stems = [stem for split in ("train", "test") for stem in _IDX_FILES[split]]
+    md5s = dict(zip([s + ".gz" for s in stems], md5.split(), strict=True)) if md5 else {}
+    content = dict(zip(stems, content_md5.split(), strict=True)) if content_md5 else {}
+    return Source(name, name, _IDX_FILES, _idx(), 10, md5=md5s, content_md5=content, url=url,
+                  gzipped=True)  # fmt: skip
 
 
 def _emnist(variant: str, classes: int) -> Source:
@@ -112,12 +121,16 @@ SOURCES: dict[str, Source] = {
             "https://ossci-datasets.s3.amazonaws.com/mnist/",
             "f68b3c2dcbeaaa9fbdd348bbdeb94873 d53e105ee54ea40749a09fcbcd1e9432 "
             "9fb629c4189551a2d022fa330f9573f3 ec29112dd5afa0611ce80d1b7f02629c",
+            "6bbc9ace898e44ae57da46a324031adb a25bea736e30d166cdddb491f175f624 "
+            "2646ac647ad5339dbf082846283269ea 27ae3e4e09519cfbb04c329615203637",
         ),
         _idx_source(
             "fashion-mnist",
             "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
             "8d4fb7e6c68d591d4c3dfef9ec88bf0d 25c81989df183df01b3e8a0aad5dffbe "
             "bef4ecab320f06d8554ea6380940ec79 bb300cfdad3c16e7a12a480ee83cd310",
+            "f4a8712d7a061bf5bd6d2ca38dc4d50a 9018921c3c673c538a1fc5bad174d6f9 "
+            "8181f5470baa50b63fa0f6fddb340f0a 15d484375f8d13e6eb1aabb0c3f46965",
         ),
         _idx_source("kmnist", "http://codh.rois.ac.jp/kmnist/dataset/kmnist/"),
         _emnist("balanced", 47),
@@ -170,16 +183,25 @@ SOURCES: dict[str, Source] = {
 }
 
 
+# where operating systems install data sets (Debian's dataset-* packages)
+SYSTEM_DATA_DIRS = (Path("/usr/share/datasets"),)
+
+
 def search_dirs(source: Source, root: str | os.PathLike | None) -> list[Path]:
-    """The directories searched for ``source``'s files, in order.
+    """The directories searched for ``source``'s files, in order: ``root`` given, else
+    ``$EBMLAB_DATA`` and then the system's data folders, each directly and in the set's
+    sub-folder.
 
     Args:
-        root: directory of local data files (default: ``$EBMLAB_DATA``).
+        root: directory of local data files (default: ``$EBMLAB_DATA``, then
+            ``SYSTEM_DATA_DIRS``).
     """
-    base = root if root is not None else os.environ.get("EBMLAB_DATA")
-    if not base:
-        return []
-    return [Path(base), Path(base) / source.folder]
+    if root is not None:
+        bases = [Path(root)]
+    else:
+        env = os.environ.get("EBMLAB_DATA")
+        bases = [*([Path(env)] if env else []), *SYSTEM_DATA_DIRS]
+    return [d for base in bases for d in (base, base / source.folder)]
 
 
 def find_files(
@@ -201,6 +223,13 @@ def find_files(
     return None
 
 
+def verified(source: Source, path: Path) -> Path:
+    """``path``, one of ``source``'s files, after its checksum check (the published
+    file's md5 or its content's, where the catalog has them)."""
+    content = source.content_md5.get(path.name.removesuffix(".gz"))
+    return verify_md5(path, source.md5.get(path.name), content)
+
+
 def read_split(
     source: Source, split: str, root: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -212,15 +241,13 @@ def read_split(
     _checks.one_of("split", split, list(source.files))
     paths = find_files(source, split, root)
     if paths is None:
-        where = ", ".join(str(d) for d in search_dirs(source, root)) or (
-            "nowhere (no data root given, EBMLAB_DATA unset)"
-        )
+        where = ", ".join(str(d) for d in search_dirs(source, root))
         raise DataNotFoundError(
             f"{source.name} {split} files {list(source.files[split])} not found; looked in: "
             f"{where}. Pass --data-root DIR (root=DIR), set EBMLAB_DATA"
             + (f", or run: ebmlab data download {source.name} DIR" if source.url else "")
         )
-    images, labels = source.read([verify_md5(p, source.md5.get(p.name)) for p in paths])
+    images, labels = source.read([verified(source, p) for p in paths])
     if len(labels) and (labels.min() < 0 or labels.max() >= source.num_classes):
         raise DataFormatError(
             f"{paths[-1]}: labels must lie in 0..{source.num_classes - 1}, "

@@ -20,6 +20,7 @@ import gzip
 import hashlib
 import os
 import struct
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,14 +45,54 @@ def md5sum(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def verify_md5(path: Path, expected: str | None) -> Path:
-    """``path`` when its md5 is ``expected`` (or nothing is expected), else an error."""
-    if expected is not None and md5sum(path) != expected:
+def content_md5sum(path: str | os.PathLike) -> str:
+    """The md5 hex digest of a file's content: of its decompressed bytes when its name
+    ends in ``.gz``, read in 1 MiB blocks."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        return md5sum(path)
+    digest = hashlib.md5(usedforsecurity=False)
+    try:
+        with gzip.open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except (OSError, EOFError, zlib.error) as err:
         raise DataFormatError(
-            f"{path} has the wrong md5 checksum (expected {expected}); the file is corrupt "
-            "or is another version than the published one"
+            f"{path} cannot be decompressed to check its content's md5: {err}"
+        ) from err
+    return digest.hexdigest()
+
+
+def verify_md5(path: Path, expected: str | None, content: str | None = None) -> Path:
+    """``path`` when its md5 is ``expected``, or the md5 of its content (its decompressed
+    bytes, for a ``.gz`` file) is ``content`` (or nothing is expected), else an error
+    naming both.
+
+    A mirror, a distribution or the user's own ``gzip`` recompresses a published file
+    (another header, another compression level): the compressed file's sum changes
+    while the data are the published ones, which the content's sum recognises.
+
+    Args:
+        expected: the published md5 of the file as distributed.
+        content: the md5 of its decompressed bytes.
+    """
+    if expected is None and content is None:
+        return path
+    if expected is not None and md5sum(path) == expected:
+        return path
+    if content is not None:
+        got = content_md5sum(path)
+        if got == content:
+            return path
+        raise DataFormatError(
+            f"{path}: its content (decompressed) has md5 {got}, and the published "
+            f"{path.name.removesuffix('.gz')} has {content}; the file is corrupt or is "
+            "another version than the published one"
         )
-    return path
+    raise DataFormatError(
+        f"{path} has the wrong md5 checksum (expected {expected}); the file is corrupt "
+        "or is another version than the published one"
+    )
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
