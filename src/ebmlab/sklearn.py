@@ -24,13 +24,19 @@ parameters it adds or whose default it changes.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassifierMixin,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+)
 from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_non_negative, validate_data
@@ -86,27 +92,40 @@ def _to_tensor(est: BaseEstimator, X: np.ndarray, unit_interval: bool) -> torch.
 
 
 def _epochs(
-    est: BaseEstimator, n: int, generator: torch.Generator
+    est: BaseEstimator,
+    n: int,
+    generator: torch.Generator,
+    progress: Callable[[], str] | None = None,
 ) -> Iterator[tuple[int, tuple[torch.Tensor, ...]]]:
     """``n_iter`` epochs of a fit: each epoch's number and its mini-batches of row indices
     (a fresh permutation of ``n`` rows, drawn on the generator's device); with
-    ``verbose`` a line after each epoch."""
+    ``verbose`` a line after each epoch in scikit-learn's format, ``[Name] Iteration 1,
+    <progress()>, time = 0.12s``."""
     for epoch in range(est.n_iter):
+        start = time.perf_counter()
         perm = torch.randperm(n, generator=generator, device=generator.device)
         yield epoch, perm.split(est.batch_size)
         if est.verbose:
-            print(f"[{type(est).__name__}] iteration {epoch + 1}/{est.n_iter}")
+            measure = f", {progress()}" if progress is not None else ""
+            print(f"[{type(est).__name__}] Iteration {epoch + 1}{measure}, "
+                  f"time = {time.perf_counter() - start:.2f}s")  # fmt: skip
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    """A float64 NumPy copy of ``t``, from whatever device it is on."""
-    return t.detach().cpu().numpy().astype(np.float64)
+def _numpy(t: torch.Tensor, dtype: npt.DTypeLike = np.float64) -> np.ndarray:
+    """A NumPy copy of ``t`` in ``dtype`` (float64 by default), from whatever device it
+    is on."""
+    return t.detach().cpu().numpy().astype(dtype, copy=False)
 
 
 @dataclass(eq=False, repr=False)
-class _RBMEstimator(TransformerMixin, BaseEstimator):
+class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Training and scoring shared by the RBM estimators; subclasses build the energy
-    (:meth:`_build`), validate inputs (:meth:`_check_X`) and give log Z."""
+    (:meth:`_build`), validate inputs (:meth:`_check_X`) and give log Z.
+
+    As scikit-learn's transformers, they answer in the input's precision (float32 in,
+    float32 out; other inputs in float64), name their outputs
+    (``get_feature_names_out``: ``bernoullirbm0``, ...; ``set_output`` for pandas) and
+    record ``n_features_in_`` and ``feature_names_in_``."""
 
     n_components: int = 256
     _: KW_ONLY
@@ -168,6 +187,22 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         """The fitted weights as ``components_``: one row per hidden unit (M x D)."""
         return self.rbm_.W.T
 
+    @property
+    def _n_features_out(self) -> int:
+        """The width of ``transform``'s output: the hidden units (for
+        ``get_feature_names_out``)."""
+        return self.rbm_.n_hidden
+
+    def _fit_measure(self, data: torch.Tensor) -> Callable[[], str] | None:
+        """What a verbose fit reports after each epoch, besides the time (None: nothing)."""
+        return None
+
+    def _validated(self, X: npt.ArrayLike, reset: bool) -> tuple[torch.Tensor, np.dtype]:
+        """(the rows as a tensor, the dtype answers take: float32 for float32 input, else
+        float64)."""
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+        return self._to_tensor(X), X.dtype
+
     def _step(self, batch: torch.Tensor) -> None:
         self._cd.accumulate(batch, self._generator)
         self._optimizer.step()
@@ -178,7 +213,8 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self._check_params()
         data = self._check_X(X, reset=True)
         self._init_model(data)
-        for epoch, batches in _epochs(self, data.shape[0], self._generator):
+        measure = self._fit_measure(data) if self.verbose else None
+        for epoch, batches in _epochs(self, data.shape[0], self._generator, measure):
             if self.lr_decay:
                 for group in self._optimizer.param_groups:
                     group["lr"] = self.learning_rate * (1 - epoch / self.n_iter)
@@ -199,38 +235,71 @@ class _RBMEstimator(TransformerMixin, BaseEstimator):
         self._sync_attributes()
         return self
 
-    def transform(self, X: npt.ArrayLike) -> np.ndarray:
-        """Hidden activation probabilities p(h = 1 | v) (eq. 6.38), (n_samples, n_components)."""
-        check_is_fitted(self)
-        data = self._check_X(X, reset=False)
-        with torch.no_grad():
-            return _numpy(self.rbm_.hidden_probs(data))
+    def _check_X(self, X: npt.ArrayLike, reset: bool) -> torch.Tensor:
+        return self._validated(X, reset)[0]
 
-    def gibbs(self, v) -> np.ndarray:
-        """One block-Gibbs step v -> h -> v; returns the new visible sample."""
+    def transform(self, X: npt.ArrayLike) -> np.ndarray:
+        """Hidden activation probabilities p(h = 1 | v) (eq. 6.38), (n_samples, n_components),
+        in the input's precision."""
         check_is_fitted(self)
-        data = self._check_X(v, reset=False)
-        return _numpy(self.rbm_.gibbs(data, 1, self._generator))
+        data, dtype = self._validated(X, reset=False)
+        with torch.no_grad():
+            return _numpy(self.rbm_.hidden_probs(data), dtype)
+
+    def gibbs(self, v: npt.ArrayLike) -> np.ndarray:
+        """One block-Gibbs step v -> h -> v; returns the new visible sample, in the
+        input's precision.
+
+        Args:
+            v: visible rows (n_samples, n_features).
+        """
+        check_is_fitted(self)
+        data, dtype = self._validated(v, reset=False)
+        return _numpy(self.rbm_.gibbs(data, 1, self._generator), dtype)
 
     def score_samples(self, X: npt.ArrayLike) -> np.ndarray:
         """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
-        :meth:`log_partition` (exact for small models, AIS otherwise)."""
+        :meth:`log_partition` (exact for small models, AIS otherwise), in the input's
+        precision."""
         check_is_fitted(self)
-        data = self._check_X(X, reset=False)
+        data, dtype = self._validated(X, reset=False)
         wide = wide_dtype(data.device)  # in float64, a row's score does not depend on its batch
         model = copy.deepcopy(self.rbm_).to(wide)
         with torch.no_grad():
             free = model.free_energy(data.to(wide))
-        return _numpy(-free - self.log_partition().log_z)
+        return _numpy(-free - self.log_partition().log_z, dtype)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
 
 
 class _BinaryRBMEstimator(_RBMEstimator):
     """The RBM estimators over values in [0, 1], whose log Z anneals from the training
     data's base rates."""
 
-    def _check_X(self, X: npt.ArrayLike, reset: bool) -> torch.Tensor:
-        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+    def _to_tensor(self, X: np.ndarray) -> torch.Tensor:
         return _to_tensor(self, X, unit_interval=True)
+
+    def _fit_measure(self, data: torch.Tensor) -> Callable[[], str]:
+        """scikit-learn's verbose measure: the mean pseudo-likelihood of the training rows,
+        each scored at one random site (D log sigmoid(F(v with v_i flipped) - F(v)))."""
+
+        def measure() -> str:
+            with torch.no_grad():
+                rows = (data > 0.5).to(self.rbm_.W.dtype)
+                site = torch.randint(rows.shape[1], (rows.shape[0],), generator=self._generator,
+                                     device=rows.device)  # fmt: skip
+                flipped = rows.clone()
+                flipped[torch.arange(len(rows), device=rows.device), site] = (
+                    1 - rows[torch.arange(len(rows), device=rows.device), site]
+                )
+                gap = self.rbm_.free_energy(flipped) - self.rbm_.free_energy(rows)
+                value = rows.shape[1] * torch.nn.functional.logsigmoid(widen(gap)).mean()
+            return f"pseudo-likelihood = {float(value):.2f}"
+
+        return measure
 
     def log_partition(self) -> LogZEstimate:
         """log Z by :func:`ebmlab.partition.log_partition`: exact by enumeration over the
@@ -363,8 +432,7 @@ class _RealRBMEstimator(_RBMEstimator):
     learning_rate: float = 0.01
     matmul_dtype: str | None = None
 
-    def _check_X(self, X: npt.ArrayLike, reset: bool) -> torch.Tensor:
-        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
+    def _to_tensor(self, X: np.ndarray) -> torch.Tensor:
         return _to_tensor(self, X, unit_interval=False)
 
     def log_partition(self) -> LogZEstimate:

@@ -386,3 +386,26 @@ def test_sparsity_target_holds_down_the_hidden_activity_of_every_rbm(kind):
 
     free, sparse = mean_activity(None), mean_activity(0.05)
     assert sparse < 0.2 and free > 2.5 * sparse, (free, sparse)
+
+
+def test_rbm_estimators_answer_in_the_inputs_precision_and_name_their_outputs(capsys):
+    """float32 in, float32 out (scikit-learn's preserves_dtype); outputs named by
+    get_feature_names_out, in a Pipeline too; a verbose fit prints scikit-learn's line."""
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler
+
+    x = (np.random.default_rng(0).random((40, 9)) > 0.5).astype(np.float32)
+    rbm = SkRBM(n_components=3, n_iter=2, verbose=1, random_state=0).fit(x)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(
+        "[BernoulliRBM] Iteration 1, pseudo-likelihood = "
+    )
+    assert lines[0].endswith("s") and ", time = " in lines[0]
+    for method in (rbm.transform, rbm.score_samples, rbm.gibbs):
+        assert method(x).dtype == np.float32 and method(x.astype(np.float64)).dtype == np.float64
+    assert rbm.get_feature_names_out().tolist() == ["bernoullirbm0", "bernoullirbm1",
+                                                    "bernoullirbm2"]  # fmt: skip
+    assert "float32" in rbm.__sklearn_tags__().transformer_tags.preserves_dtype
+    pipe = make_pipeline(MinMaxScaler(), SkGaussianRBM(n_components=2, n_iter=1)).fit(x)
+    assert pipe.get_feature_names_out().tolist() == ["gaussianbernoullirbm0",
+                                                     "gaussianbernoullirbm1"]  # fmt: skip
