@@ -27,10 +27,12 @@ import copy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import torch
+from scipy import sparse
 from sklearn.base import (
     BaseEstimator,
     ClassifierMixin,
@@ -89,6 +91,51 @@ def _to_tensor(est: BaseEstimator, X: np.ndarray, unit_interval: bool) -> torch.
         )
     tensor = torch.from_numpy(np.ascontiguousarray(X, dtype=_NUMPY[est.dtype]))
     return tensor.to(device)
+
+
+# the most bytes of a sparse input densified at once (for transform, scores, Gibbs steps)
+SPARSE_CHUNK_BYTES = 32 << 20
+
+
+class _SparseRows:
+    """The rows of a scipy sparse matrix, reaching the model as dense tensors a
+    mini-batch or a chunk of rows at a time: the whole matrix is never densified (a fit
+    or a transform needs the sparse input and one chunk of at most
+    ``SPARSE_CHUNK_BYTES`` dense). It answers what a fit asks of a dense tensor:
+    ``shape``, ``device``, ``index_select`` and the column means."""
+
+    def __init__(self, X: Any, est: BaseEstimator) -> None:
+        self.X, self.est = X.tocsr(), est
+        self.shape = self.X.shape
+        self.device = resolve_device(est.device)
+
+    def index_select(self, dim: int, index: torch.Tensor) -> torch.Tensor:
+        return _to_tensor(self.est, self.X[index.cpu().numpy()].toarray(), unit_interval=True)
+
+    def mean(self, dim: int) -> torch.Tensor:
+        means = np.asarray(self.X.mean(axis=dim)).ravel()
+        return _to_tensor(self.est, means, unit_interval=True)
+
+    def chunks(self) -> Iterator[torch.Tensor]:
+        step = max(1, SPARSE_CHUNK_BYTES // (8 * self.shape[1]))
+        for start in range(0, self.shape[0], step):
+            index = torch.arange(start, min(start + step, self.shape[0]))
+            yield self.index_select(0, index)
+
+
+def _map_rows(data: torch.Tensor | _SparseRows, fn: Callable[[torch.Tensor], torch.Tensor]):
+    """``fn`` of the rows (rows -> one result per row): at once for a tensor, a chunk at
+    a time, concatenated, for sparse input."""
+    if isinstance(data, _SparseRows):
+        return torch.cat([fn(rows) for rows in data.chunks()])
+    return fn(data)
+
+
+def _all_rows(data: torch.Tensor | _SparseRows) -> torch.Tensor:
+    """Every row as one dense tensor (a mini-batch of ``partial_fit``)."""
+    if isinstance(data, _SparseRows):
+        return data.index_select(0, torch.arange(data.shape[0]))
+    return data
 
 
 def _epochs(
@@ -231,7 +278,7 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         data = self._check_X(X, reset=first)
         if first:
             self._init_model(data)
-        self._step(data)
+        self._step(_all_rows(data))
         self._sync_attributes()
         return self
 
@@ -244,7 +291,7 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         check_is_fitted(self)
         data, dtype = self._validated(X, reset=False)
         with torch.no_grad():
-            return _numpy(self.rbm_.hidden_probs(data), dtype)
+            return _numpy(_map_rows(data, self.rbm_.hidden_probs), dtype)
 
     def gibbs(self, v: npt.ArrayLike) -> np.ndarray:
         """One block-Gibbs step v -> h -> v; returns the new visible sample, in the
@@ -255,7 +302,9 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """
         check_is_fitted(self)
         data, dtype = self._validated(v, reset=False)
-        return _numpy(self.rbm_.gibbs(data, 1, self._generator), dtype)
+        return _numpy(
+            _map_rows(data, lambda rows: self.rbm_.gibbs(rows, 1, self._generator)), dtype
+        )
 
     def score_samples(self, X: npt.ArrayLike) -> np.ndarray:
         """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
@@ -266,7 +315,7 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         wide = wide_dtype(data.device)  # in float64, a row's score does not depend on its batch
         model = copy.deepcopy(self.rbm_).to(wide)
         with torch.no_grad():
-            free = model.free_energy(data.to(wide))
+            free = _map_rows(data, lambda rows: model.free_energy(rows.to(wide)))
         return _numpy(-free - self.log_partition().log_z, dtype)
 
     def __sklearn_tags__(self):
@@ -279,24 +328,35 @@ class _BinaryRBMEstimator(_RBMEstimator):
     """The RBM estimators over values in [0, 1], whose log Z anneals from the training
     data's base rates."""
 
-    def _to_tensor(self, X: np.ndarray) -> torch.Tensor:
-        return _to_tensor(self, X, unit_interval=True)
+    def _validated(
+        self, X: npt.ArrayLike, reset: bool
+    ) -> tuple[torch.Tensor | _SparseRows, np.dtype]:
+        """As for every RBM estimator, and a scipy sparse matrix (CSR, CSC, ...) as
+        scikit-learn's BernoulliRBM takes it, kept sparse (:class:`_SparseRows`)."""
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32),
+                          accept_sparse=("csr", "csc"))  # fmt: skip
+        if sparse.issparse(X):
+            check_non_negative(X, f"{type(self).__name__} (expects values in [0, 1])")
+            return _SparseRows(X, self), X.dtype
+        return _to_tensor(self, X, unit_interval=True), X.dtype
 
     def _fit_measure(self, data: torch.Tensor) -> Callable[[], str]:
         """scikit-learn's verbose measure: the mean pseudo-likelihood of the training rows,
         each scored at one random site (D log sigmoid(F(v with v_i flipped) - F(v)))."""
 
+        def one_site(chunk: torch.Tensor) -> torch.Tensor:
+            rows = (chunk > 0.5).to(self.rbm_.W.dtype)
+            every = torch.arange(len(rows), device=rows.device)
+            site = torch.randint(rows.shape[1], (len(rows),), generator=self._generator,
+                                 device=rows.device)  # fmt: skip
+            flipped = rows.clone()
+            flipped[every, site] = 1 - rows[every, site]
+            gap = self.rbm_.free_energy(flipped) - self.rbm_.free_energy(rows)
+            return rows.shape[1] * torch.nn.functional.logsigmoid(widen(gap))
+
         def measure() -> str:
             with torch.no_grad():
-                rows = (data > 0.5).to(self.rbm_.W.dtype)
-                site = torch.randint(rows.shape[1], (rows.shape[0],), generator=self._generator,
-                                     device=rows.device)  # fmt: skip
-                flipped = rows.clone()
-                flipped[torch.arange(len(rows), device=rows.device), site] = (
-                    1 - rows[torch.arange(len(rows), device=rows.device), site]
-                )
-                gap = self.rbm_.free_energy(flipped) - self.rbm_.free_energy(rows)
-                value = rows.shape[1] * torch.nn.functional.logsigmoid(widen(gap)).mean()
+                value = _map_rows(data, one_site).mean()
             return f"pseudo-likelihood = {float(value):.2f}"
 
         return measure
@@ -316,19 +376,24 @@ class _BinaryRBMEstimator(_RBMEstimator):
             X: rows (n_samples, n_features) in [0, 1].
         """
         check_is_fitted(self)
-        data = (self._check_X(X, reset=False) > 0.5).to(self.rbm_.W.dtype)
-        with torch.no_grad():
-            f = self.rbm_.free_energy(data)
-            total = torch.zeros(data.shape[0], dtype=wide_dtype(data.device), device=data.device)
-            for i in range(data.shape[1]):
-                flipped = data.clone()
+
+        def every_site(chunk: torch.Tensor) -> torch.Tensor:
+            rows = (chunk > 0.5).to(self.rbm_.W.dtype)
+            f = self.rbm_.free_energy(rows)
+            total = torch.zeros(len(rows), dtype=wide_dtype(rows.device), device=rows.device)
+            for i in range(rows.shape[1]):
+                flipped = rows.clone()
                 flipped[:, i] = 1 - flipped[:, i]
                 total += widen(torch.nn.functional.logsigmoid(self.rbm_.free_energy(flipped) - f))
-        return _numpy(total)
+            return total
+
+        with torch.no_grad():
+            return _numpy(_map_rows(self._check_X(X, reset=False), every_site))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True
+        tags.input_tags.sparse = True
         return tags
 
 
