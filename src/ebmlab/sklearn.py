@@ -838,6 +838,11 @@ class DBN(TransformerMixin, BaseEstimator):
             data = rbm.transform(data)
         return data
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True  # its bottom RBM reads values in [0, 1]
+        return tags
+
     def sample(
         self,
         n_samples: int,
@@ -904,6 +909,11 @@ class GatedRBM(TransformerMixin, BaseEstimator):
         """Validated rows split into (outputs y, inputs x), as tensors."""
         X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
         data = _to_tensor(self, X, unit_interval=True)
+        if reset and data.shape[1] < 2:
+            raise ArgumentError(
+                f"GatedRBM reads rows that hold an input and an output, so at least 2 "
+                f"features; got n_features = {data.shape[1]}"
+            )
         if reset:
             n_input = data.shape[1] // 2 if self.n_input is None else self.n_input
             if (

@@ -12,9 +12,11 @@ from ebmlab.partition import (
     log_partition,
     rbm_log_partition,
 )
+from ebmlab.sklearn import DBN
 from ebmlab.sklearn import BernoulliRBM as SkRBM
 from ebmlab.sklearn import ClassificationRBM as SkClassificationRBM
 from ebmlab.sklearn import ConvolutionalRBM as SkConvolutionalRBM
+from ebmlab.sklearn import GatedRBM as SkGatedRBM
 from ebmlab.sklearn import GaussianBernoulliRBM as SkGaussianRBM
 from ebmlab.sklearn import SpikeSlabRBM as SkSpikeSlabRBM
 
@@ -119,6 +121,8 @@ def test_sklearn_estimator_passes_check_estimator():
             SkGaussianRBM(n_components=8, n_iter=3, random_state=0),
             SkSpikeSlabRBM(n_components=8, n_iter=3, random_state=0),
             SkClassificationRBM(n_components=8, n_iter=3, random_state=0),
+            DBN((4,), n_iter=2, random_state=0),
+            SkGatedRBM(4, n_factors=4, n_iter=2, random_state=0),
         ):
             results = check_estimator(estimator, on_fail=None)
             failed = [r["check_name"] for r in results if r["status"] == "failed"]
@@ -217,8 +221,6 @@ def test_score_samples_uses_ais_beyond_enumeration():
 
 def test_dbn_stacks_rbms_and_samples():
     from sklearn.datasets import load_digits
-
-    from ebmlab.sklearn import DBN
 
     x = (load_digits().data[:300] >= 8).astype(np.float64)
     dbn = DBN(hidden_layers=(32, 8), n_iter=3, random_state=0).fit(x)
