@@ -430,6 +430,12 @@ def test_sparse_input_gives_the_dense_answers():
         assert model.transform(to_sparse(x)).dtype == np.float32
     with pytest.raises(ValueError, match="Negative values"):
         SkRBM(n_iter=1).fit(sp.csr_matrix(-x))
+    images = (np.random.default_rng(2).random((40, 64)) < 0.2).astype(np.float32)
+    conv = [SkConvolutionalRBM(3, filter_size=3, n_iter=1, random_state=0).fit(rows)
+            for rows in (images, sp.csr_matrix(images))]  # fmt: skip
+    np.testing.assert_array_equal(conv[1].components_, conv[0].components_)
+    np.testing.assert_array_equal(conv[1].transform(sp.csr_matrix(images)),
+                                  conv[0].transform(images))  # fmt: skip
 
 
 SPARSE_MEMORY = """
