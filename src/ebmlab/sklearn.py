@@ -27,7 +27,7 @@ import copy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -105,19 +105,21 @@ class _SparseRows:
     ``shape``, ``device``, ``index_select`` and the column means."""
 
     def __init__(self, X: Any, est: BaseEstimator) -> None:
+        # checked once here, so that the mini-batches of a fit are only converted
+        check_non_negative(X, f"{type(est).__name__} (expects values in [0, 1])")
         self.X, self.est = X.tocsr(), est
         self.shape = self.X.shape
         self.device = resolve_device(est.device)
 
     def index_select(self, dim: int, index: torch.Tensor) -> torch.Tensor:
-        return _to_tensor(self.est, self.X[index.cpu().numpy()].toarray(), unit_interval=True)
+        return _to_tensor(self.est, self.X[index.cpu().numpy()].toarray(), unit_interval=False)
 
     def mean(self, dim: int) -> torch.Tensor:
         means = np.asarray(self.X.mean(axis=dim)).ravel()
-        return _to_tensor(self.est, means, unit_interval=True)
+        return _to_tensor(self.est, means, unit_interval=False)
 
     def chunks(self) -> Iterator[torch.Tensor]:
-        step = max(1, SPARSE_CHUNK_BYTES // (8 * self.shape[1]))
+        step = max(1, SPARSE_CHUNK_BYTES // (self.X.dtype.itemsize * self.shape[1]))
         for start in range(0, self.shape[0], step):
             index = torch.arange(start, min(start + step, self.shape[0]))
             yield self.index_select(0, index)
@@ -193,6 +195,8 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     # parameters of the estimators whose model supports them
     centering = False
     matmul_dtype = None
+    # whether scipy sparse input is taken (kept sparse, see _SparseRows)
+    accepts_sparse: ClassVar[bool] = False
 
     def _check_params(self) -> None:
         _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"), ("learning_rate",),
@@ -244,11 +248,16 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """What a verbose fit reports after each epoch, besides the time (None: nothing)."""
         return None
 
-    def _validated(self, X: npt.ArrayLike, reset: bool) -> tuple[torch.Tensor, np.dtype]:
-        """(the rows as a tensor, the dtype answers take: float32 for float32 input, else
-        float64)."""
-        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32))
-        return self._to_tensor(X), X.dtype
+    def _validated(
+        self, X: npt.ArrayLike, reset: bool
+    ) -> tuple[torch.Tensor | _SparseRows, np.dtype]:
+        """(the rows as a tensor, or kept sparse where the estimator accepts scipy sparse
+        input; the dtype answers take: float32 for float32 input, else float64)."""
+        accept = ("csr", "csc") if self.accepts_sparse else False
+        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32),
+                          accept_sparse=accept)  # fmt: skip
+        rows = _SparseRows(X, self) if sparse.issparse(X) else self._to_tensor(X)
+        return rows, X.dtype
 
     def _step(self, batch: torch.Tensor) -> None:
         self._cd.accumulate(batch, self._generator)
@@ -321,6 +330,7 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.input_tags.sparse = self.accepts_sparse
         return tags
 
 
@@ -328,17 +338,11 @@ class _BinaryRBMEstimator(_RBMEstimator):
     """The RBM estimators over values in [0, 1], whose log Z anneals from the training
     data's base rates."""
 
-    def _validated(
-        self, X: npt.ArrayLike, reset: bool
-    ) -> tuple[torch.Tensor | _SparseRows, np.dtype]:
-        """As for every RBM estimator, and a scipy sparse matrix (CSR, CSC, ...) as
-        scikit-learn's BernoulliRBM takes it, kept sparse (:class:`_SparseRows`)."""
-        X = validate_data(self, X, reset=reset, dtype=(np.float64, np.float32),
-                          accept_sparse=("csr", "csc"))  # fmt: skip
-        if sparse.issparse(X):
-            check_non_negative(X, f"{type(self).__name__} (expects values in [0, 1])")
-            return _SparseRows(X, self), X.dtype
-        return _to_tensor(self, X, unit_interval=True), X.dtype
+    # scipy sparse rows (CSR, CSC, ...), as scikit-learn's BernoulliRBM takes them
+    accepts_sparse = True
+
+    def _to_tensor(self, X: np.ndarray) -> torch.Tensor:
+        return _to_tensor(self, X, unit_interval=True)
 
     def _fit_measure(self, data: torch.Tensor) -> Callable[[], str]:
         """scikit-learn's verbose measure: the mean pseudo-likelihood of the training rows,
@@ -393,7 +397,6 @@ class _BinaryRBMEstimator(_RBMEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True
-        tags.input_tags.sparse = True
         return tags
 
 

@@ -31,7 +31,6 @@ batch asks for.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -519,13 +518,16 @@ def available_datasets(root: str | os.PathLike | None = None) -> dict[str, str]:
     found = {"digits": "scikit-learn (built in)", "digits-rgb": "digits in colour (built in)"}
     for name, source in SOURCES.items():
         test = find_files(source, "test", root)
-        # the MNIST family shares file names: its small label file's checksum tells them apart
-        with contextlib.suppress(DataFormatError):
-            if test is not None and verified(source, test[-1]):
-                if name == "mnist":
-                    found["mnist10k"] = str(test[0].parent)
-                if find_files(source, "train", root) is not None:
-                    found[name] = str(test[0].parent)
+        if test is None:
+            continue
+        try:  # the MNIST family shares file names: its small label file's sum tells them apart
+            verified(source, test[-1])
+        except DataFormatError:
+            continue
+        if name == "mnist":
+            found["mnist10k"] = str(test[0].parent)
+        if find_files(source, "train", root) is not None:
+            found[name] = str(test[0].parent)
     for name in TOYS:
         found[name] = "exact 2-D density (built in)"
     return found

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
 
 
 class Stages:
@@ -18,18 +17,15 @@ class Stages:
 
     Args:
         job: what runs (``evaluate``).
-        stream: where the lines go (default: stderr).
     """
 
-    def __init__(self, job: str, stream: TextIO | None = None) -> None:
+    def __init__(self, job: str) -> None:
         self.job = job
-        self.stream = stream
         self.start = time.perf_counter()
 
     def __call__(self, stage: str) -> None:
         elapsed = time.perf_counter() - self.start
-        print(f"ebmlab {self.job}: {stage} ({elapsed:.0f} s)", file=self.stream or sys.stderr,
-              flush=True)  # fmt: skip
+        print(f"ebmlab {self.job}: {stage} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
 
 
 def quiet(stage: str) -> None:
