@@ -1,5 +1,8 @@
 """Run the benchmarks: ``python -m benchmarks.run [module ...] [--threads N]``.
 
+ebmlab and its anchors run on the same number of threads (PyTorch's and the BLAS and
+OpenMP pools of NumPy and scikit-learn), one by default.
+
 Prints a Markdown table and writes ``benchmarks/results/results.json``.
 """
 
@@ -12,6 +15,7 @@ import platform
 from pathlib import Path
 
 import torch
+from threadpoolctl import threadpool_limits
 
 import benchmarks
 from benchmarks.harness import markdown_table, measure, write_json
@@ -32,11 +36,13 @@ def main() -> None:
         parser.error(f"unknown benchmark module(s) {sorted(unknown)}; available: {available}")
     torch.set_num_threads(args.threads)
     results = []
-    for name in args.modules or available:
-        module = importlib.import_module(f"benchmarks.{name}")
-        for case in module.cases():
-            results.append(measure(case))
-            print(f"measured: {case.what}", flush=True)
+    # the anchors' BLAS and OpenMP pools (NumPy, scikit-learn) get the same threads
+    with threadpool_limits(args.threads):
+        for name in args.modules or available:
+            module = importlib.import_module(f"benchmarks.{name}")
+            for case in module.cases():
+                results.append(measure(case))
+                print(f"measured: {case.what}", flush=True)
     machine = platform.processor() or platform.machine()
     print(f"\ntorch {torch.__version__}, {args.threads} thread(s), {machine}\n")
     print(markdown_table(results))

@@ -176,13 +176,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -
     rounding wherever it runs: float32 products on oneDNN's kernel where
     :func:`packed_min_rows` says they pay off for B rows (b read in place, for factors
     that change between calls), else ``addmm`` (which sends bfloat16 products to
-    oneDNN by itself). Products that autograd records stay on ``addmm``: the oneDNN
-    kernel has no backward."""
+    oneDNN by itself, and takes a sparse CSR ``a``). Products that autograd records
+    stay on ``addmm``: the oneDNN kernel has no backward."""
     rows = packed_min_rows(a.device, a.dtype, backward=True)
     recorded = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (a, b, bias)
     )
-    if a.dtype == torch.float32 and rows is not None and len(a) >= rows and not recorded:
+    packable = a.layout == torch.strided and a.dtype == torch.float32
+    if packable and rows is not None and len(a) >= rows and not recorded:
         return torch.ops.mkldnn._linear_pointwise(a, b.T, bias, "none", [], "")
     return a @ b if bias is None else torch.addmm(bias, a, b)
 

@@ -24,7 +24,9 @@ parameters it adds or whose default it changes.
 from __future__ import annotations
 
 import copy
+import functools
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar
@@ -98,11 +100,13 @@ SPARSE_CHUNK_BYTES = 32 << 20
 
 
 class _SparseRows:
-    """The rows of a scipy sparse matrix, reaching the model as dense tensors a
-    mini-batch or a chunk of rows at a time: the whole matrix is never densified (a fit
-    or a transform needs the sparse input and one chunk of at most
-    ``SPARSE_CHUNK_BYTES`` dense). It answers what a fit asks of a dense tensor:
-    ``shape``, ``device``, ``index_select`` and the column means."""
+    """The rows of a scipy sparse matrix, reaching the model a mini-batch or a chunk of
+    rows at a time: the whole matrix is never densified (a fit or a transform needs the
+    sparse input and one chunk of at most ``SPARSE_CHUNK_BYTES`` dense). Mini-batches of
+    a fit arrive dense (the negative phase is dense anyway); chunks arrive as torch
+    sparse CSR tensors where the model's products take them (``sparse``), so that
+    ``transform`` and the scores cost what the nonzeros cost. It answers what a fit asks
+    of a dense tensor: ``shape``, ``device``, ``index_select`` and the column means."""
 
     def __init__(self, X: Any, est: BaseEstimator) -> None:
         # checked once here, so that the mini-batches of a fit are only converted
@@ -118,18 +122,39 @@ class _SparseRows:
         means = np.asarray(self.X.mean(axis=dim)).ravel()
         return _to_tensor(self.est, means, unit_interval=False)
 
-    def chunks(self) -> Iterator[torch.Tensor]:
+    def chunks(self, sparse: bool = False) -> Iterator[torch.Tensor]:
+        """The rows in chunks: dense, or as sparse CSR tensors with ``sparse`` where the
+        device has sparse products (CPU, CUDA)."""
+        sparse = sparse and self.device.type in ("cpu", "cuda")
         step = max(1, SPARSE_CHUNK_BYTES // (self.X.dtype.itemsize * self.shape[1]))
         for start in range(0, self.shape[0], step):
-            index = torch.arange(start, min(start + step, self.shape[0]))
-            yield self.index_select(0, index)
+            stop = min(start + step, self.shape[0])
+            if sparse:
+                yield self._csr(self.X[start:stop])
+            else:
+                yield self.index_select(0, torch.arange(start, stop))
+
+    def _csr(self, rows: Any) -> torch.Tensor:
+        values = torch.from_numpy(rows.data.astype(_NUMPY[self.est.dtype], copy=False))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
+            csr = torch.sparse_csr_tensor(
+                torch.from_numpy(rows.indptr), torch.from_numpy(rows.indices), values,
+                size=rows.shape, check_invariants=False,
+            )  # fmt: skip
+        return csr.to(self.device)
 
 
-def _map_rows(data: torch.Tensor | _SparseRows, fn: Callable[[torch.Tensor], torch.Tensor]):
+def _map_rows(
+    data: torch.Tensor | _SparseRows,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    sparse: bool = False,
+) -> torch.Tensor:
     """``fn`` of the rows (rows -> one result per row): at once for a tensor, a chunk at
-    a time, concatenated, for sparse input."""
+    a time, concatenated, for sparse input (chunks as sparse tensors with ``sparse``,
+    for an ``fn`` whose products take them)."""
     if isinstance(data, _SparseRows):
-        return torch.cat([fn(rows) for rows in data.chunks()])
+        return torch.cat([fn(rows) for rows in data.chunks(sparse)])
     return fn(data)
 
 
@@ -195,8 +220,10 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     # parameters of the estimators whose model supports them
     centering = False
     matmul_dtype = None
-    # whether scipy sparse input is taken (kept sparse, see _SparseRows)
+    # whether scipy sparse input is taken (kept sparse, see _SparseRows), and whether the
+    # model's transform, free energy and Gibbs step take it as sparse CSR tensors
     accepts_sparse: ClassVar[bool] = False
+    sparse_products: ClassVar[bool] = False
 
     def _check_params(self) -> None:
         _check_numbers(self, ("n_components", "batch_size", "n_iter", "k"), ("learning_rate",),
@@ -300,7 +327,7 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         check_is_fitted(self)
         data, dtype = self._validated(X, reset=False)
         with torch.no_grad():
-            return _numpy(_map_rows(data, self.rbm_.hidden_probs), dtype)
+            return _numpy(_map_rows(data, self.rbm_.hidden_probs, self.sparse_products), dtype)
 
     def gibbs(self, v: npt.ArrayLike) -> np.ndarray:
         """One block-Gibbs step v -> h -> v; returns the new visible sample, in the
@@ -311,9 +338,8 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """
         check_is_fitted(self)
         data, dtype = self._validated(v, reset=False)
-        return _numpy(
-            _map_rows(data, lambda rows: self.rbm_.gibbs(rows, 1, self._generator)), dtype
-        )
+        step = functools.partial(self.rbm_.gibbs, k=1, generator=self._generator)
+        return _numpy(_map_rows(data, step, self.sparse_products), dtype)
 
     def score_samples(self, X: npt.ArrayLike) -> np.ndarray:
         """Log-likelihood log p(v) = -F(v) - log Z of each row, with log Z from
@@ -324,7 +350,8 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         wide = wide_dtype(data.device)  # in float64, a row's score does not depend on its batch
         model = copy.deepcopy(self.rbm_).to(wide)
         with torch.no_grad():
-            free = _map_rows(data, lambda rows: model.free_energy(rows.to(wide)))
+            free = _map_rows(data, lambda rows: model.free_energy(rows.to(wide)),
+                             self.sparse_products)  # fmt: skip
         return _numpy(-free - self.log_partition().log_z, dtype)
 
     def __sklearn_tags__(self):
@@ -427,6 +454,8 @@ class BernoulliRBM(_BinaryRBMEstimator):
     matmul_dtype: str | None = None
     centering: bool = False
 
+    sparse_products = True
+
     def _build(self, data: torch.Tensor) -> boltzmann.BernoulliRBM:
         """Small random weights; visible biases at the log-odds of the data means (Hinton's
         practical guide, section 8), so the model starts from the independent-pixel fit."""
@@ -446,11 +475,13 @@ class ConvolutionalRBM(_BinaryRBMEstimator):
 
     The arguments are :class:`BernoulliRBM`'s (without ``centering`` and
     ``matmul_dtype``), with ``n_components`` filters of ``filter_size`` pixels square
-    over images of ``image_shape`` ((C, H, W) or (H, W); by default a square grey image,
-    or a 1-pixel-high row when the number of features is not a square) and one visible
-    bias per pixel. ``transform`` gives the feature maps p(h = 1 | v), flattened
-    (n_samples, K H' W'); ``components_`` holds the filters (K, C r r); ``score_samples``
-    scores through the model's dense view (exact or AIS). ``learning_rate``,
+    (by default 5, or the image's shorter side when it is smaller) over images of
+    ``image_shape`` ((C, H, W) or (H, W); by default a square grey image, or a
+    1-pixel-high row when the number of features is not a square, so that the defaults
+    fit rows of any length) and one visible bias per pixel. ``transform`` gives the
+    feature maps p(h = 1 | v), flattened (n_samples, K H' W'); ``components_`` holds the
+    filters (K, C r r); ``score_samples`` scores through the model's dense view (exact
+    or AIS). ``learning_rate``,
     ``batch_size``, ``n_iter``, ``verbose``, ``random_state``, ``k``, ``persistent``,
     ``n_chains``, ``momentum``, ``weight_decay``, ``lr_decay``, ``dtype`` and ``device``
     are as in :class:`BernoulliRBM`.
@@ -458,7 +489,7 @@ class ConvolutionalRBM(_BinaryRBMEstimator):
 
     n_components: int = 8
     _: KW_ONLY
-    filter_size: int = 5
+    filter_size: int | None = None
     image_shape: tuple[int, ...] | None = None
     learning_rate: float = 0.05
 
@@ -476,8 +507,9 @@ class ConvolutionalRBM(_BinaryRBMEstimator):
                 f"image_shape {shape} holds {int(np.prod(shape))} pixels, but X has "
                 f"{data.shape[1]} features"
             )
+        filter_size = min(5, *shape[-2:]) if self.filter_size is None else self.filter_size
         rbm = conv_rbm.ConvolutionalRBM(
-            shape, self.n_components, self.filter_size, visible_bias="pixel", init_std=0.0
+            shape, self.n_components, filter_size, visible_bias="pixel", init_std=0.0
         )
         with torch.no_grad():
             rbm.W.normal_(0.0, 0.1, generator=self._generator)
