@@ -4,25 +4,35 @@ Each adapter holds its own state and returns an updated copy from ``update``, so
 sampler keeps one in its chain state and the tuning is checkpointed and replayed with
 the chains:
 
-- :class:`DualAveraging`: the step size, towards a target mean acceptance probability
-  (Nesterov 2009; Hoffman & Gelman 2014, Alg. 5), used by ``AdaptiveHMC``, ``NUTS`` and
-  ``MALA(target_accept=...)``;
-- :class:`MassWindows`: when to re-estimate a diagonal inverse mass from the chains'
-  variance during burn-in;
+- :class:`DualAveraging`: the step size, per chain or pooled, towards a target mean
+  acceptance probability (Nesterov 2009; Hoffman & Gelman 2014, Alg. 5), used by
+  ``AdaptiveHMC``, ``NUTS`` and ``MALA(target_accept=...)``;
+- :class:`WarmupWindows`: Stan's windowed schedule (Stan Reference Manual, "HMC
+  algorithm parameters"): a fast initial buffer for the step size, slow windows of
+  doubling length at whose ends the diagonal mass is re-estimated, and a fast final
+  buffer;
+- :class:`WindowStats`: per-chain Welford moments and move counts over the current
+  window, for the mass estimate and for finding chains that are stuck;
 - :class:`ChEESAdam`: the trajectory length, by Adam ascent on the ChEES criterion per
   gradient (Hoffman, Radul & Sountsov 2021).
 
-:class:`WarmupTuning` composes the first two for a sampler: ``AdaptiveHMC``, ``NUTS``
-and ``MALA`` each hold one and keep its products (step size, inverse mass, adapter) in
-a :class:`TunedState`. Statistics are pooled across chains (many-chain adaptation in
-the spirit of ChEES-HMC and MEADS, Hoffman & Sountsov 2022), per group of chains of
-equal inverse temperature when the kernel runs inside parallel tempering.
+:class:`WarmupTuning` composes them for a sampler: ``AdaptiveHMC``, ``NUTS`` and
+``MALA`` each hold one and keep its products (step size, inverse mass, adapter) in a
+:class:`TunedState`. Before the first warm-up step and after each mass update a
+Hamiltonian sampler searches each chain's step size as Stan does (double or halve until
+one leapfrog step's acceptance crosses 0.8). The mass is the variance of the window's
+draws pooled over the chains that moved (per group of chains of equal inverse
+temperature when the kernel runs inside parallel tempering), regularised as in Stan. At
+the end of the initial buffer and of every window, a chain that never moved or diverged
+on every step since the last check is restarted at the position of a chain that moves
+(Stan re-draws such inits; here the many chains supply them).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import dataclass, replace
 from typing import ClassVar, TypeVar
 
@@ -30,12 +40,16 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import SamplerState, per_chain
+from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
 
 
 @dataclass(frozen=True)
 class DualAveraging:
-    """Dual averaging of log step size towards ``target`` mean acceptance.
+    """Dual averaging of log step size towards ``target`` mean acceptance, on tensors:
+    one adapter per chain ((B,) fields) or one for all (0-d fields), updated on the
+    device without reading anything back.
 
     After m updates with acceptance a_m: h_m = (1 - 1/(m + T0)) h_{m-1} +
     (target - a_m) / (m + T0); log eps_m = mu - sqrt(m) / GAMMA h_m; the averaged
@@ -48,62 +62,136 @@ class DualAveraging:
     KAPPA: ClassVar[float] = 0.75  # how fast the average forgets early steps
 
     target: float
-    mu: float
-    h: float = 0.0
-    log_step_bar: float = 0.0
+    mu: torch.Tensor
+    h: torch.Tensor
+    log_step_bar: torch.Tensor
     count: int = 0
 
     @classmethod
-    def start(cls, step_size: float, target: float) -> DualAveraging:
-        """A fresh adapter around ``step_size`` (also after the mass changes).
+    def start(cls, step_size: torch.Tensor, target: float) -> DualAveraging:
+        """A fresh adapter around ``step_size`` (a tensor: (B,) per chain or 0-d),
+        also after the mass changes.
 
         Args:
-            target: the index of each example's correct answer, (B,) integers in [0, K).
+            target: the mean acceptance probability to reach, in (0, 1).
         """
-        _checks.positive("step_size", step_size)
         _checks.probability("target", target)
-        return cls(target=target, mu=math.log(10 * step_size), log_step_bar=math.log(step_size))
+        log_step = step_size.log()
+        return cls(target, log_step + math.log(10), torch.zeros_like(log_step), log_step)
 
-    def update(self, accept_rate: float) -> tuple[DualAveraging, float]:
-        """The adapter after one step that accepted at ``accept_rate`` (pooled over
-        chains), and the step size to use next."""
+    def update(self, accept_rate: torch.Tensor) -> tuple[DualAveraging, torch.Tensor]:
+        """The adapter after one step that accepted at ``accept_rate`` (per chain, or
+        pooled: the shape of the step size), and the step size to use next."""
         m = self.count + 1
         h = (1 - 1 / (m + self.T0)) * self.h + (self.target - accept_rate) / (m + self.T0)
         log_step = self.mu - math.sqrt(m) / self.GAMMA * h
         eta = m**-self.KAPPA
         log_step_bar = eta * log_step + (1 - eta) * self.log_step_bar
-        return replace(self, h=h, log_step_bar=log_step_bar, count=m), math.exp(log_step)
+        return replace(self, h=h, log_step_bar=log_step_bar, count=m), log_step.exp()
+
+    def take(self, rows: torch.Tensor, donors: torch.Tensor) -> DualAveraging:
+        """Per-chain adapters with chain ``rows[i]``'s state replaced by ``donors[i]``'s."""
+        if self.mu.ndim == 0:
+            return self
+        fields = {}
+        for name in ("mu", "h", "log_step_bar"):
+            value = getattr(self, name).clone()
+            value[rows] = value[donors]
+            fields[name] = value
+        return replace(self, **fields)
 
     @property
-    def final_step_size(self) -> float:
+    def final_step_size(self) -> torch.Tensor:
         """The averaged step size, to keep after warm-up."""
-        return math.exp(self.log_step_bar)
+        return self.log_step_bar.exp()
 
 
 @dataclass(frozen=True)
-class MassWindows:
-    """When a diagonal inverse mass is re-estimated during ``n_steps`` of burn-in: every
-    1/COUNT of it from START to END of it, pooled over at least MIN_CHAINS chains
-    (per group when tempered). Pooled over many chains the variance is usable early,
-    and an early update spares costly first steps at a step size set by the narrowest
-    scale."""
+class WarmupWindows:
+    """Stan's schedule for ``n_steps`` of warm-up: a fast initial buffer (step size
+    only, 75 steps), slow windows from 25 steps doubling in length (the last one
+    stretched to the final buffer), and a fast final buffer (50 steps); below 150 steps
+    the buffers are 15 % and 10 % and one window takes the rest, and below 20 steps
+    only the step size adapts. ``checks`` are the steps (counted from 1) that end the
+    initial buffer or a window, ``mass_updates`` those that end a window."""
 
-    START: ClassVar[float] = 0.05
-    END: ClassVar[float] = 0.75
-    COUNT: ClassVar[int] = 20
-    MIN_CHAINS: ClassVar[int] = 16
+    INIT_BUFFER: ClassVar[int] = 75
+    BASE_WINDOW: ClassVar[int] = 25
+    TERM_BUFFER: ClassVar[int] = 50
+    MIN_STEPS: ClassVar[int] = 20
 
-    n_steps: int
+    checks: tuple[int, ...]
+    mass_updates: tuple[int, ...]
 
-    def due(self, t: int, n_chains: int) -> bool:
-        """Whether step ``t`` (counted from 1) ends with a mass update.
+    @classmethod
+    def plan(cls, n_steps: int) -> WarmupWindows:
+        """The schedule of ``n_steps`` warm-up steps."""
+        if n_steps < cls.MIN_STEPS:
+            return cls((), ())
+        init, base, term = cls.INIT_BUFFER, cls.BASE_WINDOW, cls.TERM_BUFFER
+        if init + base + term > n_steps:
+            init, term = int(0.15 * n_steps), int(0.1 * n_steps)
+            base = n_steps - init - term
+        last, ends, start, size = n_steps - term, [], init, base
+        while start < last:
+            end = start + size
+            if end + 2 * size >= last:
+                end = last
+            ends.append(end)
+            start, size = end, 2 * size
+        return cls((init, *ends), tuple(ends))
 
-        Args:
-            n_chains: number of chains run side by side.
-        """
-        n = self.n_steps
-        in_window = self.START * n <= t <= self.END * n
-        return in_window and t % max(1, n // self.COUNT) == 0 and n_chains >= self.MIN_CHAINS
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Per-chain moments of the draws since the last check (Welford), and the chains'
+    accepted and divergent counts when it began."""
+
+    count: int
+    mean: torch.Tensor
+    m2: torch.Tensor
+    accepted0: torch.Tensor
+    divergent0: torch.Tensor
+
+    @classmethod
+    def begin(cls, state: SamplerState) -> WindowStats:
+        zeros = torch.zeros_like(state.x)
+        return cls(0, zeros, zeros.clone(), state.accepted.clone(), state.divergent.clone())
+
+    def add(self, x: torch.Tensor) -> WindowStats:
+        count = self.count + 1
+        delta = x - self.mean
+        mean = self.mean + delta / count
+        return replace(self, count=count, mean=mean, m2=self.m2 + delta * (x - mean))
+
+    def stuck(self, state: SamplerState) -> torch.Tensor:
+        """Chains that never moved, or diverged on every step, in the window (B,)."""
+        never_moved = state.accepted == self.accepted0
+        always_divergent = state.divergent - self.divergent0 >= self.count
+        return never_moved | always_divergent
+
+    def variance(self, keep: torch.Tensor, groups: ChainGroups | None) -> torch.Tensor:
+        """The variance of the window's draws of the ``keep`` chains (B,), all of them
+        pooled (within and between chains), regularised as in Stan: (n / (n + 5)) var
+        + 1e-3 (5 / (n + 5)) over n draws. Event-shaped, or per chain (B, ...) with the
+        variance of each chain's group if ``groups`` is given."""
+        w = per_chain(keep.to(self.mean.dtype), self.mean)
+        index = torch.zeros(len(keep), dtype=torch.long, device=keep.device)
+        index = index if groups is None else groups.index
+        n_groups = 1 if groups is None else len(groups.sizes)
+
+        def group_sum(t: torch.Tensor) -> torch.Tensor:
+            out = t.new_zeros((n_groups, *t.shape[1:]))
+            return out.index_add_(0, index, t)
+
+        chains = group_sum(keep.to(self.mean.dtype)).clamp(min=1)
+        grand = group_sum(w * self.mean) / per_chain(chains, self.mean[:n_groups])
+        spread = self.mean - grand[index]
+        n = per_chain(chains * self.count, self.mean[:n_groups])
+        total = group_sum(w * (self.m2 + self.count * spread * spread))
+        var = total / (n - 1).clamp(min=1)
+        var = (n / (n + 5)) * var + 1e-3 * (5 / (n + 5))
+        return var[0] if groups is None else var[index]
 
 
 @dataclass(frozen=True)
@@ -155,55 +243,57 @@ class ChainGroups:
         return x - self.means(x)[self.index]
 
 
-def regularised_variance(x: torch.Tensor, groups: ChainGroups | None) -> torch.Tensor:
-    """Cross-chain variance of x (B, ...), shrunk towards 1e-3 as in Stan
-    ((k / (k + 5)) var + 1e-3 (5 / (k + 5)) over k chains): event-shaped, or per chain
-    (B, ...) with the variance of each chain's group if ``groups`` is given."""
-    if groups is None:
-        k = x.shape[0]
-        return (k / (k + 5)) * x.var(0) + 1e-3 * (5 / (k + 5))
-    counts = per_chain(groups.sizes.to(x.dtype), x)
-    centred = groups.centred(x)
-    var = groups.means(centred * centred) * counts / (counts - 1)
-    return ((counts / (counts + 5)) * var + 1e-3 * (5 / (counts + 5)))[groups.index]
-
-
 @dataclass(frozen=True)
 class TunedState(SamplerState):
-    """A chain state with the step size and diagonal inverse mass a sampler tunes, the
-    number of warm-up steps, and the step-size adapter while it runs."""
+    """A chain state with the step size (a float, or a tensor: (B,) per chain, 0-d
+    pooled) and diagonal inverse mass a sampler tunes, the number of warm-up steps, and
+    while warm-up runs: the step-size adapter, the window schedule and statistics, and
+    whether a step-size search is due before the next step."""
 
     step_size: float | torch.Tensor = 0.1
     inv_mass: torch.Tensor | None = None
     warmup_steps: int = 0
     dual: DualAveraging | None = None
+    windows: WarmupWindows | None = None
+    window: WindowStats | None = None
+    search_due: bool = False
+    # per chain, the gradient evaluations its own transitions used (NUTS: its tree's
+    # points; the lockstep batch computes more), or None where that is n_grad_evals
+    chain_grad_evals: torch.Tensor | None = None
 
 
 T = TypeVar("T", bound=TunedState)
 
+LOG_TARGET_SEARCH = math.log(0.8)  # the one-step acceptance Stan's step-size search aims at
+
 
 class WarmupTuning:
-    """The step size by :class:`DualAveraging` and, if ``adapt_mass``, the diagonal
-    inverse mass by :class:`MassWindows` and :func:`regularised_variance`, tuned during
-    warm-up from statistics pooled across chains.
+    """The step size by :class:`DualAveraging` (per chain, or pooled with
+    ``pool_step_size``) and, if ``adapt_mass``, the diagonal inverse mass at the ends of
+    :class:`WarmupWindows`, tuned during warm-up; stuck chains are restarted at the
+    window ends.
 
     Args:
         target_accept: mean acceptance probability the step size is tuned to.
-        adapt_mass: also tune the inverse mass (with at least ``MassWindows.MIN_CHAINS``
-            chains per group).
+        adapt_mass: also tune the inverse mass (pooled over the chains that move).
+        pool_step_size: one step size for all chains (per group of the lowest
+            acceptance when tempered), tuned on the mean acceptance; else one per chain.
     """
 
-    def __init__(self, target_accept: float, adapt_mass: bool) -> None:
+    MAX_PROBES: ClassVar[int] = 100  # one-step trials of a step-size search (2^99 range)
+
+    def __init__(self, target_accept: float, adapt_mass: bool, pool_step_size: bool = False):
         self.target_accept = _checks.probability("target_accept", target_accept)
         self.adapt_mass = adapt_mass
+        self.pool_step_size = pool_step_size
         # per-chain inverse temperatures and their groups when tempered, else None
         self.chain_betas: torch.Tensor | None = None
         self.groups: ChainGroups | None = None
 
     def tempered(self, beta: torch.Tensor) -> WarmupTuning:
         """This tuning for per-chain tempered energies beta E (B,): chains of one beta
-        form a group with its own mass, 1 / beta at first, then its own variance; the
-        step size follows the group with the lowest acceptance."""
+        form a group with its own mass, 1 / beta at first, then its own variance; a
+        pooled step size follows the group with the lowest acceptance."""
         tuning = copy.copy(self)
         tuning.chain_betas, tuning.groups = beta, ChainGroups.of(beta)
         return tuning
@@ -221,10 +311,23 @@ class WarmupTuning:
             inv_mass = per_chain(1 / self.chain_betas, x) * inv_mass
         return state.as_kind(kind, step_size=step_size, inv_mass=inv_mass, **fields)
 
-    def begin(self, state: T, n_steps: int) -> T:
-        """``state`` before ``n_steps`` warm-up steps, with a fresh step-size adapter."""
-        dual = DualAveraging.start(float(state.step_size), self.target_accept)
-        return state.replace(warmup_steps=n_steps, dual=dual)
+    def begin(self, state: T, n_steps: int, search: bool = False) -> T:
+        """``state`` before ``n_steps`` warm-up steps: step sizes as tensors (one per
+        chain unless pooled), a fresh adapter, the window schedule; ``search`` asks for
+        a step-size search before the first step (:meth:`search_step_size`)."""
+        if n_steps == 0:
+            return state
+        x = state.x
+        step = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device)
+        step = step.mean() if self.pool_step_size else step.expand(len(x)).clone()
+        return state.replace(
+            step_size=step,
+            warmup_steps=n_steps,
+            dual=DualAveraging.start(step, self.target_accept),
+            windows=WarmupWindows.plan(n_steps),
+            window=WindowStats.begin(state),
+            search_due=search,
+        )
 
     def warming(self, state: TunedState) -> bool:
         """Whether the step from ``state`` is one of the warm-up's."""
@@ -232,26 +335,148 @@ class WarmupTuning:
 
     def update(self, old: T, new: T) -> T:
         """``new``, the state after a step from ``old``, tuned if the step was one of the
-        warm-up's on its acceptance probabilities (``new.info``): one dual averaging
-        update (reading the pooled acceptance back to the host), and in its windows a
-        new inverse mass, after which dual averaging restarts."""
+        warm-up's on its acceptance probabilities (``new.info``): a dual averaging
+        update (on the device), and at the end of the initial buffer or a window the
+        stuck chains restarted and (at a window's end) a new inverse mass, after which
+        the step size is searched again and dual averaging restarts."""
         if not self.warming(old):
             return new
-        groups, accept_prob = self.groups, new.info.accept_prob
-        pooled = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
-        dual, step_size = new.dual.update(float(pooled))
-        new = new.replace(step_size=step_size, dual=dual)
-        if self.adapt_mass and MassWindows(old.warmup_steps).due(new.t, self.smallest_group(old.x)):
-            new = self.begin(
-                new.replace(inv_mass=regularised_variance(new.x, groups)), old.warmup_steps
-            )
-        return new
+        accept_prob = new.info.accept_prob
+        if self.pool_step_size:
+            groups = self.groups
+            accept_prob = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
+        dual, step_size = new.dual.update(accept_prob.to(new.dual.h.dtype))
+        new = new.replace(step_size=step_size, dual=dual, window=new.window.add(new.x))
+        if new.t not in new.windows.checks:
+            return new
+        stuck = new.window.stuck(new)
+        new = self._restart(new, stuck, "they had not moved, or diverged on every step, "
+                            f"since step {new.t - new.window.count}")  # fmt: skip
+        if self.adapt_mass and new.t in new.windows.mass_updates:
+            moving = ~stuck if bool((~stuck).any()) else torch.ones_like(stuck)
+            new = new.replace(inv_mass=new.window.variance(moving, self.groups), search_due=True)
+        restart = DualAveraging.start(new.step_size, self.target_accept)
+        return new.replace(dual=restart, window=WindowStats.begin(new))
+
+    def _restart(self, state: T, stuck: torch.Tensor, why: str) -> T:
+        """``state`` with each ``stuck`` chain moved to the position (and step size) of
+        a chain that is not, taken in turn; a warning names them and says ``why``.
+        Nothing changes when every chain is stuck, or for tempered chains (whose
+        donors would have to share their temperature)."""
+        rows = stuck.nonzero().flatten()
+        healthy = (~stuck).nonzero().flatten()
+        if len(rows) == 0 or len(healthy) == 0:
+            return state
+        if self.groups is not None:  # a tempered chain takes a donor of its own group
+            return state
+        donors = healthy[torch.arange(len(rows), device=rows.device) % len(healthy)]
+        steps = state.step_size
+        step_sizes = torch.as_tensor(steps).expand(len(stuck))
+        warnings.warn(
+            f"warm-up step {state.t}: restarted chain(s) {rows.tolist()} at the positions of "
+            f"chain(s) {donors.tolist()}: {why} (step sizes {_listed(step_sizes, rows)})",
+            SamplingWarning,
+            stacklevel=2,
+        )
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            t = t.clone()
+            t[rows] = t[donors]
+            return t
+
+        per_row = isinstance(steps, torch.Tensor) and steps.ndim == 1
+        return state.replace(
+            x=take(state.x),
+            energy=take(state.energy),
+            grad=take(state.grad),
+            step_size=take(steps) if per_row else steps,
+            dual=state.dual.take(rows, donors),
+        )
 
     def finish(self, state: T) -> T:
-        """``state`` after warm-up: the averaged step size, the adapter dropped."""
+        """``state`` after warm-up: the averaged step size, the adapter dropped; a
+        warning names chains whose step size ended below a tenth of the median or that
+        rarely moved since the last window (:func:`~ebmlab.samplers.diagnostics.rarely_moving`)."""
         if state.dual is None:
             return state
-        return state.replace(step_size=state.dual.final_step_size, warmup_steps=0, dual=None)
+        step = state.dual.final_step_size
+        if step.ndim == 1 and state.window is not None and state.window.count > 0:
+            moved = (state.accepted - state.window.accepted0).to(step.dtype) / state.window.count
+            poor = (step < 0.1 * step.median()) | rarely_moving(moved, state.window.count)
+            if bool(poor.any()):
+                rows = poor.nonzero().flatten()
+                warnings.warn(
+                    f"after warm-up, chain(s) {rows.tolist()} mix poorly: step sizes "
+                    f"{_listed(step, rows)} (median {float(step.median()):.3g}), moved on "
+                    f"{_listed(moved, rows)} of the last {state.window.count} steps",
+                    SamplingWarning,
+                    stacklevel=2,
+                )
+        # a pooled step size goes back to the host once, so that no later step reads it
+        final = float(step) if step.ndim == 0 else step
+        return state.replace(
+            step_size=final, warmup_steps=0, dual=None, windows=None, window=None
+        )
+
+    def search_step_size(
+        self, state: T, energy: EnergyFn, generator: torch.Generator | None
+    ) -> T:
+        """``state`` with each chain's step size searched as Stan does before warm-up
+        and after each mass update: from the current size, double (or halve) until one
+        leapfrog step from the chain's position with a fresh momentum accepts with
+        probability below (above) 0.8, doubling to at most 1e7; a pooled step size
+        becomes the median of the chains'. Dual averaging restarts around the result.
+        Chains whose energy is not finite at their start are restarted at finite ones
+        first; raises when no chain's is, or when a chain finds no step size that keeps
+        its energy finite."""
+        from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
+
+        bad = ~torch.isfinite(state.energy) | ~torch.isfinite(state.grad).flatten(1).all(1)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            if bool(bad.all()) or self.groups is not None:
+                raise ArgumentError(
+                    f"the energy or its gradient is not finite at chain {i}'s start "
+                    f"x0[{i}] = {_position(state.x[i])} (energy {float(state.energy[i])}): "
+                    "start the chains where both are finite"
+                )
+            state = self._restart(state, bad, "their energy or gradient is not finite")
+        x, inv_mass = state.x, state.inv_mass
+        eps = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device).expand(len(x))
+
+        def one_step_log_accept(eps: torch.Tensor) -> torch.Tensor:
+            p = gaussian_noise(x, generator) / inv_mass.sqrt()
+            _, p1, e1, _ = leapfrog(energy, x, p, state.grad, eps, 1, inv_mass)
+            delta = state.energy + kinetic_energy(p, inv_mass) - e1 - kinetic_energy(p1, inv_mass)
+            return delta.nan_to_num(nan=-math.inf)
+
+        up = one_step_log_accept(eps) > LOG_TARGET_SEARCH
+        active, factor = torch.ones_like(up), torch.where(up, 2.0, 0.5).to(x.dtype)
+        probes = 1
+        while probes < self.MAX_PROBES and bool(active.any()):
+            eps = torch.where(active, eps * factor, eps)
+            delta = one_step_log_accept(eps)
+            probes += 1
+            still = torch.where(up, (delta > LOG_TARGET_SEARCH) & (eps < 1e7),
+                                delta < LOG_TARGET_SEARCH)  # fmt: skip
+            active = active & still
+        lost = active & ~up
+        if bool(lost.any()):
+            i = int(lost.nonzero()[0])
+            raise ArgumentError(
+                f"chain {i} at x = {_position(x[i])} finds no step size that keeps the "
+                f"energy finite after one leapfrog step (tried down to {float(eps[i]):.3g})"
+            )
+        step = eps.median() if self.pool_step_size else eps.clone()
+        return state.replace(
+            step_size=step,
+            dual=DualAveraging.start(step, self.target_accept),
+            search_due=False,
+            n_grad_evals=state.n_grad_evals + probes,
+            chain_grad_evals=None
+            if state.chain_grad_evals is None
+            else state.chain_grad_evals + probes,
+        )
 
     def smallest_group(self, x: torch.Tensor) -> int:
         """The number of chains in the smallest group (all chains when untempered).
@@ -264,3 +489,16 @@ class WarmupTuning:
     def centred(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, ...) minus the mean of its group of chains."""
         return x - x.mean(0) if self.groups is None else self.groups.centred(x)
+
+
+def _listed(values: torch.Tensor, rows: torch.Tensor, limit: int = 8) -> str:
+    """The values at ``rows`` as a short printed list (the first ``limit``)."""
+    shown = [f"{v:.3g}" for v in values[rows[:limit]].tolist()]
+    return "[" + ", ".join(shown) + (", ...]" if len(rows) > limit else "]")
+
+
+def _position(x: torch.Tensor, limit: int = 6) -> str:
+    """A chain's position, its first ``limit`` coordinates printed."""
+    flat = x.flatten().tolist()
+    shown = ", ".join(f"{v:.4g}" for v in flat[:limit])
+    return f"[{shown}{', ...' if len(flat) > limit else ''}]"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -148,8 +149,12 @@ class SampleRun:
 
     ``samples`` holds the kept states (T, B, ...), ``final`` the last state, ``info``
     the run's summary (acceptance rate and divergences of the kept steps, gradient
-    evaluations, steps). With ``run(..., trace=True)``, ``trace`` maps each
-    :class:`StepInfo` field to a (burn_in + n_steps, B) tensor, one row per step.
+    evaluations computed (``n_grad_evals``) and those the chains' own transitions used
+    (``n_grad_evals_used``: fewer for NUTS, whose chains build their trees in lockstep),
+    steps, kept steps, and the chains that were stuck in them: a
+    :class:`~ebmlab.samplers.diagnostics.SamplingWarning` names them). With
+    ``run(..., trace=True)``, ``trace`` maps each :class:`StepInfo` field to a
+    (burn_in + n_steps, B) tensor, one row per step.
     """
 
     samples: torch.Tensor
@@ -369,11 +374,15 @@ class Sampler(Generic[S]):
         samples = torch.stack(kept) if thin is not None and kept else state.x.unsqueeze(0)
         # acceptance and divergences of the kept phase; gradient evaluations of the whole run
         kept_steps = max(state.t - warm.t, 1)
+        moved = (state.accepted - warm.accepted).float() / kept_steps
         info = {
-            "acceptance_rate": float((state.accepted - warm.accepted).float().mean() / kept_steps),
+            "acceptance_rate": float(moved.mean()),
             "n_divergent": int((state.divergent - warm.divergent).sum()),
             "n_grad_evals": int(state.n_grad_evals * x0.shape[0]),
+            "n_grad_evals_used": _used_grad_evals(state),
             "n_steps": state.t,
+            "n_kept_steps": state.t - warm.t,
+            "stuck_chains": _stuck_chains(state, moved, state.t - warm.t),
         }
         traced = None
         if trace:
@@ -410,6 +419,38 @@ class Sampler(Generic[S]):
         """
         result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator)
         return result.samples if thin is not None else result.samples[0]
+
+
+def _used_grad_evals(state: SamplerState) -> int:
+    """The gradient evaluations the chains' own transitions used, summed over chains:
+    a kernel that computes more in lockstep than each chain needs (NUTS) counts them per
+    chain in ``chain_grad_evals``; for the others it is every evaluation."""
+    used = getattr(state, "chain_grad_evals", None)
+    return int(state.n_grad_evals * len(state.x)) if used is None else int(used.sum())
+
+
+def _stuck_chains(state: SamplerState, moved: torch.Tensor, n_kept: int) -> list[int]:
+    """The chains that rarely moved in the kept steps
+    (:func:`~ebmlab.samplers.diagnostics.rarely_moving`), named in a
+    :class:`~ebmlab.samplers.diagnostics.SamplingWarning` with their step size and
+    acceptance."""
+    from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
+
+    stuck = rarely_moving(moved, n_kept).nonzero().flatten().tolist()
+    if stuck:
+        steps = getattr(state, "step_size", None)
+        shown = stuck[:8]
+        sizes = ""
+        if isinstance(steps, torch.Tensor) and steps.ndim == 1:
+            sizes = f", step sizes {[round(float(steps[i]), 4) for i in shown]}"
+        warnings.warn(
+            f"chain(s) {shown}{' ...' if len(stuck) > 8 else ''} moved on "
+            f"{[round(float(moved[i]), 3) for i in shown]} of the {n_kept} kept steps "
+            f"(median chain {float(moved.median()):.3f}){sizes}: they are stuck",
+            SamplingWarning,
+            stacklevel=3,
+        )
+    return stuck
 
 
 def categorical(log_probs: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:

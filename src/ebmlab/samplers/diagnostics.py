@@ -6,12 +6,17 @@ autocorrelations are pooled across chains, and the sum of autocorrelations is
 truncated by Geyer's initial monotone positive sequence. ESS is clamped to
 [1, S log10 S] (S = all draws) so near-antithetic chains do not report absurd values.
 Samples are laid out as returned by ``sampler.sample(..., thin=k)``: (T, C, *event).
+
+:func:`summarize` warns (:class:`SamplingWarning`) when a run fails the checks Vehtari
+et al. recommend before its draws are used: R-hat above 1.01, a bulk ESS below 100 per
+chain (at most 400 in all), or more than 1 % of the kept transitions divergent.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -22,6 +27,27 @@ from ebmlab.devices import widen
 
 if TYPE_CHECKING:
     from ebmlab.samplers.base import SampleRun
+
+
+RHAT_LIMIT = 1.01
+ESS_PER_CHAIN = 100
+ESS_ENOUGH = 400
+DIVERGENT_LIMIT = 0.01
+
+
+class SamplingWarning(UserWarning):
+    """Chains that are stuck or mix poorly (named with their step size and acceptance),
+    or a run that fails a convergence check."""
+
+
+def rarely_moving(moved: torch.Tensor, n_steps: int) -> torch.Tensor:
+    """Which chains moved on fewer than a tenth of the steps the median chain moved on,
+    given the fraction of ``n_steps`` each moved on (B,); none unless the median chain
+    moved on at least 30 steps, so that chance alone never flags a chain."""
+    expected = float(moved.median()) * n_steps
+    if expected < 30:
+        return torch.zeros_like(moved, dtype=torch.bool)
+    return moved * n_steps < 0.1 * expected
 
 
 def _split(x: torch.Tensor) -> torch.Tensor:
@@ -104,7 +130,8 @@ def split_rhat(samples: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Diagnostics:
-    """Summary of a sampling run: acceptance, divergences, worst ESS and R-hat."""
+    """Summary of a sampling run: acceptance, divergences, worst ESS and R-hat, and the
+    checks it fails (``problems``, empty for a run whose draws can be used)."""
 
     acceptance_rate: float
     n_divergent: int
@@ -112,23 +139,30 @@ class Diagnostics:
     median_ess: float
     max_rhat: float
     n_grad_evals: int
+    problems: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        return (
+        line = (
             f"acceptance {self.acceptance_rate:.3f} | divergent {self.n_divergent} | "
             f"ESS min {self.min_ess:.0f} median {self.median_ess:.0f} | "
             f"R-hat max {self.max_rhat:.3f} | gradient evaluations {self.n_grad_evals}"
         )
+        return line + "".join(f"\nwarning: {p}" for p in self.problems)
 
 
-def summarize(run: SampleRun) -> Diagnostics:
-    """Diagnostics of a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
+def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
+    """Diagnostics of a :class:`~ebmlab.samplers.SampleRun` made with ``thin``, with the
+    checks of Vehtari et al. (2021): R-hat at most 1.01, bulk ESS at least 100 per chain
+    (400 in all suffice), at most 1 % of the kept transitions divergent; with ``warn``
+    the failed ones are also raised as one :class:`SamplingWarning`.
 
     Args:
         run: a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
+        warn: issue the warning (the problems are in ``Diagnostics.problems`` either way).
     """
     ess = effective_sample_size(run.samples)
-    return Diagnostics(
+    n_chains = run.samples.shape[1]
+    diagnostics = Diagnostics(
         acceptance_rate=run.info["acceptance_rate"],
         n_divergent=run.info["n_divergent"],
         min_ess=float(ess.min()),
@@ -136,3 +170,24 @@ def summarize(run: SampleRun) -> Diagnostics:
         max_rhat=float(split_rhat(run.samples).max()),
         n_grad_evals=run.info["n_grad_evals"],
     )
+    needed = min(ESS_PER_CHAIN * n_chains, ESS_ENOUGH)
+    transitions = run.info.get("n_kept_steps", 0) * n_chains
+    if diagnostics.max_rhat > RHAT_LIMIT:
+        diagnostics.problems.append(
+            f"R-hat {diagnostics.max_rhat:.3f} > {RHAT_LIMIT}: the chains disagree; run longer "
+            "or look for stuck chains"
+        )
+    if diagnostics.min_ess < needed:
+        diagnostics.problems.append(
+            f"bulk ESS {diagnostics.min_ess:.0f} < {needed} ({ESS_PER_CHAIN} per chain, "
+            f"{ESS_ENOUGH} in all suffice): too few effective draws for reliable estimates"
+        )
+    if transitions and diagnostics.n_divergent > DIVERGENT_LIMIT * transitions:
+        diagnostics.problems.append(
+            f"{diagnostics.n_divergent} of {transitions} kept transitions divergent "
+            f"(> {DIVERGENT_LIMIT:.0%}): the draws may be biased; raise target_accept or "
+            "reparametrise"
+        )
+    if warn and diagnostics.problems:
+        warnings.warn("; ".join(diagnostics.problems), SamplingWarning, stacklevel=2)
+    return diagnostics

@@ -11,12 +11,13 @@ counted as divergent and rejected.
 chains (many-chain adaptation in the spirit of ChEES-HMC, Hoffman, Radul &
 Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
 
-- the step size by dual averaging (Hoffman & Gelman 2014, Alg. 5) towards a target
-  mean acceptance probability, averaged over chains;
-- the diagonal inverse mass from the cross-chain variance of the positions,
-  regularised as in Stan, every 5% of burn-in from 5% to 75% of it (pooled over many
-  chains the variance is usable early, and an early update spares the costly first
-  steps at a step size set by the narrowest scale);
+- the step size by Stan's search, then dual averaging (Hoffman & Gelman 2014, Alg. 5)
+  towards a target mean acceptance probability, averaged over chains (one step size
+  for all: the chains take the same number of leapfrog steps);
+- the diagonal inverse mass at the ends of Stan's doubling windows, from the variance
+  of the window's draws pooled over the chains that moved, regularised as in Stan;
+  chains stuck over a window are restarted at the positions of moving ones
+  (:class:`~ebmlab.samplers.adaptation.WarmupTuning`);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
   E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T (per gradient), with
   trajectory lengths jittered in (0, T] both during and after burn-in by the base-2
@@ -219,7 +220,8 @@ class AdaptiveHMC(HMC):
         super().__init__(step_size, 1, jitter=0.0, divergence_threshold=divergence_threshold)
         self.trajectory_length = _checks.positive("trajectory_length", trajectory_length)
         self.max_leapfrog = _checks.positive_int("max_leapfrog", max_leapfrog)
-        self.tuning = WarmupTuning(target_accept, adapt_mass)
+        # one step size for all chains: they take the same number of leapfrog steps
+        self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size=True)
         self.adapt_length = adapt_length
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
@@ -231,7 +233,7 @@ class AdaptiveHMC(HMC):
         )
 
     def begin_warmup(self, state: AdaptiveState, n_steps: int) -> AdaptiveState:
-        return self.tuning.begin(state, n_steps)
+        return self.tuning.begin(state, n_steps, search=True)
 
     def end_warmup(self, state: AdaptiveState) -> AdaptiveState:
         return self.tuning.finish(state)
@@ -248,10 +250,12 @@ class AdaptiveHMC(HMC):
     def step(
         self, state: AdaptiveState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> AdaptiveState:
+        if state.search_due:
+            state = self.tuning.search_step_size(state, energy, generator)
         n_chains = state.x.shape[0]
         u = halton(state.t + 1)
         length = u * state.trajectory_length
-        n_steps = self._n_leapfrog(length, state.step_size)
+        n_steps = self._n_leapfrog(length, float(state.step_size))
         eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype, device=state.x.device)
         traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
         new = self._move(state, traj, n_steps, generator)
@@ -284,6 +288,6 @@ class AdaptiveHMC(HMC):
             return new
         grad = float((torch.where(ok, per_chain, 0) * weight).sum()) / chees - 1.0
         adam, log_t = new.chees.update(math.log(new.trajectory_length), grad)
-        max_t = self.max_leapfrog * new.step_size
-        length = min(max(math.exp(log_t), new.step_size), max_t)
+        step = float(new.step_size)
+        length = min(max(math.exp(log_t), step), self.max_leapfrog * step)
         return new.replace(trajectory_length=length, chees=adam)

@@ -59,7 +59,11 @@ class MALA(Sampler[TunedState]):
         self.step_size = _checks.positive("step_size", step_size)
         if adapt_mass and target_accept is None:
             raise ArgumentError("adapt_mass=True needs target_accept: the mass is tuned with h")
-        self.tuning = None if target_accept is None else WarmupTuning(target_accept, adapt_mass)
+        self.tuning = (
+            None
+            if target_accept is None
+            else WarmupTuning(target_accept, adapt_mass, pool_step_size=True)
+        )
 
     def tempered(self, beta: torch.Tensor) -> MALA:
         """Step size / beta, matched to the tempered distributions' scale."""

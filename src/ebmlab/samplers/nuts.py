@@ -21,10 +21,13 @@ the trajectory, so no step is ever rejected outright:
 
 All chains double in lockstep: a chain that has stopped keeps its tree while the others
 go on, so a step costs 2^d - 1 gradient evaluations per chain, d the largest depth
-among the chains. During burn-in the step size (dual averaging towards a mean
-acceptance statistic, the average of min(1, exp(H_0 - H)) over the new points, as in
-Stan) and the diagonal mass adapt by the same
-:class:`~ebmlab.samplers.adaptation.WarmupTuning` as :class:`~ebmlab.samplers.AdaptiveHMC`.
+among the chains (``run(...).info["n_grad_evals"]``); the evaluations each chain's own
+tree used, the count Stan and BlackJAX report, are ``info["n_grad_evals_used"]``.
+During burn-in the step size and the diagonal mass adapt as in Stan
+(:class:`~ebmlab.samplers.adaptation.WarmupTuning`): a step-size search per chain, then
+dual averaging of each chain's step size towards a mean acceptance statistic (the
+average of min(1, exp(H_0 - H)) over the new points), the mass re-estimated at the ends
+of doubling windows, and chains that stay stuck restarted at the windows' ends.
 """
 
 from __future__ import annotations
@@ -119,8 +122,12 @@ class NUTS(Sampler[TunedState]):
     Args:
         step_size: initial leapfrog step size.
         max_depth: most tree doublings per step (at most 2^max_depth - 1 gradients).
-        target_accept: mean acceptance statistic the step size is tuned to.
-        adapt_mass: tune the diagonal inverse mass during burn-in (with >= 16 chains).
+        target_accept: mean acceptance statistic the step size is tuned to (0.95 for
+            posteriors with strong curvature, such as hierarchical models).
+        adapt_mass: tune the diagonal inverse mass during burn-in.
+        pool_step_size: one step size for all chains, tuned on their mean acceptance;
+            by default each chain tunes its own, so that a chain in a region of
+            strong curvature does not set (or take) the others' step.
         divergence_threshold: energy error beyond which a subtree is divergent.
     """
 
@@ -131,19 +138,21 @@ class NUTS(Sampler[TunedState]):
         max_depth: int = 10,
         target_accept: float = 0.8,
         adapt_mass: bool = True,
+        pool_step_size: bool = False,
         divergence_threshold: float = 1000.0,
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
         self.max_depth = _checks.positive_int("max_depth", max_depth)
-        self.tuning = WarmupTuning(target_accept, adapt_mass)
+        self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size)
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
         start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
-        return self.tuning.initial(start, self.step_size, TunedState)
+        used = torch.ones(len(x0), dtype=torch.long, device=x0.device)
+        return self.tuning.initial(start, self.step_size, TunedState, chain_grad_evals=used)
 
     def begin_warmup(self, state: TunedState, n_steps: int) -> TunedState:
-        return self.tuning.begin(state, n_steps)
+        return self.tuning.begin(state, n_steps, search=True)
 
     def end_warmup(self, state: TunedState) -> TunedState:
         return self.tuning.finish(state)
@@ -156,6 +165,8 @@ class NUTS(Sampler[TunedState]):
     def step(
         self, state: TunedState, energy: EnergyFn, generator: torch.Generator | None = None
     ) -> TunedState:
+        if state.search_due:
+            state = self.tuning.search_step_size(state, energy, generator)
         x0, inv_mass = state.x, state.inv_mass
         n = x0.shape[0]
         p0 = gaussian_noise(x0, generator) / inv_mass.sqrt()
@@ -207,6 +218,7 @@ class NUTS(Sampler[TunedState]):
             accepted=state.accepted + moved,
             divergent=state.divergent + divergent.long(),
             n_grad_evals=state.n_grad_evals + n_grads,
+            chain_grad_evals=state.chain_grad_evals + n_points.long(),
             t=state.t + 1,
             info=StepInfo(state.energy, (accept_sum / n_points.clamp(min=1)).log(), divergent),
         )

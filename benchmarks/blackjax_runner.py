@@ -1,0 +1,114 @@
+"""BlackJAX's NUTS with Stan's window adaptation on the benchmark posteriors: the second
+implementation the posterior benchmark compares with and takes its reference moments
+from.
+
+``python -m benchmarks.blackjax_runner`` (with ``pip install "jax[cpu]" blackjax`` in the
+benchmark environment) writes
+``benchmarks/results/posterior_references.json``: per posterior, the mean and sd of each
+parameter from long runs (8 chains, 1000 warm-up and 4000 kept steps, from uniform(-2, 2)
+starts; the centred eight schools from the non-centred run, the same posterior without
+its divergences), with their R-hat, min bulk ESS and divergences.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.posterior_models import POSTERIORS, Posterior, run_arguments
+
+REFERENCES = Path(__file__).parent / "results" / "posterior_references.json"
+
+
+def run_nuts(
+    posterior: Posterior,
+    n_chains: int,
+    n_warmup: int,
+    n_draws: int,
+    seed: int,
+    target_accept: float | None = None,
+) -> dict[str, Any]:
+    """``n_chains`` chains of BlackJAX NUTS (window adaptation per chain, as Stan) from
+    uniform(-2, 2) starts: the draws (n_draws, n_chains, D), the gradient evaluations
+    of warm-up and sampling together, the divergent kept steps, and the seconds of a
+    second, compiled run."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+
+    def logdensity(theta):
+        return posterior.log_density(theta, jnp)
+
+    accept = posterior.target_accept if target_accept is None else target_accept
+    warmup = blackjax.window_adaptation(
+        blackjax.nuts, logdensity, target_acceptance_rate=accept
+    )
+
+    def chain(key, x0):
+        warm_key, sample_key = jax.random.split(key)
+        (state, parameters), info = warmup.run(warm_key, x0, num_steps=n_warmup)
+        step = blackjax.nuts(logdensity, **parameters).step
+
+        def one(state, key):
+            state, info = step(key, state)
+            return state, (state.position, info.num_integration_steps, info.is_divergent)
+
+        keys = jax.random.split(sample_key, n_draws)
+        _, (draws, steps, divergent) = jax.lax.scan(one, state, keys)
+        grads = info.info.num_integration_steps.sum() + steps.sum()
+        return draws, grads, divergent.sum()
+
+    run = jax.jit(jax.vmap(chain))
+    keys = jax.random.split(jax.random.PRNGKey(seed), n_chains)
+    rng = np.random.default_rng(seed)
+    x0 = jnp.asarray(rng.uniform(-2.0, 2.0, (n_chains, posterior.dim)))
+    jax.block_until_ready(run(keys, x0))  # compile
+    start = time.perf_counter()
+    draws, grads, divergent = jax.block_until_ready(run(keys, x0))
+    seconds = time.perf_counter() - start
+    return {
+        "draws": np.asarray(draws).transpose(1, 0, 2),
+        "n_grad_evals": int(np.asarray(grads).sum()),
+        "n_divergent": int(np.asarray(divergent).sum()),
+        "seconds": seconds,
+    }
+
+
+def main() -> None:
+    args = run_arguments(__doc__, chains=8, warmup=1000, draws=4000)
+    import torch
+
+    from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
+
+    references = json.loads(REFERENCES.read_text()) if REFERENCES.exists() else {}
+    by_name = {p.name: p for p in POSTERIORS}
+    for posterior in POSTERIORS:
+        if args.only and args.only not in posterior.name:
+            continue
+        source = by_name[posterior.same_as[0]] if posterior.same_as else posterior
+        out = run_nuts(source, args.chains, args.warmup, args.draws, seed=2024)
+        draws = posterior.same_as[1](out["draws"]) if posterior.same_as else out["draws"]
+        flat = draws.reshape(-1, posterior.dim)
+        references[posterior.name] = {
+            "names": list(posterior.names),
+            "mean": flat.mean(0).tolist(),
+            "sd": flat.std(0, ddof=1).tolist(),
+            "min_bulk_ess": float(effective_sample_size(torch.tensor(draws)).min()),
+            "max_rhat": float(split_rhat(torch.tensor(draws)).max()),
+            "n_divergent": out["n_divergent"],
+            "draws": f"{args.chains} chains x {args.draws} after {args.warmup} warm-up"
+            + (f", of {source.name} mapped to this parametrisation" if posterior.same_as else ""),
+        }
+        row = references[posterior.name]
+        print(posterior.name, row["max_rhat"], row["min_bulk_ess"], row["n_divergent"], flush=True)
+    REFERENCES.write_text(json.dumps(references, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Samplers on real-world posteriors, started where Stan starts them.
+
+``python -m benchmarks.posteriors [--chains 32] [--warmup 300] [--draws 300]`` runs
+ebmlab's ``NUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax`` are installed,
+BlackJAX's window-adapted NUTS on every posterior of
+:mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
+unconstrained scale, default settings but ``target_accept`` where the posterior names
+one. Each row gives the worst split R-hat, the divergent share of kept transitions, the
+chains stuck after warm-up, the min bulk ESS per 1000 gradient evaluations (warm-up
+included) and per second, and the worst |z| of the means and sds against the reference
+(closed forms, or long BlackJAX runs in ``results/posterior_references.json``, made by
+:mod:`benchmarks.blackjax_runner`), the Monte Carlo errors of both counted. Writes
+``results/posteriors.json`` and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.posterior_models import POSTERIORS, Posterior, run_arguments
+from ebmlab.samplers import NUTS, AdaptiveHMC
+from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def reference(posterior: Posterior) -> dict[str, Any]:
+    """Means and sds (with the reference's min ESS; infinite for closed forms)."""
+    if posterior.exact is not None:
+        return {**posterior.exact, "min_bulk_ess": float("inf")}
+    return json.loads((RESULTS / "posterior_references.json").read_text())[posterior.name]
+
+
+def scores(draws: np.ndarray, ref: dict[str, Any]) -> dict[str, float]:
+    """R-hat, min bulk ESS and the worst |z| of means and sds for draws (T, C, D)."""
+    t = torch.as_tensor(draws)
+    ess = effective_sample_size(t).numpy()
+    flat = draws.reshape(-1, draws.shape[-1])
+    mean, sd = flat.mean(0), flat.std(0, ddof=1)
+    ref_mean, ref_sd = np.asarray(ref["mean"]), np.asarray(ref["sd"])
+    ref_ess = ref["min_bulk_ess"]
+    z_mean = (mean - ref_mean) / np.sqrt(sd**2 / ess + ref_sd**2 / ref_ess)
+    z_sd = (sd - ref_sd) / np.sqrt(sd**2 / (2 * ess) + ref_sd**2 / (2 * ref_ess))
+    return {
+        "max_rhat": float(split_rhat(t).max()),
+        "min_bulk_ess": float(ess.min()),
+        "worst_z_mean": float(np.abs(z_mean).max()),
+        "worst_z_sd": float(np.abs(z_sd).max()),
+    }
+
+
+def run_ebmlab(
+    sampler: NUTS | AdaptiveHMC, posterior: Posterior, chains: int, warmup: int, draws: int
+) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    x0 = torch.as_tensor(rng.uniform(-2.0, 2.0, (chains, posterior.dim)))
+
+    def energy(x: torch.Tensor) -> torch.Tensor:
+        return -posterior.log_density(x, torch)
+
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = sampler.run(energy, x0, draws, burn_in=warmup, thin=1, generator=0)
+    seconds = time.perf_counter() - start
+    restarted = [str(w.message) for w in caught if "restarted" in str(w.message)]
+    return {
+        "draws": run.samples.numpy(),
+        "n_grad_evals": run.info["n_grad_evals_used"],
+        "n_grad_evals_computed": run.info["n_grad_evals"],
+        "n_divergent": run.info["n_divergent"],
+        "stuck": len(run.info["stuck_chains"]),
+        "restarts": len(restarted),
+        "seconds": seconds,
+    }
+
+
+def row(name: str, posterior: Posterior, out: dict[str, Any], chains: int, draws: int) -> dict:
+    result = scores(out["draws"], reference(posterior))
+    ess = result["min_bulk_ess"]
+    return {
+        "posterior": posterior.name,
+        "sampler": name,
+        **result,
+        "divergent_share": out["n_divergent"] / (chains * draws),
+        "stuck": out.get("stuck", 0),
+        "restarts": out.get("restarts", 0),
+        "ess_per_1000_grads": 1000 * ess / out["n_grad_evals"],
+        "ess_per_second": ess / out["seconds"],
+        "seconds": out["seconds"],
+    }
+
+
+def main() -> None:
+    args = run_arguments(__doc__, chains=32, warmup=300, draws=300)
+    torch.set_default_dtype(torch.float64)
+    try:
+        from benchmarks.blackjax_runner import run_nuts
+    except ImportError:  # pragma: no cover - the peer is optional
+        run_nuts = None
+    rows = []
+    for posterior in POSTERIORS:
+        if args.only and args.only not in posterior.name:
+            continue
+        accept = posterior.target_accept
+        samplers = {
+            "ebmlab NUTS": NUTS(target_accept=accept),
+            "ebmlab AdaptiveHMC": AdaptiveHMC(target_accept=accept),
+        }
+        for name, sampler in samplers.items():
+            out = run_ebmlab(sampler, posterior, args.chains, args.warmup, args.draws)
+            rows.append(row(name, posterior, out, args.chains, args.draws))
+            print(json.dumps(rows[-1]), flush=True)
+        if run_nuts is not None:
+            out = run_nuts(posterior, args.chains, args.warmup, args.draws, seed=0)
+            rows.append(row("BlackJAX NUTS", posterior, out, args.chains, args.draws))
+            print(json.dumps(rows[-1]), flush=True)
+    (RESULTS / "posteriors.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(markdown(rows, args))
+
+
+def markdown(rows: list[dict], args: Any) -> str:
+    lines = [
+        f"{args.chains} chains from uniform(-2, 2), {args.warmup} warm-up + {args.draws} kept "
+        "steps, float64",
+        "",
+        "| posterior | sampler | R-hat | divergent | stuck | ESS/1k grads | ESS/s | "
+        "worst z mean | worst z sd |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['posterior']} | {r['sampler']} | {r['max_rhat']:.3f} | "
+            f"{r['divergent_share']:.1%} | {r['stuck']} | {r['ess_per_1000_grads']:.2f} | "
+            f"{r['ess_per_second']:.0f} | {r['worst_z_mean']:.1f} | {r['worst_z_sd']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Stan's warm-up from any start: the window schedule, per-chain step sizes, restarts of
+stuck chains, clear errors for starts no step size can leave, and the warnings of a run
+whose chains are stuck or that fails a convergence check."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from ebmlab._checks import ArgumentError
+from ebmlab.samplers import HMC, NUTS, AdaptiveHMC
+from ebmlab.samplers.adaptation import WarmupWindows
+from ebmlab.samplers.base import SampleRun
+from ebmlab.samplers.diagnostics import (
+    SamplingWarning,
+    effective_sample_size,
+    split_rhat,
+    summarize,
+)
+
+# the log sigma marginal of a regression with flat priors: 434 rows, residual sd 18
+N_ROWS, SQUARES = 434, 434 * 18.0**2
+
+
+def log_sigma_energy(x: torch.Tensor) -> torch.Tensor:
+    return (N_ROWS - 1) * x[:, 0] + 0.5 * SQUARES * torch.exp(-2 * x[:, 0])
+
+
+def log_sigma_mean() -> float:
+    """exp(-2x) is Gamma((N - 1) / 2, rate S / 2): E[x] = (log(S/2) - digamma((N-1)/2)) / 2."""
+    shape = torch.tensor((N_ROWS - 1) / 2, dtype=torch.float64)
+    return float((math.log(SQUARES / 2) - torch.special.digamma(shape)) / 2)
+
+
+def test_windows_follow_stans_schedule():
+    # Stan's 1000 warm-up steps: buffer 75, windows 25, 50, 100, 200, 500 (stretched), 50
+    assert WarmupWindows.plan(1000).mass_updates == (100, 150, 250, 450, 950)
+    assert WarmupWindows.plan(1000).checks == (75, 100, 150, 250, 450, 950)
+    assert WarmupWindows.plan(300).mass_updates == (100, 250)
+    # below 150 steps: 15 % and 10 % buffers, one window between; below 20: none
+    assert WarmupWindows.plan(100).checks == (15, 90)
+    assert WarmupWindows.plan(19).checks == ()
+
+
+@pytest.mark.parametrize("sampler", [NUTS(), AdaptiveHMC()], ids=["nuts", "ahmc"])
+def test_a_chain_started_in_a_steep_region_does_not_stay_stuck(sampler):
+    """32 chains from uniform(-2, 2) as Stan starts them: with the step size pooled and
+    no restart, chain 22 (at -1.56) diverged on all 600 steps and the pooled mean was
+    2.754 (R-hat 1.10) against the exact 2.893."""
+    x0 = torch.rand(32, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4 - 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # a restart is said, and allowed
+        run = sampler.run(log_sigma_energy, x0, 300, burn_in=300, thin=1, generator=0)
+    draws = run.samples
+    ess = float(effective_sample_size(draws).min())
+    mcse = float(draws.std()) / math.sqrt(ess)
+    assert abs(float(draws.mean()) - log_sigma_mean()) < 4 * mcse
+    assert float(split_rhat(draws).max()) <= 1.01
+    assert run.info["stuck_chains"] == [] and run.info["n_divergent"] == 0
+
+
+def test_nuts_tunes_one_step_size_per_chain_or_one_for_all():
+    target = lambda x: 0.5 * (x * x / torch.tensor([0.01, 1.0])).sum(1)  # noqa: E731
+    x0 = torch.randn(16, 2, generator=torch.Generator().manual_seed(1))
+    run = NUTS().run(target, x0, 10, burn_in=100, generator=0)
+    per_chain = run.final.step_size
+    pooled = NUTS(pool_step_size=True).run(target, x0, 10, burn_in=100, generator=0)
+    # the gradients each chain's own trees used, and those the lockstep batch computed
+    assert 0 < run.info["n_grad_evals_used"] < run.info["n_grad_evals"]
+    assert isinstance(per_chain, torch.Tensor) and per_chain.shape == (16,)
+    assert float(per_chain.max()) > float(per_chain.min()) > 0
+    assert isinstance(pooled.final.step_size, float) and pooled.final.step_size > 0
+
+
+def test_stuck_chains_are_restarted_during_warmup_with_a_warning():
+    """Chains that never move in the initial buffer take the positions of chains that
+    do, and the warning names them."""
+    x0 = torch.rand(32, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4 - 2
+    with pytest.warns(SamplingWarning, match=r"restarted chain\(s\) \[\d+.*at the positions"):
+        run = AdaptiveHMC().run(log_sigma_energy, x0, 50, burn_in=300, thin=1, generator=0)
+    assert run.info["stuck_chains"] == []
+
+
+def test_starts_that_no_step_size_can_leave_are_refused_naming_the_chain():
+    def finite_above(x):  # a log density defined for x < 5 only
+        return torch.where(x[:, 0] < 5, 0.5 * x[:, 0] ** 2, torch.inf)
+
+    with pytest.raises(ArgumentError, match=r"chain 0's start x0\[0\] = \[10\]"):
+        NUTS().run(finite_above, torch.full((4, 1), 10.0), 5, burn_in=30)
+    # some chains finite: the others are restarted at them, and the warning says why
+    x0 = torch.tensor([[10.0], [0.5], [1.0], [-0.5]])
+    with pytest.warns(SamplingWarning, match=r"restarted chain\(s\) \[0\].*not finite"):
+        run = NUTS().run(finite_above, x0, 5, burn_in=30, generator=0)
+    assert bool((run.final.x < 5).all())
+
+    def only_at_zero(x):  # finite at 0 alone: every leapfrog step leaves it
+        return torch.where(x[:, 0] == 0, x[:, 0] ** 2, torch.nan)
+
+    with pytest.raises(ArgumentError, match="chain 0 at x = \\[0\\] finds no step size"):
+        NUTS().run(only_at_zero, torch.zeros(2, 1), 5, burn_in=30)
+
+
+def test_a_chain_stuck_while_sampling_is_named():
+    scale = torch.ones(40)
+    scale[3] = 1e6  # chain 3's target is a thousand times narrower than the step
+    x0 = torch.randn(40, 2, generator=torch.Generator().manual_seed(0)) * 1e-3
+
+    def energy(x):
+        return 0.5 * (x * x).sum(1) * scale
+
+    with pytest.warns(SamplingWarning, match=r"chain\(s\) \[3\] moved on \[0.0\]"):
+        run = HMC(0.5, 5).run(energy, x0, 100, generator=0)
+    assert run.info["stuck_chains"] == [3]
+
+
+def test_summarize_warns_of_each_failed_check():
+    g = torch.Generator().manual_seed(0)
+    apart = torch.randn(200, 4, 1, generator=g) + torch.tensor([0.0, 0.0, 0.0, 3.0])[:, None]
+    info = {"acceptance_rate": 0.9, "n_divergent": 20, "n_grad_evals": 1, "n_kept_steps": 200}
+    run = SampleRun(samples=apart, final=None, info=info)
+    with pytest.warns(SamplingWarning) as caught:
+        diagnostics = summarize(run)
+    message = str(caught[0].message)
+    assert "R-hat" in message and "bulk ESS" in message and "20 of 800" in message
+    assert len(diagnostics.problems) == 3 and "warning: R-hat" in str(diagnostics)
+    # well-mixed chains with enough draws pass every check, silently
+    good = SampleRun(samples=torch.randn(500, 4, 2, generator=g), final=None,
+                     info={**info, "n_divergent": 0})  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SamplingWarning)
+        assert summarize(good).problems == []
+    few = SampleRun(samples=torch.randn(20, 4, 2, generator=g), final=None,
+                    info={**info, "n_divergent": 0})  # fmt: skip
+    assert any("bulk ESS" in p for p in summarize(few, warn=False).problems)
