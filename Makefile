@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 # here, not on a user's machine. The whole suite runs on every core, one test file per
 # worker (tests/conftest.py shares the threads out).
 PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
-NUMERICAL := tests/partition tests/samplers tests/energies tests/conformance tests/test_convergence.py
+NUMERICAL := tests/partition tests/samplers tests/energies tests/transport tests/conformance tests/test_convergence.py
 
 test: setup docs
 	$(VENV)/bin/ruff check src tests benchmarks docs

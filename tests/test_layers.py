@@ -12,7 +12,7 @@ LAYERS = [
     {"hardware", "data"},
     {"energies"},
     {"samplers", "inference"},
-    {"partition"},
+    {"partition", "transport"},
     {"losses"},
     {"learning", "evaluation", "conformance"},
     {"training", "sklearn"},

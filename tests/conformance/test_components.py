@@ -14,6 +14,7 @@ from ebmlab import inference as inf
 from ebmlab import learning as learn
 from ebmlab import losses as L
 from ebmlab import partition as P
+from ebmlab import transport as T
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.energies import (
     Banana,
@@ -261,6 +262,25 @@ CASES = {
         perturbation="bernoulli",
         generator=torch.Generator(put(X).device).manual_seed(1),
     ),
+    "flow_matching_loss_potential_ot": lambda put: L.flow_matching_loss(
+        put(mlp()),
+        put(X),
+        potential=True,
+        coupling="ot",
+        generator=torch.Generator(put(X).device).manual_seed(1),
+    ),
+    "ot_pairs_sinkhorn": lambda put: _pairs(
+        T.ot_pairs(
+            put(X_NOISE),
+            put(X),
+            method="sinkhorn",
+            generator=torch.Generator(put(X).device).manual_seed(1),
+        )
+    ),
+    "odeint_dopri5": lambda put: T.odeint(
+        lambda x, t: -x * t[:, None], put(X), method="dopri5"
+    ),
+    "odeint_rk4": lambda put: T.odeint(lambda x, t: -x * t[:, None], put(X), n_steps=10),
     "diffusion_recovery_likelihood_loss": lambda put: L.diffusion_recovery_likelihood_loss(
         put(noise_conditional()),
         put(X),
@@ -494,6 +514,10 @@ def _assert_same(got, want, rel=None, abs=None):
         assert got == pytest.approx(want, rel=rel or 1e-5, abs=abs or 1e-8)
     else:
         assert got == want or (got != got and want != want)
+
+
+def _pairs(pairs: T.Pairs) -> tuple[torch.Tensor, torch.Tensor]:
+    return pairs.x0, pairs.cost
 
 
 # on the CPU the RBM annealing draws from a NumPy stream, elsewhere from torch's: the
