@@ -15,6 +15,7 @@ from ebmlab.samplers import (
     AdaptiveHMC,
     BlockGibbs,
     DiscreteLangevin,
+    EquilibriumDescent,
     Gibbs,
     GibbsWithGradients,
     Langevin,
@@ -64,6 +65,7 @@ CONTINUOUS = {
     "underdamped_baoab": lambda: UnderdampedLangevin(0.2),
     "underdamped_obabo": lambda: UnderdampedLangevin(0.2, scheme="obabo"),
     "sghmc": lambda: SGHMC(0.01),
+    "equilibrium_descent": lambda: EquilibriumDescent(0.1, momentum=0.3),
 }
 BINARY = {
     "gibbs": lambda model: Gibbs(),

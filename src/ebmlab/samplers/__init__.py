@@ -8,6 +8,7 @@ from ebmlab.samplers.base import (
     StepInfo,
     frozen_parameters,
 )
+from ebmlab.samplers.descent import EquilibriumDescent
 from ebmlab.samplers.discrete import DiscreteLangevin, GibbsWithGradients
 from ebmlab.samplers.gibbs import BlockGibbs, Gibbs
 from ebmlab.samplers.hmc import HMC, AdaptiveHMC
@@ -32,6 +33,7 @@ __all__ = [
     "AdaptiveHMC",
     "BlockGibbs",
     "DiscreteLangevin",
+    "EquilibriumDescent",
     "Gibbs",
     "GibbsWithGradients",
     "Langevin",
