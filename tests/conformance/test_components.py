@@ -269,6 +269,17 @@ CASES = {
         coupling="ot",
         generator=torch.Generator(put(X).device).manual_seed(1),
     ),
+    "energy_matching_loss": lambda put: L.energy_matching_loss(
+        put(mlp()),
+        put(X),
+        tau_star=0.5,
+        eps_max=0.1,
+        steps=5,
+        generator=torch.Generator(put(X).device).manual_seed(1),
+    ),
+    "equilibrium_matching_loss": lambda put: L.equilibrium_matching_loss(
+        put(mlp()), put(X), generator=torch.Generator(put(X).device).manual_seed(1)
+    ),
     "ot_pairs_sinkhorn": lambda put: _pairs(
         T.ot_pairs(
             put(X_NOISE),

@@ -15,6 +15,7 @@ from ebmlab.samplers import (
     AdaptiveHMC,
     BlockGibbs,
     DiscreteLangevin,
+    EnergyMatchingSampler,
     EquilibriumDescent,
     Gibbs,
     GibbsWithGradients,
@@ -66,6 +67,9 @@ CONTINUOUS = {
     "underdamped_obabo": lambda: UnderdampedLangevin(0.2, scheme="obabo"),
     "sghmc": lambda: SGHMC(0.01),
     "equilibrium_descent": lambda: EquilibriumDescent(0.1, momentum=0.3),
+    "energy_matching": lambda: EnergyMatchingSampler(
+        0.05, tau_star=0.5, eps_max=0.1, flow_steps=10
+    ),
 }
 BINARY = {
     "gibbs": lambda model: Gibbs(),

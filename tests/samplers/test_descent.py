@@ -40,3 +40,20 @@ def test_descent_reaches_the_equilibrium():
         assert EquilibriumDescent(0.5, momentum).sample(energy, x0, 60).abs().max() < 1e-4
     with pytest.raises(ArgumentError, match="step_size"):
         EquilibriumDescent(0.0)
+
+
+def test_energy_matching_generation_is_noise_free_until_tau_star():
+    """Before tau_star the chains descend V deterministically (any generator gives the
+    same points: x (1 - h)^k on V = |x|^2 / 2); after it the temperature adds noise."""
+    from ebmlab.samplers import EnergyMatchingSampler
+
+    def energy(x):
+        return 0.5 * x.square().sum(1)
+
+    x0 = torch.ones(3, 2, dtype=torch.float64)
+    sampler = EnergyMatchingSampler(0.1, tau_star=0.5, eps_max=0.1, flow_steps=10)
+    early = [sampler.sample(energy, x0, 4, generator=seed) for seed in (0, 1)]
+    assert torch.equal(early[0], early[1])
+    assert torch.allclose(early[0], x0 * 0.9**4, rtol=1e-12)
+    late = [sampler.sample(energy, x0, 8, generator=seed) for seed in (0, 1)]
+    assert not torch.equal(late[0], late[1])

@@ -4,7 +4,8 @@ LeCun et al. (2006)'s family (energy, perceptron, hinge, log, LVQ2, MCE,
 square-square, square-exponential, NLL, MEE); for densities, contrastive
 divergence, score matching (exact, sliced, denoising), noise-contrastive
 estimation, energy discrepancy and diffusion recovery likelihood; for fields and
-potentials, conditional flow matching and Equilibrium Matching; for binary models,
+potentials, conditional flow matching, Energy Matching and Equilibrium Matching; for
+binary models,
 pseudo-likelihood, minimum probability flow, the exact NLL of a Boltzmann machine
 and the classification RBM's objectives.
 """
@@ -13,6 +14,7 @@ from ebmlab.losses.binary import minimum_probability_flow_loss, pseudo_likelihoo
 from ebmlab.losses.boltzmann import classification_rbm_loss, conditional_cd_loss, exact_nll
 from ebmlab.losses.contrastive import contrastive_divergence_loss
 from ebmlab.losses.discrepancy import energy_discrepancy_loss
+from ebmlab.losses.energy_matching import energy_matching_loss
 from ebmlab.losses.flow_matching import equilibrium_matching_loss, flow_matching_loss
 from ebmlab.losses.lecun import (
     contrastive_update_loss,
@@ -44,6 +46,7 @@ __all__ = [
     "diffusion_recovery_likelihood_loss",
     "energy_discrepancy_loss",
     "energy_loss",
+    "energy_matching_loss",
     "equilibrium_matching_loss",
     "exact_nll",
     "flow_matching_loss",

@@ -10,6 +10,7 @@ from ebmlab.samplers.base import (
 )
 from ebmlab.samplers.descent import EquilibriumDescent
 from ebmlab.samplers.discrete import DiscreteLangevin, GibbsWithGradients
+from ebmlab.samplers.energy_matching import EnergyMatchingSampler
 from ebmlab.samplers.gibbs import BlockGibbs, Gibbs
 from ebmlab.samplers.hmc import HMC, AdaptiveHMC
 from ebmlab.samplers.langevin import Langevin
@@ -33,6 +34,7 @@ __all__ = [
     "AdaptiveHMC",
     "BlockGibbs",
     "DiscreteLangevin",
+    "EnergyMatchingSampler",
     "EquilibriumDescent",
     "Gibbs",
     "GibbsWithGradients",

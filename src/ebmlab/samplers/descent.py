@@ -20,7 +20,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, energy_and_grad
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
+from ebmlab.samplers.base import Sampler, SamplerState
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,11 @@ class EquilibriumDescent(Sampler[DescentState]):
         else:
             e, grad = energy_and_grad(energy, state.x)
         field = -grad
-        return state.replace(
+        # the energy at the step's start goes into the step's info, then is dropped
+        return state.replace(energy=e).taken(
             x=state.x + eta * field,
             energy=None,
             grad=None,
             momentum=field,
-            accepted=state.accepted + 1,
             n_grad_evals=state.n_grad_evals + 1,
-            t=state.t + 1,
-            info=StepInfo(e),
         )

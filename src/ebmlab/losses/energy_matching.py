@@ -1,0 +1,133 @@
+"""Energy Matching (Balcerak et al. 2025): one time-independent potential V that
+transports noise to data and is, near the data, a Boltzmann density exp(-V / eps_max).
+
+Training has two phases. The warm-up regresses -grad V on optimal-transport
+flow-matching velocities (:func:`~ebmlab.losses.flow_matching_loss` with
+``potential=True, coupling="ot"``; their eq. 5). The second phase adds a contrastive
+term, E_data[V] - E_neg[V] (their eq. 7), whose negatives follow the generation
+dynamics (:class:`~ebmlab.samplers.EnergyMatchingSampler`)
+x <- x - dt grad V(x) + sqrt(2 eps(t) dt) xi. The temperature eps(t) is 0 before
+tau_star (a noise-free flow), rises linearly to eps_max at t = 1, and stays there. Half
+of the negatives start at data (t = 1: Langevin at eps_max), half at noise (t = 0: the
+whole flow), so that the contrastive term shapes V both on the data and on the paths
+that lead there. At its stationary point, with negatives drawn from
+exp(-V / eps_max), V = -eps_max log p_data + const (a Gaussian data set gives
+V = eps_max |x - m|^2 / (2 s^2)). Negatives started at noise reach eps_max only at the
+schedule's end, so with them the stationary point moves slightly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ebmlab import _checks
+from ebmlab._checks import ArgumentError
+from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.losses.flow_matching import flow_matching_loss
+from ebmlab.samplers.energy_matching import EnergyMatchingSampler
+from ebmlab.samplers.integrators import gaussian_noise
+
+PHASES = ("flow", "joint")
+
+
+def energy_matching_negatives(
+    potential: EnergyLike,
+    x_data: torch.Tensor,
+    x_noise: torch.Tensor,
+    *,
+    tau_star: float,
+    eps_max: float,
+    steps: int = 200,
+    dt: float = 0.01,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Negatives for the contrastive phase: ``steps`` steps of
+    :class:`~ebmlab.samplers.EnergyMatchingSampler` from the data (at t = 1 throughout)
+    and from the noise (t going from 0 to 1 over the steps), concatenated (data-started
+    first), detached.
+
+    Args:
+        potential: V (B, ...) -> (B,).
+        x_data: data starts (B1, ...).
+        x_noise: noise starts (B2, ...).
+        tau_star: where the temperature starts to rise, in [0, 1).
+        eps_max: the temperature at and after t = 1.
+        steps: generation steps.
+        dt: the step size.
+        generator: source of the noise, on the data's device.
+    """
+    _checks.positive_int("steps", steps)
+    _checks.positive("dt", dt)
+    x = torch.cat([x_data, x_noise]).detach()
+    start = torch.cat([x.new_ones(len(x_data)), x.new_zeros(len(x_noise))])
+    sampler = EnergyMatchingSampler(
+        dt, tau_star=tau_star, eps_max=eps_max, flow_steps=steps, start_time=start
+    )
+    return sampler.sample(potential, x, steps, generator=generator)
+
+
+def energy_matching_loss(
+    potential: EnergyLike,
+    x1: torch.Tensor,
+    *,
+    tau_star: float,
+    eps_max: float,
+    phase: str = "joint",
+    x0: torch.Tensor | None = None,
+    flow_weight: float = 1.0,
+    contrastive_weight: float = 1.0,
+    steps: int = 200,
+    dt: float = 0.01,
+    noise_starts: float = 0.5,
+    coupling: str = "ot",
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The Energy Matching objective of a potential V on the data ``x1`` (B, ...).
+
+    ``phase="flow"`` is the warm-up: OT flow matching of -grad V. ``phase="joint"`` adds
+    ``contrastive_weight`` (mean V(data) - mean V(negatives)), the negatives from
+    :func:`energy_matching_negatives` started at the data and, a share ``noise_starts``
+    of them (the paper's half), at the noise.
+
+    Args:
+        potential: V (B, ...) -> (B,), time-independent.
+        x1: data (B, ...).
+        tau_star: where the generation temperature starts to rise, in [0, 1).
+        eps_max: the temperature of the Boltzmann density exp(-V / eps_max).
+        phase: ``"flow"`` or ``"joint"``.
+        x0: noise paired with the data (default: standard normal draws).
+        flow_weight: the flow-matching term's weight.
+        contrastive_weight: the contrastive term's weight.
+        steps: generation steps for the negatives.
+        dt: their step size.
+        noise_starts: the share of negatives started at noise, in [0, 1]. Those started
+            at the data run at eps_max throughout, so with 0 the negatives approach
+            exp(-V / eps_max) and the contrastive term's stationary point is exact.
+        coupling: the flow term's coupling, ``"ot"`` (the paper's) or ``"independent"``.
+        generator: source of all randomness, on x1's device.
+    """
+    if phase not in PHASES:
+        raise ArgumentError(f"phase must be one of {PHASES}, got {phase!r}")
+    _checks.probability("tau_star", tau_star)
+    if tau_star >= 1:
+        raise ArgumentError(f"tau_star must be < 1, got {tau_star}")
+    _checks.positive("eps_max", eps_max)
+    _checks.positive("flow_weight", flow_weight, allow_zero=True)
+    _checks.positive("contrastive_weight", contrastive_weight, allow_zero=True)
+    _checks.probability("noise_starts", noise_starts)
+    x0 = gaussian_noise(x1, generator) if x0 is None else x0
+    flow, metrics = flow_matching_loss(
+        potential, x1, x0=x0, coupling=coupling, potential=True, generator=generator
+    )
+    metrics["flow_loss"] = float(flow.detach())
+    if phase == "flow":
+        return flow, metrics
+    split = len(x1) - round(noise_starts * len(x1))
+    negatives = energy_matching_negatives(
+        potential, x1[:split], x0[split:], tau_star=tau_star, eps_max=eps_max,
+        steps=steps, dt=dt, generator=generator,
+    )  # fmt: skip
+    fn = as_energy_fn(potential)
+    gap = fn(x1).mean() - fn(negatives).mean()
+    metrics["contrastive_gap"] = float(gap.detach())
+    return flow_weight * flow + contrastive_weight * gap, metrics

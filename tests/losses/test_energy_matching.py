@@ -1,0 +1,86 @@
+"""Energy Matching against its closed form: for Gaussian data N(m, s^2 I) the contrastive
+phase's stationary potential is V = eps_max |x - m|^2 / (2 s^2), and its negatives
+follow the generation schedule."""
+
+import pytest
+import torch
+
+from ebmlab._checks import ArgumentError
+from ebmlab.losses import energy_matching_loss
+from ebmlab.losses.energy_matching import energy_matching_negatives
+from ebmlab.samplers.energy_matching import energy_matching_temperature
+
+M, S, EPS = torch.tensor([1.0, -1.0]), 0.5, 0.1
+
+
+def test_temperature_is_zero_then_ramps_to_eps_max():
+    t = torch.tensor([0.0, 0.5, 0.75, 1.0, 1.5])
+    want = torch.tensor([0.0, 0.0, 0.05, 0.1, 0.1])
+    assert torch.allclose(energy_matching_temperature(t, 0.5, 0.1), want)
+
+
+def test_negatives_follow_the_boltzmann_density_of_the_potential():
+    """For V = theta |x - m|^2 / 2 at eps_max the negatives end near N(m, eps / theta),
+    from data and from noise alike; with eps_max -> 0 the noise-started ones flow to m."""
+    theta = 0.4
+    g = torch.Generator().manual_seed(0)
+
+    def potential(x):
+        return 0.5 * theta * (x - M).square().sum(1)
+
+    data = M + S * torch.randn(4000, 2, generator=g)
+    noise = torch.randn(4000, 2, generator=g)
+    neg = energy_matching_negatives(potential, data, noise, tau_star=0.5, eps_max=EPS,
+                                    steps=400, dt=0.05, generator=g)  # fmt: skip
+    variance = EPS / (theta * (1 - theta * 0.05 / 2))  # ULA's stationary variance
+    from_data, from_noise = neg[:4000], neg[4000:]
+    assert (from_data.mean(0) - M).abs().max() < 0.03
+    assert (from_data.var(0) / variance - 1).abs().max() < 0.06
+    # from noise: no noise until tau_star, then the ramp ends at eps_max with the run
+    assert (from_noise.mean(0) - M).abs().max() < 0.05
+    assert ((from_noise.var(0) < variance) & (from_noise.var(0) > 0.3 * variance)).all()
+    cold = energy_matching_negatives(potential, data[:0], noise, tau_star=0.5, eps_max=1e-12,
+                                     steps=400, dt=0.05, generator=g)  # fmt: skip
+    assert (cold - M).abs().max() < 5e-3  # (1 - theta dt)^400 = 3e-4 of the start's offset
+
+
+def test_contrastive_phase_is_stationary_at_the_closed_form_potential():
+    """d/dtheta (E_data V - E_neg V) = (D s^2 - E_neg |x - m|^2) / 2 for V = theta |x - m|^2
+    / 2 and negatives from exp(-V / eps_max) (started at the data): zero at
+    theta* = eps_max / s^2, about +0.12 at 2 theta* and -0.25 at theta* / 2."""
+    g = torch.Generator().manual_seed(1)
+    x1 = M + S * torch.randn(8000, 2, generator=g)
+    star = EPS / S**2
+
+    def gradient(theta_value: float) -> float:
+        theta = torch.tensor(theta_value, requires_grad=True)
+
+        def potential(x):
+            return 0.5 * theta * (x - M).square().sum(1)
+
+        loss, _ = energy_matching_loss(
+            potential, x1, tau_star=0.5, eps_max=EPS, flow_weight=0.0, steps=300, dt=0.05,
+            noise_starts=0.0, coupling="independent",
+            generator=torch.Generator().manual_seed(2),
+        )  # fmt: skip
+        loss.backward()
+        return float(theta.grad)
+
+    at_star, above, below = gradient(star), gradient(2 * star), gradient(star / 2)
+    # D s^2 / 2 = 0.25 sets the scale: at theta* the gradient is within a few percent of 0
+    assert abs(at_star) < 0.015
+    assert above == pytest.approx(0.12, abs=0.02) and below == pytest.approx(-0.25, abs=0.03)
+
+
+def test_flow_phase_is_ot_flow_matching_and_bad_arguments_are_refused():
+    x1 = M + S * torch.randn(64, 2, generator=torch.Generator().manual_seed(3))
+
+    def potential(x):
+        return 0.5 * x.square().sum(1)
+
+    loss, metrics = energy_matching_loss(potential, x1, tau_star=0.5, eps_max=EPS, phase="flow")
+    assert "contrastive_gap" not in metrics and metrics["flow_loss"] == pytest.approx(float(loss))
+    with pytest.raises(ArgumentError, match="phase must be one of"):
+        energy_matching_loss(potential, x1, tau_star=0.5, eps_max=EPS, phase="cd")
+    with pytest.raises(ArgumentError, match="tau_star must be < 1"):
+        energy_matching_loss(potential, x1, tau_star=1.0, eps_max=EPS)
