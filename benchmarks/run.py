@@ -20,7 +20,8 @@ from threadpoolctl import threadpool_limits
 import benchmarks
 from benchmarks.harness import markdown_table, measure, write_json
 
-SKIP = {"harness", "run", "gpu", "posteriors", "posterior_models", "blackjax_runner"}
+SKIP = {"harness", "run", "gpu", "posteriors", "posterior_models", "blackjax_runner",
+        "fashion_rbm", "energy_matching"}
 # each runs on its own: python -m benchmarks.gpu, python -m benchmarks.posteriors, ...
 
 
