@@ -39,12 +39,16 @@ COUPLINGS = ("independent", "ot")
 
 def potential_velocity(potential: EnergyLike) -> Field:
     """The velocity field -grad V(x) of a time-independent potential V (B, ...) -> (B,),
-    as a field (x, t) -> velocity that ignores t and keeps the graph for training."""
+    as a field (x, t) -> velocity that ignores t. It keeps the graph for training where
+    gradients are recorded, and also answers under ``torch.no_grad`` (as in
+    :func:`~ebmlab.transport.odeint`), without one."""
     fn = as_energy_fn(potential)
 
     def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        xg = x if x.requires_grad else x.detach().requires_grad_(True)
-        (grad,) = torch.autograd.grad(fn(xg).sum(), xg, create_graph=torch.is_grad_enabled())
+        training = torch.is_grad_enabled()
+        with torch.enable_grad():
+            xg = x if x.requires_grad else x.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(fn(xg).sum(), xg, create_graph=training)
         return -grad
 
     return velocity

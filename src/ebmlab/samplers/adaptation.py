@@ -43,6 +43,7 @@ from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import SamplerState, per_chain
 from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
+from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,11 @@ class WindowStats:
         zeros = torch.zeros_like(state.x)
         return cls(0, zeros, zeros.clone(), state.accepted.clone(), state.divergent.clone())
 
-    def add(self, x: torch.Tensor) -> WindowStats:
+    def add(self, x: torch.Tensor, moments: bool = True) -> WindowStats:
+        """The window after one more step at ``x``; without ``moments`` only the step
+        is counted (a tuning without a mass to estimate needs no moments)."""
+        if not moments:
+            return replace(self, count=self.count + 1)
         count = self.count + 1
         delta = x - self.mean
         mean = self.mean + delta / count
@@ -346,7 +351,8 @@ class WarmupTuning:
             groups = self.groups
             accept_prob = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
         dual, step_size = new.dual.update(accept_prob.to(new.dual.h.dtype))
-        new = new.replace(step_size=step_size, dual=dual, window=new.window.add(new.x))
+        window = new.window.add(new.x, moments=self.adapt_mass)
+        new = new.replace(step_size=step_size, dual=dual, window=window)
         if new.t not in new.windows.checks:
             return new
         stuck = new.window.stuck(new)
@@ -363,11 +369,11 @@ class WarmupTuning:
         a chain that is not, taken in turn; a warning names them and says ``why``.
         Nothing changes when every chain is stuck, or for tempered chains (whose
         donors would have to share their temperature)."""
+        if self.groups is not None:  # a tempered chain would need a donor of its own group
+            return state
         rows = stuck.nonzero().flatten()
         healthy = (~stuck).nonzero().flatten()
         if len(rows) == 0 or len(healthy) == 0:
-            return state
-        if self.groups is not None:  # a tempered chain takes a donor of its own group
             return state
         donors = healthy[torch.arange(len(rows), device=rows.device) % len(healthy)]
         steps = state.step_size
@@ -429,8 +435,6 @@ class WarmupTuning:
         Chains whose energy is not finite at their start are restarted at finite ones
         first; raises when no chain's is, or when a chain finds no step size that keeps
         its energy finite."""
-        from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
-
         bad = ~torch.isfinite(state.energy) | ~torch.isfinite(state.grad).flatten(1).all(1)
         if bool(bad.any()):
             i = int(bad.nonzero()[0])
@@ -477,14 +481,6 @@ class WarmupTuning:
             if state.chain_grad_evals is None
             else state.chain_grad_evals + probes,
         )
-
-    def smallest_group(self, x: torch.Tensor) -> int:
-        """The number of chains in the smallest group (all chains when untempered).
-
-        Args:
-            x: chains (B, ...).
-        """
-        return len(x) if self.groups is None else int(self.groups.sizes.min())
 
     def centred(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, ...) minus the mean of its group of chains."""

@@ -34,6 +34,7 @@ from ebmlab.energies.base import (
     energy_and_grad,
     energy_device,
 )
+from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
 
 S = TypeVar("S", bound="SamplerState")
 K = TypeVar("K", bound="Sampler")
@@ -434,8 +435,6 @@ def _stuck_chains(state: SamplerState, moved: torch.Tensor, n_kept: int) -> list
     (:func:`~ebmlab.samplers.diagnostics.rarely_moving`), named in a
     :class:`~ebmlab.samplers.diagnostics.SamplingWarning` with their step size and
     acceptance."""
-    from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
-
     stuck = rarely_moving(moved, n_kept).nonzero().flatten().tolist()
     if stuck:
         steps = getattr(state, "step_size", None)
