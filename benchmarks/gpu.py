@@ -5,7 +5,10 @@ writes the rows with the GPU's name (every time is taken between two device
 synchronisations). Without CUDA there is nothing to measure and no row.
 The file is rewritten after each group of rows (``--rows``, all by default), so a run
 cut short keeps what it measured; a later run of some groups replaces only their rows
-(on the same GPU), and ``complete`` says whether every group has been measured.
+on the same GPU, rows of other GPUs stay, and ``devices`` gives, per GPU, torch's
+version, whether every group has been measured (``complete``) and the peak rates its
+probes measured. Each row gives its useful FLOPs, achieved rate and fraction of the
+probe's peak in its dtype (:mod:`benchmarks.roofline`).
 ``--smoke`` runs every row at toy sizes on any device (``--device cpu``) and writes
 nothing: a check that the benchmark itself runs, not a measurement.
 
@@ -51,12 +54,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from benchmarks.data_loading import write_image_npz
+from benchmarks.roofline import count_flops, peak_bandwidth, peak_flops, peak_name, roofline
 from ebmlab.data import load_dataset
 from ebmlab.energies import BernoulliRBM, ClassifierEnergy, MLPEnergy
 from ebmlab.energies import WideResNet as EbmlabWideResNet
 from ebmlab.learning.rbm import ContrastiveDivergence
 from ebmlab.partition import rbm_ais, salakhutdinov_schedule
-from ebmlab.samplers import Langevin, ReplayBuffer, uniform_init
+from ebmlab.samplers import HMC, MALA, Langevin, ReplayBuffer, uniform_init
 from ebmlab.training import Trainer
 from ebmlab.training.recipes import data_splits, get_recipe
 from ebmlab.training.trainer import compile_networks
@@ -227,7 +231,9 @@ def ebmlab_jem_step(
 
 def jem_rows(device: torch.device, s: Sizes) -> list[dict]:
     what = f"JEM step, WRN-{s.depth}-{s.widen}, batch {s.batch}, {s.sgld_steps} SGLD steps"
-    reference = _timed(reference_jem_step(device, s), device, s.repeats)
+    reference_step = reference_jem_step(device, s)
+    flops = count_flops(reference_step)  # the same products in every variant
+    reference = _timed(reference_step, device, s.repeats)
     variants = [("float32", False), ("bfloat16", False)] + [("bfloat16", True)] * s.compile
     rows = []
     for precision, compiled in variants:
@@ -236,11 +242,15 @@ def jem_rows(device: torch.device, s: Sizes) -> list[dict]:
         rows.append(_row(f"{what}, {label}", "s", ours, "reference loop, float32", reference))
         rows[-1]["images_per_s"] = s.batch / ours
         rows[-1]["sgld_steps_per_s"] = s.sgld_steps / ours
+        rows[-1].update(roofline(flops, ours, device, getattr(torch, precision),
+                                 tf32=torch.backends.cudnn.allow_tf32))  # fmt: skip
     return rows
 
 
 def langevin_rows(device: torch.device, s: Sizes) -> list[dict]:
-    """``chains`` x ``dim`` x ``langevin_steps`` on an MLP energy."""
+    """``chains`` x ``dim`` x ``langevin_steps`` on an MLP energy: ebmlab with its steps
+    replayed as CUDA graphs (the default) and run eagerly, against a hand-written loop
+    and torchebm's sampler; then MALA and HMC, replayed against eager."""
     torch.manual_seed(0)
     model = MLPEnergy(s.dim, hidden=(s.hidden, s.hidden)).to(device)
     x0 = torch.randn(s.chains, s.dim, device=device)
@@ -254,27 +264,39 @@ def langevin_rows(device: torch.device, s: Sizes) -> list[dict]:
             (g,) = torch.autograd.grad(model.energy(x).sum(), x)
             x = x - h * g + math.sqrt(2 * h) * torch.randn(x.shape, device=device, generator=gen)
 
-    def ours() -> None:
-        Langevin(h).sample(model, x0, s.langevin_steps, generator=gen)
+    def ours(sampler=None, graphs: bool = True) -> Callable[[], object]:
+        sampler = sampler or Langevin(h)
+        return lambda: sampler.sample(model, x0, s.langevin_steps, generator=gen, graphs=graphs)
 
     what = (f"Langevin {s.chains}x{s.dim}x{s.langevin_steps}, "
             f"MLP {s.dim}-{s.hidden}-{s.hidden}-1")  # fmt: skip
-    float32 = _timed(ours, device, s.repeats)
-    model.grad_dtype = torch.bfloat16
-    bfloat16 = _timed(ours, device, s.repeats)
-    model.grad_dtype = None
+    flops = count_flops(ours(graphs=False))
+    timed = {}
+    for graphs in (True, False):
+        timed["float32", graphs] = _timed(ours(graphs=graphs), device, s.repeats)
+        model.grad_dtype = torch.bfloat16
+        timed["bfloat16", graphs] = _timed(ours(graphs=graphs), device, s.repeats)
+        model.grad_dtype = None
     hand = _timed(hand_written, device, s.repeats)
-    rows = [
-        _row(what, "s", float32, "hand-written loop", hand),
-        _row(f"{what}, gradients in bfloat16", "s", bfloat16, "hand-written loop", hand),
-    ]
+    anchors = [("hand-written loop", hand)]
     torchebm = _torchebm_langevin(model.energy, x0, h, s.langevin_steps)
     if torchebm is not None:
-        theirs = _timed(torchebm, device, s.repeats)
-        rows += [
-            _row(what, "s", float32, "torchebm", theirs),
-            _row(f"{what}, gradients in bfloat16", "s", bfloat16, "torchebm", theirs),
-        ]
+        anchors.append(("torchebm", _timed(torchebm, device, s.repeats)))
+    rows = []
+    for (precision, graphs), seconds in timed.items():
+        label = what + (", gradients in bfloat16" if precision == "bfloat16" else "")
+        label += ", CUDA graphs" if graphs else ", eager"
+        dtype = getattr(torch, precision)
+        for name, theirs in anchors:
+            rows.append(_row(label, "s", seconds, name, theirs))
+            rows[-1].update(roofline(flops, seconds, device, dtype))
+    for name, sampler in (("MALA", MALA(h)), ("HMC, 5 leapfrog steps", HMC(h, 5))):
+        replayed = _timed(ours(sampler), device, s.repeats)
+        eager = _timed(ours(sampler, graphs=False), device, s.repeats)
+        label = what.replace("Langevin", name)
+        rows.append(_row(f"{label}, CUDA graphs", "s", replayed, "the same steps, eager", eager))
+        rows[-1].update(roofline(count_flops(ours(sampler, False)), replayed, device,
+                                 torch.float32))  # fmt: skip
     return rows
 
 
@@ -321,9 +343,10 @@ def rbm_rows(device: torch.device, s: Sizes, mnist: torch.Tensor | None) -> list
     rows = []
     learnergy = _learnergy_epoch(data, device, s.rbm_hidden)
     if learnergy is not None:
+        seconds = _timed(epoch, device, s.repeats)
         rows.append(_row(f"RBM CD-1 784x{s.rbm_hidden}, one epoch of {len(data)} rows", "s",
-                         _timed(epoch, device, s.repeats), "learnergy",
-                         _timed(learnergy, device, s.repeats)))  # fmt: skip
+                         seconds, "learnergy", _timed(learnergy, device, s.repeats)))  # fmt: skip
+        rows[-1].update(roofline(count_flops(epoch), seconds, device, torch.float32))
     schedule = salakhutdinov_schedule() if not s.ais_temperatures else None
     n_temperatures = len(schedule) if schedule is not None else s.ais_temperatures
     seconds = _timed(
@@ -333,6 +356,10 @@ def rbm_rows(device: torch.device, s: Sizes, mnist: torch.Tensor | None) -> list
     )  # fmt: skip
     what = f"AIS 784x{s.rbm_hidden}, {n_temperatures:,} temperatures x {s.ais_chains} chains"
     rows.append(_row(what, "s", seconds, "", math.nan))
+    # per temperature two products of the chains with W (v W and h W^T), replayed as
+    # CUDA graphs, which a FLOP counter does not see
+    flops = 2 * 2 * s.ais_chains * 784 * s.rbm_hidden * n_temperatures
+    rows[-1].update(roofline(flops, seconds, device, torch.float32))
     return rows
 
 
@@ -470,18 +497,36 @@ def main(argv: list[str] | None = None) -> None:
                "scaling": lambda: scaling_rows() if not args.smoke else []}  # fmt: skip
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     out = Path(args.out)
-    kept = json.loads(out.read_text())["rows"] if out.is_file() and not args.smoke else []
-    kept = [row for row in kept if row.get("group") not in groups and row.get("gpu") == gpu]
+    report = json.loads(out.read_text()) if out.is_file() and not args.smoke else {}
+    # rows of other GPUs stay; this GPU's rows of the groups measured now are replaced
+    kept = [row for row in report.get("rows", [])
+            if row.get("gpu") != gpu or row.get("group") not in groups]  # fmt: skip
+    devices = report.get("devices", {})
+    if not args.smoke:
+        devices[gpu] = {"torch": torch.__version__, **device_peaks(device)}
     for group in groups:
         rows = [{"group": group, "gpu": gpu, **row} for row in measure[group]()]
         for row in rows:
             print(json.dumps(row), flush=True)
         kept += rows
         if not args.smoke:  # after every group, so that a run cut short keeps its rows
-            complete = {row["group"] for row in kept} == set(GROUPS)
-            report = {"gpu": gpu, "torch": torch.__version__, "complete": complete, "rows": kept}
+            measured = {row["group"] for row in kept if row.get("gpu") == gpu}
+            devices[gpu]["complete"] = measured == set(GROUPS)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(report, indent=2) + "\n")
+            out.write_text(json.dumps({"devices": devices, "rows": kept}, indent=2) + "\n")
+
+
+def device_peaks(device: torch.device) -> dict:
+    """The probes' rates on ``device``, against which rows give their fraction."""
+    return {
+        "float32_tflop_per_s": peak_flops(device, torch.float32) / 1e12,
+        "tf32_tflop_per_s": peak_flops(device, torch.float32, True) / 1e12,
+        "bfloat16_tflop_per_s": peak_flops(device, torch.bfloat16) / 1e12,
+        "copy_tb_per_s": peak_bandwidth(device) / 1e12,
+        "probes": f"{peak_name(device, torch.float32)}, {peak_name(device, torch.float32, True)}, "
+        f"{peak_name(device, torch.bfloat16)}, "
+        "1 GiB device-to-device copy (bytes read and written)",
+    }
 
 
 if __name__ == "__main__":

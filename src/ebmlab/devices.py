@@ -6,11 +6,14 @@ there is a ``ValueError`` that lists the devices that are. :func:`move_to` moves
 task's state (tensors, modules, replay buffers, data records, and containers of
 them) to a device. :func:`wide_dtype` is the dtype for sums and statistics that want
 double precision: float64, except on devices without it (Apple's GPU).
+:func:`warm_and_capture` records repeated GPU work as a CUDA graph.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -97,3 +100,79 @@ def move_to(value: Any, device: torch.device) -> Any:
     if callable(mover) and not isinstance(value, type):
         return mover(device)
     return value
+
+
+class CaptureError(RuntimeError):
+    """Work could not be captured as a CUDA graph; ``ran`` says whether its warm-up
+    call finished (else it stopped at a read-back to the host, its effects partial)."""
+
+    def __init__(self, message: str, ran: bool) -> None:
+        super().__init__(message)
+        self.ran = ran
+
+
+def warm_and_capture(
+    run: Callable[[], bool],
+    device: torch.device,
+    generator: torch.Generator | None = None,
+) -> torch.cuda.CUDAGraph | None:
+    """Call ``run()`` once for real on a side stream (the warm-up CUDA graphs want:
+    lazily made handles and workspaces come into being outside the capture), then,
+    if it returned True, capture the same call, unexecuted, as a CUDA graph to replay.
+
+    The warm-up runs with torch's synchronisation check set to fail, so that work which
+    reads values back to the host stops there rather than in the capture: a capture
+    that fails leaves the device's default generator unusable for the process.
+
+    Args:
+        run: the work; returns whether it may be captured (False: ``None`` comes back).
+        device: the CUDA device it runs on.
+        generator: a non-default CUDA generator the work draws from, registered with
+            the graph so that each replay advances its offset (``None``: the default).
+
+    Raises:
+        CaptureError: the work reads values back to the host, or cannot be captured.
+    """
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    checking = torch.cuda.get_sync_debug_mode()
+    _set_sync_check("error")
+    try:
+        with torch.cuda.stream(side):
+            ready = run()
+    except RuntimeError as err:
+        if "synchroniz" not in str(err).lower():
+            raise
+        raise CaptureError(f"it reads values back to the host: {err}", ran=False) from err
+    finally:
+        _set_sync_check(checking)
+        torch.cuda.current_stream(device).wait_stream(side)
+    if not ready:
+        return None
+    graph = torch.cuda.CUDAGraph()
+    if generator is not None and hasattr(graph, "register_generator_state"):
+        with warnings.catch_warnings():  # newer releases register it by themselves
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            graph.register_generator_state(generator)
+    # capture_begin/end rather than torch.cuda.graph, which also empties the
+    # allocator's cache before every capture
+    torch.cuda.synchronize(device)
+    try:
+        with torch.cuda.stream(side):
+            graph.capture_begin()
+            try:
+                run()
+            finally:
+                graph.capture_end()
+    except RuntimeError as err:
+        raise CaptureError(str(err), ran=True) from err
+    return graph
+
+
+def _set_sync_check(mode: str | int) -> None:
+    """torch's check of synchronising calls, without its note that the check is a
+    prototype (it catches the read-backs that matter here: .item(), .cpu(), copies)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.cuda.set_sync_debug_mode(mode)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ebmlab.devices import wide_dtype
+from ebmlab.devices import warm_and_capture, wide_dtype
 
 _CHUNK_WORDS = 2**26  # uniform words drawn at once: 256 MB of int32
 _MAX_CHUNK = 256  # steps per captured graph
@@ -96,10 +96,11 @@ def anneal_rbm_in_chunks(
         torch.lt(u[n * m :].view(n, d), x, out=v_bits)
         v_now.copy_(v_bits)
 
-    def run(count: int) -> None:
+    def run(count: int) -> bool:
         for j in range(count):
             accumulate(j)
             transition(j)
+        return True
 
     capture = graphs and device.type == "cuda"
     graph = None
@@ -110,7 +111,7 @@ def anneal_rbm_in_chunks(
         if graph is not None and count == chunk:
             graph.replay()
         elif capture and count == chunk:
-            graph = _run_and_capture(run, chunk, device)
+            graph = warm_and_capture(lambda: run(chunk), device)
         else:
             run(count)
         sums[:, start : start + count].copy_(chunk_sums[:, :count])
@@ -118,17 +119,3 @@ def anneal_rbm_in_chunks(
     accumulate(0)  # the last temperature's sums; no transition after it
     sums[:, -1].copy_(chunk_sums[:, 0])
     return sums
-
-
-def _run_and_capture(run, count: int, device: torch.device) -> torch.cuda.CUDAGraph:
-    """Run ``run(count)`` on a side stream (real work that doubles as the warm-up CUDA
-    graphs need), then capture the same call, unexecuted, as a graph to replay."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        run(count)
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
-        run(count)
-    return graph

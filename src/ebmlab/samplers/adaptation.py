@@ -420,13 +420,9 @@ class WarmupTuning:
                 )
         # a pooled step size goes back to the host once, so that no later step reads it
         final = float(step) if step.ndim == 0 else step
-        return state.replace(
-            step_size=final, warmup_steps=0, dual=None, windows=None, window=None
-        )
+        return state.replace(step_size=final, warmup_steps=0, dual=None, windows=None, window=None)
 
-    def search_step_size(
-        self, state: T, energy: EnergyFn, generator: torch.Generator | None
-    ) -> T:
+    def search_step_size(self, state: T, energy: EnergyFn, generator: torch.Generator | None) -> T:
         """``state`` with each chain's step size searched as Stan does before warm-up
         and after each mass update: from the current size, double (or halve) until one
         leapfrog step from the chain's position with a fresh momentum accepts with

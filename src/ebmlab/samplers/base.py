@@ -34,6 +34,7 @@ from ebmlab.energies.base import (
     energy_and_grad,
     energy_device,
 )
+from ebmlab.samplers import graphs
 from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
 
 S = TypeVar("S", bound="SamplerState")
@@ -204,26 +205,34 @@ class _FiniteWatch:
     """Records on the device, step by step, which chains are finite, and reads the
     record back every ``every`` steps, so a diverging run stops early, naming the first
     chain to turn non-finite and the step, without a host synchronisation per step. A
-    step costs one row sum, its finiteness test and one copy: a row is non-finite when
-    its sum is (taken in at least single precision, so that half-precision chains of
-    finite values do not overflow)."""
+    step costs one row sum, its finiteness test and one copy
+    (:func:`~ebmlab.samplers.graphs.finite_rows`)."""
 
     every = 64
 
     def __init__(self, x0: torch.Tensor) -> None:
         self.finite = torch.ones(self.every, x0.shape[0], dtype=torch.bool, device=x0.device)
-        low = x0.is_floating_point() and x0.element_size() < 4
-        self.sum_dtype = torch.float32 if low else None  # chains keep x0's dtype
         self.rows = 0  # steps recorded since the last check
         self.first_t = 0  # the step of the first recorded row
 
     def update(self, state: SamplerState) -> None:
+        """Record the chains of ``state``, one step's."""
+        self.record(graphs.finite_rows(state.x).unsqueeze(0), state.t)
+
+    def record(self, flags: torch.Tensor, t: int) -> None:
+        """Record ``flags`` (m, B), which chains were finite after each of the m steps
+        that end at step ``t`` (one step, or a replayed chunk of them)."""
+        m = len(flags)
+        if self.rows + m > len(self.finite):
+            self.check(t - m)
+        if m > len(self.finite):
+            self.finite = torch.ones_like(flags)
         if self.rows == 0:
-            self.first_t = state.t
-        self.finite[self.rows] = state.x.flatten(1).sum(1, dtype=self.sum_dtype).isfinite()
-        self.rows += 1
-        if self.rows == self.every:
-            self.check(state.t)
+            self.first_t = t - m + 1
+        self.finite[self.rows : self.rows + m] = flags
+        self.rows += m
+        if self.rows >= self.every:
+            self.check(t)
 
     def check(self, t: int) -> None:
         """Raise NonFiniteChainError if a chain turned non-finite since the last check;
@@ -313,6 +322,17 @@ class Sampler(Generic[S]):
         """
         return state
 
+    def replayable(self, state: S) -> bool:
+        """Whether the steps from ``state`` do the same device work at every step, so
+        that a chunk of them captured once as a CUDA graph can be replayed
+        (:mod:`~ebmlab.samplers.graphs`): no step size that follows the step index, no
+        decision taken on the host. The default is False; kernels that are say so.
+
+        Args:
+            state: the chains' state the steps would start from.
+        """
+        return False
+
     def run(
         self,
         energy: EnergyLike,
@@ -323,6 +343,7 @@ class Sampler(Generic[S]):
         thin: int | None = None,
         generator: torch.Generator | int | None = None,
         trace: bool = False,
+        graphs: bool = True,
     ) -> SampleRun:
         """Run ``burn_in + n_steps`` steps; keep every ``thin``-th of the last ``n_steps``.
 
@@ -337,6 +358,10 @@ class Sampler(Generic[S]):
             generator: a ``torch.Generator`` on x0's device, or an int seed.
             trace: also stack every step's :class:`StepInfo` into ``SampleRun.trace``
                 (per-step acceptance, divergences and energies, burn-in included).
+            graphs: on a CUDA device, replay chunks of steps as CUDA graphs where the
+                kernel's steps are :meth:`replayable` and no trace is asked for (one
+                launch per chunk instead of a dozen per step; reproducible from the
+                seed, statistically the eager steps); False runs every step eagerly.
 
         Returns:
             A :class:`SampleRun`.
@@ -349,30 +374,21 @@ class Sampler(Generic[S]):
         gen = _checks.generator("generator", generator, x0.device)
         check_device(energy, x0)
         fn = as_energy_fn(energy)
-        kept: list[torch.Tensor] = []
-        infos: list[StepInfo] = []
+        kept: list[torch.Tensor] | None = None if thin is None else []
+        infos: list[StepInfo] | None = [] if trace else None
         watch = _FiniteWatch(x0)
+        replay = graphs and not trace and x0.device.type == "cuda"
         with frozen_parameters(energy):
             try:
                 state = self.begin_warmup(self.init(x0, fn), burn_in)
             except ArgumentError as err:  # the energy's own check, put in the caller's terms
                 raise ArgumentError(f"x0 does not fit the energy: {err}") from err
-            for _ in range(burn_in):
-                state = self.step(state, fn, gen)
-                watch.update(state)
-                if trace:
-                    infos.append(state.info)
+            state = self._steps(state, fn, gen, burn_in, watch, replay, infos=infos)
             state = self.end_warmup(state)
             warm = state
-            for i in range(n_steps):
-                state = self.step(state, fn, gen)
-                watch.update(state)
-                if trace:
-                    infos.append(state.info)
-                if thin is not None and (i + 1) % thin == 0:
-                    kept.append(state.x)
+            state = self._steps(state, fn, gen, n_steps, watch, replay, thin, kept, infos)
         watch.check(state.t)
-        samples = torch.stack(kept) if thin is not None and kept else state.x.unsqueeze(0)
+        samples = torch.cat(kept) if kept else state.x.unsqueeze(0)
         # acceptance and divergences of the kept phase; gradient evaluations of the whole run
         kept_steps = max(state.t - warm.t, 1)
         moved = (state.accepted - warm.accepted).float() / kept_steps
@@ -386,7 +402,7 @@ class Sampler(Generic[S]):
             "stuck_chains": _stuck_chains(state, moved, state.t - warm.t),
         }
         traced = None
-        if trace:
+        if infos is not None:
             traced = {
                 name: torch.stack([getattr(i, name) for i in infos])
                 if infos
@@ -394,6 +410,69 @@ class Sampler(Generic[S]):
                 for name in StepInfo.TRACED
             }
         return SampleRun(samples=samples, final=state, info=info, trace=traced)
+
+    def _steps(
+        self,
+        state: S,
+        energy: EnergyFn,
+        generator: torch.Generator | None,
+        n: int,
+        watch: _FiniteWatch,
+        replay: bool,
+        thin: int | None = None,
+        kept: list[torch.Tensor] | None = None,
+        infos: list[StepInfo] | None = None,
+    ) -> S:
+        """``n`` steps from ``state``, each recorded by ``watch``, every ``thin``-th
+        position appended to ``kept`` as a (1, B, ...) block, each step's info to
+        ``infos``; with ``replay`` the steps after the first ``thin`` (or the first one)
+        run as replayed chunks where :meth:`replayable`."""
+        size = graphs.chunk_size(n, thin)
+        every = thin or 1
+        i = 0
+        while i < n:
+            if replay and i > 0 and i % every == 0 and n - i >= 3 * size:
+                replay = False  # one attempt per phase
+                if self.replayable(state):
+                    state, ran = self._replayed(state, energy, generator, n - i, size, thin,
+                                                watch, kept)  # fmt: skip
+                    i += ran
+                    continue
+            state = self.step(state, energy, generator)
+            i += 1
+            watch.update(state)
+            if infos is not None:
+                infos.append(state.info)
+            if kept is not None and i % every == 0:
+                kept.append(state.x.unsqueeze(0))
+        return state
+
+    def _replayed(
+        self,
+        state: S,
+        energy: EnergyFn,
+        generator: torch.Generator | None,
+        n: int,
+        size: int,
+        thin: int | None,
+        watch: _FiniteWatch,
+        kept: list[torch.Tensor] | None,
+    ) -> tuple[S, int]:
+        """The whole chunks of ``size`` steps that fit in ``n``, captured once and
+        replayed (:class:`~ebmlab.samplers.graphs.ChunkedSteps`): the state after them
+        and how many steps ran (fewer if the state's layout changed in a chunk)."""
+        chunks = graphs.ChunkedSteps(self, energy, generator, state, size, thin, capture=True)
+        ran = 0
+        while n - ran >= size:
+            moved = chunks.run()
+            ran += size
+            after = chunks.state() if moved else chunks.broken
+            watch.record(chunks.flags, after.t)
+            if kept is not None:
+                kept.append(chunks.kept.clone())
+            if not moved:
+                return after, ran
+        return chunks.state(), ran
 
     def sample(
         self,
@@ -404,6 +483,7 @@ class Sampler(Generic[S]):
         burn_in: int = 0,
         thin: int | None = None,
         generator: torch.Generator | int | None = None,
+        graphs: bool = True,
     ) -> torch.Tensor:
         """Draw samples: :meth:`run` without its summary.
 
@@ -414,11 +494,13 @@ class Sampler(Generic[S]):
             burn_in: steps first, not kept (adaptive samplers tune in them).
             thin: keep every ``thin``-th state of the ``n_steps``.
             generator: a ``torch.Generator`` on x0's device, or an int seed.
+            graphs: replay chunks of steps as CUDA graphs where they can be (see :meth:`run`).
 
         Returns:
             The final states (B, ...), or the kept trajectory (T, B, ...) given ``thin``.
         """
-        result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator)
+        result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator,
+                          graphs=graphs)  # fmt: skip
         return result.samples if thin is not None else result.samples[0]
 
 

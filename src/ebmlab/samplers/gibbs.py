@@ -62,6 +62,10 @@ class Gibbs(Sampler[SamplerState]):
         off[:, i] = 0.0
         return energy(off.view(shape)) - energy(on.view(shape))
 
+    def replayable(self, state: SamplerState) -> bool:
+        """Sweeps from any ``state`` alike (a random scan draws its sites on the device)."""
+        return True
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = _check_binary(x0)
         with torch.no_grad():
@@ -135,6 +139,10 @@ class BlockGibbs(Sampler[BlockGibbsState]):
             if not hasattr(model, method):
                 raise ArgumentError(f"model must provide {method}(...) for block Gibbs")
         self.model = model
+
+    def replayable(self, state: BlockGibbsState) -> bool:
+        """Steps from any ``state`` alike."""
+        return True
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> BlockGibbsState:
         v = _check_binary(x0)

@@ -118,6 +118,10 @@ class HMC(Sampler[SamplerState]):
             raise ArgumentError(f"step_spread must be >= 1, got {step_spread}")
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
 
+    def replayable(self, state: SamplerState) -> bool:
+        """Steps from any ``state`` alike: the jitter and spread are drawn on the device."""
+        return True
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         return SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
 
@@ -243,6 +247,11 @@ class AdaptiveHMC(HMC):
         their own mass, 1 / beta at first (equivalent to HMC's step / sqrt(beta)), then
         adapted from their own variance."""
         return self._with(tuning=self.tuning.tempered(beta))
+
+    def replayable(self, state: AdaptiveState) -> bool:
+        """Never, whatever the ``state``: the trajectory's length follows the step index
+        (Halton jitter)."""
+        return False
 
     def _n_leapfrog(self, length: float, step_size: float) -> int:
         return max(1, min(self.max_leapfrog, math.ceil(length / step_size)))

@@ -71,6 +71,11 @@ class Langevin(Sampler[SamplerState]):
         """Step size / beta: the ULA step matched to the tempered scale (SGLD noise kept)."""
         return self._rescaled("step_size", beta, 1.0)
 
+    def replayable(self, state: SamplerState) -> bool:
+        """Steps from any ``state`` alike, unless a ``schedule`` changes the step size
+        by step index."""
+        return self.schedule is None
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = x0.detach().clone()
         if self.clamp is not None:

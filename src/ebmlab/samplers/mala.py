@@ -71,6 +71,10 @@ class MALA(Sampler[TunedState]):
             raise ArgumentError("a MALA kernel that tunes its step size cannot be tempered")
         return self._rescaled("step_size", beta, 1.0)
 
+    def replayable(self, state: TunedState) -> bool:
+        """Steps from ``state`` alike once the step size is no longer tuned."""
+        return self.tuning is None or not self.tuning.warming(state)
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
         start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
         if self.tuning is not None and self.tuning.adapt_mass:

@@ -25,6 +25,10 @@ class MetropolisHastings(Sampler[SamplerState]):
         """Proposal scale / sqrt(beta), matched to the tempered distributions' width."""
         return self._rescaled("scale", beta, 0.5)
 
+    def replayable(self, state: SamplerState) -> bool:
+        """Steps from any ``state`` alike."""
+        return True
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> SamplerState:
         x = x0.detach().clone()
         with torch.no_grad():

@@ -46,6 +46,10 @@ class _Kinetic(Sampler[KineticState]):
         start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
         return start.as_kind(KineticState, momentum=torch.zeros_like(start.x))
 
+    def replayable(self, state: KineticState) -> bool:
+        """Steps from any ``state`` alike."""
+        return True
+
     def _advanced(
         self,
         state: KineticState,

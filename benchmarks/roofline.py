@@ -1,0 +1,119 @@
+"""How far a benchmark row is from what the device can do.
+
+A row's useful work is counted once, by running it under a dispatch mode that applies
+torch's flop formulas: the floating-point operations of its matrix products and
+convolutions, forward and backward, the arithmetic that sets the pace of the networks
+and RBMs measured here (elementwise work is left out, so the fraction is a floor).
+The device's peak is measured once per run by a probe: a large square matrix product
+in the row's dtype (float32, on a GPU also TF32 for the convolutions cuDNN runs in it
+by default, bfloat16), and a device-to-device copy for the memory bandwidth. A row
+then carries its FLOPs, its achieved rate and the fraction of the probe's rate, with
+the probe named.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """The matrix-product and convolution FLOPs of one call of ``fn`` (run eagerly),
+    counted on its second call: the first may include one-off work (a capability
+    probe timing a product, a cache filled)."""
+    fn()
+    with _FlopCount() as counter:
+        fn()
+    return counter.total
+
+
+class _FlopCount(TorchDispatchMode):
+    """Sums the FLOPs of the operations torch's flop counter knows (products and
+    convolutions). ``FlopCounterMode`` itself also tracks modules with hooks, which
+    fail inside ``torch.autograd.grad`` (the samplers' and SGLD loops' gradients)."""
+
+    total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        count = flop_registry.get(func._overloadpacket)
+        if count is not None:
+            self.total += int(count(*args, **kwargs, out_val=out))
+        return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    fn()
+    _sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@functools.cache
+def peak_flops(
+    device: torch.device, dtype: torch.dtype = torch.float32, tf32: bool = False
+) -> float:
+    """FLOP/s of an n x n x n matrix product in ``dtype`` on ``device`` (n = 8192 on a
+    GPU, 2048 on a CPU; the best of a few); ``tf32``: float32 products on a GPU's
+    TF32 tensor cores, as cuDNN runs float32 convolutions by default."""
+    n = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    setting = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        seconds = _best_seconds(lambda: a @ b, device, 5)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = setting
+    return 2 * n**3 / seconds
+
+
+@functools.cache
+def peak_bandwidth(device: torch.device) -> float:
+    """Bytes/s of a device-to-device copy of 1 GiB on a GPU (256 MiB on a CPU), counting
+    the bytes read and written."""
+    size = 2**30 if device.type == "cuda" else 2**28
+    src = torch.empty(size, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    seconds = _best_seconds(lambda: dst.copy_(src), device, 5)
+    return 2 * size / seconds
+
+
+def peak_name(device: torch.device, dtype: torch.dtype, tf32: bool = False) -> str:
+    """How :func:`peak_flops` was measured, for the row."""
+    n = 8192 if device.type == "cuda" else 2048
+    tf32 = tf32 and dtype == torch.float32 and device.type == "cuda"
+    label = "tf32" if tf32 else str(dtype).removeprefix("torch.")
+    return f"{label} matmul {n}^3 probe"
+
+
+def roofline(
+    flops: int, seconds: float, device: torch.device, dtype: torch.dtype, tf32: bool = False
+) -> dict:
+    """The roofline fields of a row that did ``flops`` in ``seconds`` in ``dtype``
+    (``tf32``: its float32 products ran on TF32 tensor cores)."""
+    tf32 = tf32 and dtype == torch.float32 and device.type == "cuda"
+    peak = peak_flops(device, dtype, tf32)
+    return {
+        "flops": flops,
+        "tflop_per_s": flops / seconds / 1e12,
+        "peak_tflop_per_s": peak / 1e12,
+        "peak": peak_name(device, dtype, tf32),
+        "fraction_of_peak": flops / seconds / peak,
+    }

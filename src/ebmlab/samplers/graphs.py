@@ -1,0 +1,195 @@
+"""Chunks of sampler steps replayed as CUDA graphs.
+
+A sampler step launches a dozen small kernels or more. On a GPU with small or medium
+chains the launches from Python, not the arithmetic, then set the pace. When a
+kernel's steps do the same device work at every step (:meth:`Sampler.replayable`:
+no step size that follows the step index, no host-side decision), the chains' state
+is kept in fixed buffers and a chunk of steps is captured once as a CUDA graph, then
+replayed with one launch per chunk. The random numbers are drawn inside the graph
+from a generator of the chunks' own, seeded from the run's generator, whose Philox
+offset each replay advances: a replayed run is reproducible from its seed and
+statistically the eager run, and an energy that cannot be captured leaves the run's
+generator as it was (the run goes on eagerly from where the chunks stopped).
+
+:class:`ChunkedSteps` runs the chunks; without capture (``capture=False``) it calls
+the same chunk eagerly, the path the tests compare on any device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ebmlab.devices import CaptureError, warm_and_capture
+from ebmlab.samplers.diagnostics import SamplingWarning
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ebmlab.energies.base import EnergyFn
+    from ebmlab.samplers.base import Sampler, SamplerState
+
+MAX_CHUNK = 64  # steps per graph at most: the run's finiteness is read back as often
+MIN_CHUNK = 4
+COUNTERS = ("t", "n_grad_evals")  # the integer fields a step advances
+
+
+def chunk_size(n_steps: int, thin: int | None) -> int:
+    """Steps per captured chunk for a phase of ``n_steps``: a power of two near an
+    eighth of them, between :data:`MIN_CHUNK` and :data:`MAX_CHUNK` (capturing a chunk
+    costs about as much host time as running it eagerly), rounded to a multiple of
+    ``thin`` so that every chunk keeps the same positions."""
+    size = MIN_CHUNK
+    while size * 2 <= min(MAX_CHUNK, n_steps // 8):
+        size *= 2
+    return size if thin is None else thin * max(1, size // thin)
+
+
+def tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors of a state, in field order, nested dataclasses (``info``) included."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [t for f in dataclasses.fields(value) for t in tensors(getattr(value, f.name))]
+    return []
+
+
+def layout(value: Any) -> tuple:
+    """What a state holds besides its tensors' values: its classes, where its tensors
+    sit (with shape and dtype) and its other fields' values, the counters left out. Two
+    states of equal layout differ only in their tensors' values and their counters."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value) if f.name not in COUNTERS]
+        return (type(value), *((name, layout(getattr(value, name))) for name in names))
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ("value", value)
+    return ("object", id(value))
+
+
+def rebuilt(template: Any, values: Iterator[torch.Tensor]) -> Any:
+    """``template`` (a state) with its tensors replaced, in :func:`tensors` order, by
+    ``values``."""
+    if isinstance(template, torch.Tensor):
+        return next(values)
+    if dataclasses.is_dataclass(template) and not isinstance(template, type):
+        changes = {}
+        for f in dataclasses.fields(template):
+            field = getattr(template, f.name)
+            if tensors(field):
+                changes[f.name] = rebuilt(field, values)
+        return dataclasses.replace(template, **changes) if changes else template
+    return template
+
+
+def finite_rows(x: torch.Tensor) -> torch.Tensor:
+    """Which chains (rows of ``x``) are finite, (B,) bool: a row is when its sum is,
+    taken in at least single precision so that finite half-precision chains do not
+    overflow."""
+    low = x.is_floating_point() and x.element_size() < 4
+    return x.flatten(1).sum(1, dtype=torch.float32 if low else None).isfinite()
+
+
+class ChunkedSteps:
+    """Steps of ``kernel`` from ``state`` in chunks of ``size``: the state lives in
+    fixed buffers, a chunk reads and writes them, records each step's finite chains in
+    ``flags`` (size, B) and every ``thin``-th position in ``kept`` (size / thin, B, ...).
+    The first chunk runs eagerly (on a side stream, as CUDA graphs want before a
+    capture); with ``capture`` the next ones replay it as one CUDA graph.
+
+    Args:
+        kernel: the sampler; its steps from ``state`` must be replayable.
+        energy: the energy callable.
+        generator: the run's generator (``None``: the device's default one); with
+            ``capture`` it seeds the chunks' own.
+        state: the chains' state after at least one step (its layout is final).
+        size: steps per chunk, a multiple of ``thin``.
+        thin: keep every ``thin``-th state (``None``: keep none).
+        capture: capture the chunk as a CUDA graph (CUDA devices only).
+    """
+
+    def __init__(
+        self,
+        kernel: Sampler,
+        energy: EnergyFn,
+        generator: torch.Generator | None,
+        state: SamplerState,
+        size: int,
+        thin: int | None,
+        capture: bool,
+    ) -> None:
+        self.kernel, self.energy, self.generator = kernel, energy, generator
+        self.size, self.thin = size, thin
+        self.template = state
+        self.buffers = [t.clone() for t in tensors(state)]
+        x = state.x
+        self.flags = torch.empty(size, x.shape[0], dtype=torch.bool, device=x.device)
+        self.kept = None if thin is None else x.new_empty(size // thin, *x.shape)
+        self.capture = capture and x.device.type == "cuda"
+        if self.capture:  # a failed capture spoils the generator it drew from: not the run's
+            seed = torch.randint(2**62, (), generator=generator, device=x.device)
+            self.generator = torch.Generator(x.device).manual_seed(int(seed))
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.advance: dict[str, int] = {}  # per chunk, of each counter
+        self.counters = {name: getattr(state, name) for name in COUNTERS}
+        self.broken: SamplerState | None = None  # the state where the layout changed
+
+    def _chunk(self) -> bool:
+        """``size`` steps from the buffers, their result written back into them; False
+        (nothing written back) when the state's layout changed on the way."""
+        state = rebuilt(self.template, iter(self.buffers))
+        for j in range(self.size):
+            state = self.kernel.step(state, self.energy, self.generator)
+            self.flags[j] = finite_rows(state.x)
+            if self.thin is not None and (j + 1) % self.thin == 0:
+                self.kept[(j + 1) // self.thin - 1] = state.x
+        if layout(state) != layout(self.template):
+            self.broken = state
+            return False
+        self.advance = {name: getattr(state, name) - getattr(self.template, name)
+                        for name in COUNTERS}  # fmt: skip
+        results = [t.clone() for t in tensors(state)]  # a result may alias a buffer
+        for buffer, result in zip(self.buffers, results, strict=True):
+            buffer.copy_(result)
+        return True
+
+    def run(self) -> bool:
+        """One chunk of steps; False when the layout changed in it (the steps are then
+        not replayable: :attr:`broken` holds the state to go on from eagerly)."""
+        if self.graph is not None:
+            self.graph.replay()
+        elif self.capture:
+            self.graph = self._warm_and_capture()
+        else:
+            self._chunk()
+        if self.broken is not None:
+            return False
+        for name, step in self.advance.items():
+            self.counters[name] += step
+        return True
+
+    def _warm_and_capture(self) -> torch.cuda.CUDAGraph | None:
+        """Run the first chunk (real steps) on a side stream, then capture the next;
+        ``None``, after a :class:`SamplingWarning`, when the steps cannot be captured
+        (an energy that reads values back to the host, say): the first chunk and the
+        next ones then run eagerly."""
+        try:
+            return warm_and_capture(self._chunk, self.buffers[0].device, self.generator)
+        except CaptureError as err:
+            warnings.warn(
+                f"the sampler's steps could not be captured as a CUDA graph ({err}); "
+                "they run eagerly (Sampler.run(graphs=False) says so up front)",
+                SamplingWarning,
+                stacklevel=4,
+            )
+            self.capture = False
+            if not err.ran:  # the buffers are untouched: the chunk runs again, eagerly
+                self._chunk()
+            return None
+
+    def state(self) -> SamplerState:
+        """The chains' state after the chunks run so far."""
+        return rebuilt(self.template, iter(self.buffers)).replace(**self.counters)

@@ -1,0 +1,278 @@
+"""Chunks of steps replayed as CUDA graphs (ebmlab.samplers.graphs).
+
+On any device the chunked path runs its chunks eagerly from fixed buffers; it must
+give the eager loop's answer bit for bit: the same positions, counts, kept samples and
+the same report of a chain turning non-finite. On a CUDA GPU the chunks are captured
+and replayed from a generator of their own; the tests marked ``cuda`` check that the
+replayed run is reproducible and samples the target as the eager run does.
+"""
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+
+from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
+from ebmlab.samplers import (
+    HMC,
+    MALA,
+    SGHMC,
+    BlockGibbs,
+    Gibbs,
+    Langevin,
+    MetropolisHastings,
+    UnderdampedLangevin,
+)
+from ebmlab.samplers.base import NonFiniteChainError, _FiniteWatch
+from ebmlab.samplers.diagnostics import SamplingWarning, effective_sample_size
+from ebmlab.samplers.graphs import ChunkedSteps, chunk_size, layout, rebuilt, tensors
+from ebmlab.testing import assert_mean_close
+
+MEAN = torch.tensor([1.0, -1.0])
+COV = torch.tensor([[1.0, 0.8], [0.8, 1.5]])
+
+
+def continuous(device="cpu"):
+    return Gaussian(MEAN, COV).to(device), torch.randn(64, 2, device=device)
+
+
+def binary(device="cpu"):
+    torch.manual_seed(0)
+    rbm = BernoulliRBM(6, 3).to(device)
+    return rbm, (torch.rand(32, 6, device=device) < 0.5).float()
+
+
+KERNELS = {
+    "langevin": (lambda t: Langevin(0.05), continuous),
+    "mala": (lambda t: MALA(0.2), continuous),
+    "hmc": (lambda t: HMC(0.2, 5), continuous),
+    "underdamped": (lambda t: UnderdampedLangevin(0.1), continuous),
+    "sghmc": (lambda t: SGHMC(0.01), continuous),
+    "metropolis": (lambda t: MetropolisHastings(0.5), continuous),
+    "gibbs": (lambda t: Gibbs(), binary),
+    "block-gibbs": (lambda t: BlockGibbs(t), binary),
+}
+
+
+def eager_and_chunked(kernel, target, x0, n, thin, device="cpu"):
+    """The same n kept steps run eagerly and through the chunked path (capture off on
+    the CPU), from one seed: (final state, kept samples) of each."""
+    results = []
+    for replay in (False, True):
+        gen = torch.Generator(device).manual_seed(7)
+        state = kernel.init(x0, target)
+        kept = [] if thin else None
+        state = kernel._steps(state, target, gen, n, _FiniteWatch(x0), replay, thin, kept)
+        results.append((state, torch.cat(kept) if kept else None))
+    return results
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_chunked_steps_reproduce_the_eager_steps_bit_for_bit(name):
+    make, data = KERNELS[name]
+    target, x0 = data()
+    kernel = make(target)
+    assert kernel.replayable(kernel.init(x0, target))
+    (eager, kept_eager), (chunked, kept_chunked) = eager_and_chunked(kernel, target, x0, 83, 2)
+    assert chunked.t == eager.t == 83
+    assert chunked.n_grad_evals == eager.n_grad_evals
+    for a, b in zip(tensors(eager), tensors(chunked), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert kept_chunked.shape == kept_eager.shape == (41, *x0.shape)
+    torch.testing.assert_close(kept_chunked, kept_eager, rtol=0, atol=0)
+
+
+def test_a_chunk_with_a_wrong_advance_would_be_seen():
+    """Negative control: a chunked run shorter by one step differs from the eager one."""
+    target, x0 = continuous()
+    kernel = Langevin(0.05)
+    (eager, _), _ = eager_and_chunked(kernel, target, x0, 83, None)
+    (shorter, _), _ = eager_and_chunked(kernel, target, x0, 82, None)
+    assert not torch.equal(eager.x, shorter.x)
+
+
+def test_chunk_sizes_are_powers_of_two_that_keep_thinned_positions():
+    assert chunk_size(20, None) == 4
+    assert chunk_size(200, None) == 16
+    assert chunk_size(10_000, None) == 64
+    assert chunk_size(200, 3) == 15 and chunk_size(200, 3) % 3 == 0
+    assert chunk_size(200, 100) == 100
+
+
+def test_a_state_rebuilt_from_its_tensors_has_the_same_layout():
+    target, x0 = continuous()
+    kernel = MALA(0.2)
+    state = kernel.step(kernel.init(x0, target), target, torch.Generator().manual_seed(0))
+    copies = [t.clone() for t in tensors(state)]
+    again = rebuilt(state, iter(copies))
+    assert layout(again) == layout(state)
+    assert all(a is b for a, b in zip(tensors(again), copies, strict=True))
+    other = dataclasses.replace(state, step_size=0.3)
+    assert layout(other) != layout(state)  # a changed setting is a different layout
+
+
+class GrowingKernel(Langevin):
+    """A kernel that claims to be replayable but changes its state's layout at step 20:
+    the chunked path must see it and go on eagerly."""
+
+    def replayable(self, state):
+        return True
+
+    def step(self, state, energy, generator=None):
+        new = super().step(state, energy, generator)
+        return new.replace(info=None) if new.t >= 20 else new
+
+
+def test_a_layout_change_inside_a_chunk_falls_back_to_eager_steps():
+    target, x0 = continuous()
+    kernel = GrowingKernel(0.05)
+    state = kernel.init(x0, target)
+    out = kernel._steps(state, target, torch.Generator().manual_seed(0), 90, _FiniteWatch(x0), True)
+    assert out.t == 90 and out.info is None
+
+
+def test_chunked_steps_report_a_diverging_chain_at_the_eager_step():
+    def blowing_up(x):
+        return -(x**4).sum(1)  # the drift pushes chains away ever faster
+
+    x0 = torch.zeros(8, 2)
+    x0[3] = 2.0
+    messages = []
+    for replay in (False, True):
+        with pytest.raises(NonFiniteChainError) as err:
+            kernel = Langevin(0.05)
+            state = kernel.init(x0, blowing_up)
+            watch = _FiniteWatch(x0)
+            gen = torch.Generator().manual_seed(0)
+            state = kernel._steps(state, blowing_up, gen, 300, watch, replay)
+            watch.check(state.t)
+        messages.append(str(err.value))
+    assert "chain 3 became non-finite (NaN or inf) at step 6 of" in messages[0]
+    # the same chain and step; " of t" says when the record was read back
+    assert messages[0].split(" of ")[0] == messages[1].split(" of ")[0]
+
+
+def test_chunks_hold_fixed_buffers_and_the_state_reads_them():
+    target, x0 = continuous()
+    kernel = HMC(0.2, 3)
+    gen = torch.Generator().manual_seed(0)
+    state = kernel.step(kernel.init(x0, target), target, gen)
+    chunks = ChunkedSteps(kernel, target, gen, state, 8, None, capture=True)  # CPU: no capture
+    buffers = [b.data_ptr() for b in chunks.buffers]
+    assert chunks.run() and chunks.run()
+    assert [b.data_ptr() for b in chunks.buffers] == buffers
+    after = chunks.state()
+    assert after.t == state.t + 16 and after.n_grad_evals == state.n_grad_evals + 16 * 3
+    assert chunks.graph is None and chunks.flags.all()
+
+
+def energy_counting(target):
+    calls = []
+
+    def energy(x):
+        calls.append(1)
+        return target(x)
+
+    return energy, calls
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_on_the_cpu_every_step_runs_eagerly(graphs):
+    target, x0 = continuous()
+    energy, calls = energy_counting(target)
+    Langevin(0.05).run(energy, x0, 200, generator=0, graphs=graphs)
+    assert len(calls) == 200
+
+
+# On a CUDA GPU: captured, replayed, and compared with the eager run.
+
+
+def exact_mean(target, x0):
+    """The target's mean: the Gaussian's, or the RBM's visible marginals by enumeration."""
+    if isinstance(target, Gaussian):
+        return MEAN
+    d = x0.shape[1]
+    states = ((torch.arange(2**d)[:, None] >> torch.arange(d)) & 1).float().to(x0.device)
+    with torch.no_grad():
+        weights = torch.softmax(-target(states).double(), 0)
+    return (weights[:, None] * states.double()).sum(0).float().cpu()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", KERNELS)
+def test_replayed_graphs_sample_the_target_as_the_eager_run_does(name):
+    make, data = KERNELS[name]
+    target, x0 = data("cuda")
+    kernel = make(target)
+    runs = {g: kernel.run(target, x0, 600, burn_in=200, thin=2, generator=11, graphs=g)
+            for g in (False, True)}  # fmt: skip
+    eager, replayed = runs[False], runs[True]
+    assert replayed.info["n_steps"] == eager.info["n_steps"] == 800
+    assert replayed.info["n_grad_evals"] == eager.info["n_grad_evals"]
+    assert replayed.samples.shape == eager.samples.shape == (300, *x0.shape)
+    again = kernel.run(target, x0, 600, burn_in=200, thin=2, generator=11)
+    assert torch.equal(again.samples, replayed.samples)  # reproducible from the seed
+    assert not torch.equal(eager.samples, replayed.samples)  # the chunks' own stream
+    mean = exact_mean(target, x0)
+    for run in (eager, replayed):
+        samples = run.samples.cpu()
+        ess = effective_sample_size(samples).clamp_min(10)
+        assert_mean_close(samples.reshape(-1, x0.shape[1]), mean, ess=ess)
+
+
+@pytest.mark.cuda
+def test_replayed_langevin_launches_python_steps_for_few_chunks_only():
+    target, x0 = continuous("cuda")
+    energy, calls = energy_counting(target)
+    Langevin(0.05).run(energy, x0, 400, generator=0)
+    # one eager step, one warm-up chunk and one captured chunk of 32, then the tail
+    assert len(calls) < 100
+    calls.clear()
+    Langevin(0.05).run(energy, x0, 400, generator=0, graphs=False)
+    assert len(calls) == 400
+
+
+@pytest.mark.cuda
+def test_replayed_langevin_recovers_the_gaussian_moments():
+    target = Gaussian(MEAN, COV).cuda()
+    x0 = torch.randn(512, 2, device="cuda")
+    traj = Langevin(0.02).sample(target, x0, 2000, burn_in=300, thin=4, generator=3)
+    ess = effective_sample_size(traj.cpu())
+    # ULA's bias at h = 0.02 is about h/2 of the variance: well inside the tolerance
+    assert_mean_close(traj.reshape(-1, 2).cpu(), MEAN, ess=ess)
+    cov = torch.cov(traj.reshape(-1, 2).T.cpu())
+    torch.testing.assert_close(cov, COV, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.cuda
+def test_an_energy_that_reads_values_back_runs_eagerly_and_spares_the_generator():
+    target, x0 = continuous("cuda")
+
+    def syncing(x):
+        if float(x.abs().max()) > 1e6:  # a host read-back: not capturable
+            raise AssertionError("unreachable")
+        return target(x)
+
+    gen = torch.Generator("cuda").manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = Langevin(0.05).run(syncing, x0, 200, generator=gen)
+    assert any(issubclass(w.category, SamplingWarning) for w in caught)
+    assert run.final.t == 200 and torch.isfinite(run.final.x).all()
+    torch.randn(4, device="cuda", generator=gen)  # the run's generator still draws
+    again = Langevin(0.05).run(target, x0, 200, generator=gen)  # and captures
+    assert again.final.t == 200
+
+
+@pytest.mark.cuda
+def test_replayed_mlp_langevin_with_bfloat16_gradients_is_reproducible():
+    torch.manual_seed(0)
+    model = MLPEnergy(16, hidden=(64, 64)).cuda()
+    model.grad_dtype = torch.bfloat16
+    x0 = torch.randn(256, 16, device="cuda")
+    a = Langevin(1e-3).sample(model, x0, 200, generator=1)
+    b = Langevin(1e-3).sample(model, x0, 200, generator=1)
+    c = Langevin(1e-3).sample(model, x0, 200, generator=1, graphs=False)
+    assert torch.equal(a, b) and torch.isfinite(a).all()
+    assert not torch.equal(a, c)  # replayed, not eager
