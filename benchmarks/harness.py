@@ -6,6 +6,10 @@ loop, scikit-learn, ...) doing the same work; the two are run alternately so
 that both see the same machine state, and the ratio of medians is reported as
 ``anchor / ebmlab`` (above 1: ebmlab is faster). A :class:`MetricCase` compares a
 quality number instead (e.g. effective samples per gradient), ratio ebmlab / anchor.
+A timed row also gives its roofline (:mod:`benchmarks.roofline`): the FLOPs of
+ebmlab's call, its rate and the fraction of the CPU's peak in the row's dtype
+(``Case.dtype``) measured by a product probe on the same threads (rows without
+products give none).
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
+from benchmarks.roofline import count_flops, peak_flops
+
 
 @dataclass
 class Case:
@@ -26,6 +34,7 @@ class Case:
     anchor_name: str
     repeats: int = 5
     warmup: int = 1
+    dtype: torch.dtype = torch.float32  # of ebmlab's products, for the roofline's peak
 
 
 @dataclass
@@ -47,6 +56,8 @@ class Result:
     anchor: float
     unit: str = "s"
     higher_is_better: bool = False
+    flops: int = 0  # ebmlab's call's products (timed rows)
+    fraction_of_peak: float | None = None  # of the CPU's product probe in the row's dtype
 
     @property
     def ratio(self) -> float:
@@ -76,23 +87,32 @@ def measure(case: Case | MetricCase) -> Result:
         pair = [(ours, case.ebmlab), (theirs, case.anchor)]
         for store, fn in pair if i % 2 == 0 else pair[::-1]:
             store.append(_time(fn))
-    return Result(case.what, case.anchor_name, statistics.median(ours), statistics.median(theirs))
+    seconds = statistics.median(ours)
+    flops = count_flops(case.ebmlab)
+    peak = peak_flops(torch.device("cpu"), case.dtype)
+    fraction = flops / seconds / peak if flops else None
+    return Result(case.what, case.anchor_name, seconds, statistics.median(theirs),
+                  flops=flops, fraction_of_peak=fraction)  # fmt: skip
 
 
 def markdown_table(results: list[Result]) -> str:
     lines = [
-        "| what | unit | ebmlab | anchor | anchor value | ratio |",
-        "|---|---|---:|---|---:|---:|",
+        "| what | unit | ebmlab | anchor | anchor value | ratio | GFLOP/s | of peak |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
+        rate, share = "-", "-"
+        if r.fraction_of_peak is not None:
+            rate, share = f"{r.flops / r.ebmlab / 1e9:.3g}", f"{100 * r.fraction_of_peak:.1f} %"
         lines.append(
             f"| {r.what} | {r.unit} | {r.ebmlab:.4g} | {r.anchor_name} | {r.anchor:.4g} | "
-            f"{r.ratio:.2f} |"
+            f"{r.ratio:.2f} | {rate} | {share} |"
         )
     return "\n".join(lines)
 
 
-def write_json(results: list[Result], path: Path) -> None:
+def write_json(results: list[Result], path: Path, machine: dict) -> None:
+    """The rows with the ``machine`` they ran on (CPU, flags, threads, peak)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = [{**asdict(r), "ratio": r.ratio} for r in results]
-    path.write_text(json.dumps(rows, indent=2) + "\n")
+    path.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")

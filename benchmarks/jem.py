@@ -132,6 +132,7 @@ def cases() -> list[Case]:
             anchor=lambda: book_epoch(data.x, data.y),
             anchor_name="the book's listing (plain PyTorch)",
             repeats=3,
+            dtype=getattr(torch, sampler),
         )
         for what, sampler, train in variants
     ]

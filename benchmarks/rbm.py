@@ -128,6 +128,7 @@ def cases() -> list[Case | MetricCase]:
                 anchor=lambda: sklearn_epoch(x),
                 anchor_name="sklearn BernoulliRBM (float64, PCD-1)",
                 repeats=3,
+                dtype=torch.bfloat16,
             )
         )
         test = mnist_binary("test")

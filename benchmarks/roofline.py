@@ -45,7 +45,13 @@ class _FlopCount(TorchDispatchMode):
         count = flop_registry.get(func._overloadpacket)
         if count is not None:
             self.total += int(count(*args, **kwargs, out_val=out))
+        elif func._overloadpacket == _PACKED_LINEAR:  # oneDNN's, on packed CPU weights
+            k = args[0].shape[-1]
+            self.total += 2 * (args[0].numel() // k) * k * out.shape[-1]
         return out
+
+
+_PACKED_LINEAR = torch.ops.mkldnn._linear_pointwise
 
 
 def _sync(device: torch.device) -> None:

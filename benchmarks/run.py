@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
-import platform
 from pathlib import Path
 
 import torch
@@ -19,9 +18,19 @@ from threadpoolctl import threadpool_limits
 
 import benchmarks
 from benchmarks.harness import markdown_table, measure, write_json
+from benchmarks.roofline import peak_flops, peak_name
+from ebmlab import hardware
 
-SKIP = {"harness", "run", "gpu", "posteriors", "posterior_models", "blackjax_runner",
-        "fashion_rbm", "energy_matching"}
+SKIP = {
+    "harness",
+    "run",
+    "gpu",
+    "posteriors",
+    "posterior_models",
+    "blackjax_runner",
+    "fashion_rbm",
+    "energy_matching",
+}
 # each runs on its own: python -m benchmarks.gpu, python -m benchmarks.posteriors, ...
 
 
@@ -45,10 +54,20 @@ def main() -> None:
             for case in module.cases():
                 results.append(measure(case))
                 print(f"measured: {case.what}", flush=True)
-    machine = platform.processor() or platform.machine()
-    print(f"\ntorch {torch.__version__}, {args.threads} thread(s), {machine}\n")
+    cpu = torch.device("cpu")
+    machine = {
+        "cpu": hardware.cpu_name(),
+        "flags": sorted(name for name, on in hardware.cpu_features().items() if on),
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "float32_gflop_per_s": peak_flops(cpu, torch.float32) / 1e9,
+        "peak": peak_name(cpu, torch.float32),
+    }
+    print(f"\ntorch {torch.__version__}, {args.threads} thread(s), {machine['cpu']} "
+          f"({', '.join(machine['flags'])}), float32 peak "
+          f"{machine['float32_gflop_per_s']:.0f} GFLOP/s\n")  # fmt: skip
     print(markdown_table(results))
-    write_json(results, Path(__file__).parent / "results" / "results.json")
+    write_json(results, Path(__file__).parent / "results" / "results.json", machine)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,7 @@ def cases() -> list[Case | MetricCase]:
             ebmlab=lambda: langevin.sample(mlp_bf16, x_mlp, LANGEVIN_STEPS, generator=gen),
             anchor=lambda: hand_written_langevin(mlp, x_mlp, LANGEVIN_STEPS, 0.01, gen),
             anchor_name="hand-written autograd loop (float32)",
+            dtype=torch.bfloat16,
         ),
         Case(
             what=f"HMC, 10-d Gaussian, 1024 chains, {HMC_STEPS} x {LEAPFROG} leapfrog",

@@ -89,11 +89,25 @@ def test_the_override_turns_every_cpu_fast_path_off(monkeypatch):
         hardware._packed_linear.cache_clear()
 
 
-def test_bfloat16_kernels_follow_the_onednn_isa_limit(monkeypatch):
+def test_packed_kernels_follow_the_onednn_isa_limit(monkeypatch):
+    """oneDNN held at AVX2 has neither bfloat16 nor AVX-512 float32 kernels: its packed
+    float32 product would then be slower than the BLAS behind addmm, which is not held."""
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     hardware._packed_linear.cache_clear()
     try:
         assert not hardware.packed_linear(torch.device("cpu"), torch.bfloat16)
+        assert not hardware.packed_linear(torch.device("cpu"), torch.float32)
+    finally:
+        hardware._packed_linear.cache_clear()
+
+
+def test_avx512_float32_packing_when_onednn_is_not_held(monkeypatch):
+    if not hardware.cpu_features()["avx512"]:
+        pytest.skip("an AVX-512 CPU")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
+    hardware._packed_linear.cache_clear()
+    try:  # the negative control of the test above: the same check, not held
+        assert hardware.packed_linear(torch.device("cpu"), torch.float32)
     finally:
         hardware._packed_linear.cache_clear()
 

@@ -26,8 +26,9 @@ import torch
 
 from ebmlab import devices
 
-# oneDNN instruction-set limits under which its bfloat16 kernels are unavailable
-_ISAS_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI"}
+# oneDNN instruction-set limits under which its AVX-512 and bfloat16 kernels are unavailable
+_ISAS_WITHOUT_AVX512 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"}
+_ISAS_WITHOUT_BF16 = _ISAS_WITHOUT_AVX512 - {"AVX2_VNNI_2"}
 
 
 @functools.cache
@@ -95,9 +96,12 @@ def cpu_fast_paths_allowed() -> bool:
     return os.environ.get("EBMLAB_CPU_FAST_PATHS", "1").lower() not in ("0", "off", "false")
 
 
+def _onednn_isa_limit() -> str:
+    return os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).upper()
+
+
 def _onednn_isa_has_bf16() -> bool:
-    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", ""))
-    return limit.upper() not in _ISAS_WITHOUT_BF16
+    return _onednn_isa_limit() not in _ISAS_WITHOUT_BF16
 
 
 def _packed_linear_works(dtype: torch.dtype) -> bool:
@@ -128,11 +132,14 @@ def _packed_linear(dtype: torch.dtype) -> bool:
 
 def packed_linear(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether weights on ``device`` in ``dtype`` can use oneDNN's packed layout here:
-    bfloat16 on CPUs with bfloat16 units, float32 on AVX-512 CPUs (on AVX2 ones, AMD EPYC
-    among them, the packed float32 product measured slower than ``addmm``)."""
+    bfloat16 on CPUs with bfloat16 units, float32 on AVX-512 CPUs whose oneDNN is not
+    held below AVX-512 (``ONEDNN_MAX_CPU_ISA``): on AVX2 ones, AMD EPYC among them, the
+    packed float32 product measured slower than ``addmm``."""
     if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
         return False
-    if dtype == torch.float32 and not cpu_features()["avx512"]:
+    if dtype == torch.float32 and (
+        not cpu_features()["avx512"] or _onednn_isa_limit() in _ISAS_WITHOUT_AVX512
+    ):
         return False
     return _packed_linear(dtype)
 

@@ -1,0 +1,42 @@
+"""The benchmarks' roofline: FLOPs counted by formula, the peak probe, the harness's
+fields. A count that missed a product kind (oneDNN's packed one) would understate a
+row's rate, so the counts are checked against the products' own sizes."""
+
+import pytest
+import torch
+from benchmarks.harness import Case, measure
+from benchmarks.roofline import count_flops, peak_flops, roofline
+
+from ebmlab import hardware
+
+
+def test_products_and_their_backward_are_counted_by_their_sizes():
+    a, b = torch.randn(30, 40), torch.randn(40, 50)
+    assert count_flops(lambda: a @ b) == 2 * 30 * 40 * 50
+    x = torch.randn(30, 40, requires_grad=True)
+    # forward, then the input gradient only (b needs none)
+    assert count_flops(lambda: torch.autograd.grad((x @ b).sum(), x)) == 2 * 2 * 30 * 40 * 50
+    assert count_flops(lambda: a + 1) == 0  # elementwise work is not counted
+
+
+def test_onednn_packed_products_count_like_addmm():
+    if not hardware.packed_linear(torch.device("cpu"), torch.float32):
+        pytest.skip("no packed float32 kernel on this CPU: nothing to miss")
+    w, x, bias = torch.randn(24, 40), torch.randn(300, 40), torch.randn(24)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w)
+    ops = torch.ops.mkldnn._linear_pointwise
+    counted = count_flops(lambda: ops(x, packed, bias, "none", [], ""))
+    assert counted == count_flops(lambda: torch.addmm(bias, x, w.t())) == 2 * 300 * 40 * 24
+
+
+def test_a_row_gets_its_rate_and_fraction_of_the_probe_peak():
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    peak = peak_flops(torch.device("cpu"))
+    assert peak > 1e8  # any CPU multiplies faster than 0.1 GFLOP/s
+    row = roofline(2 * 256**3, 1.0, torch.device("cpu"), torch.float32)
+    assert row["flops"] == 2 * 256**3 and 0 < row["fraction_of_peak"] < 1
+    result = measure(Case("a product", lambda: a @ b, lambda: b @ a, "the other", repeats=2))
+    assert result.flops == 2 * 256**3
+    assert 0 < result.fraction_of_peak < 2  # timing noise can exceed the probe slightly
+    none = measure(Case("elementwise", lambda: a + 1, lambda: b + 1, "the other", repeats=2))
+    assert none.flops == 0 and none.fraction_of_peak is None
