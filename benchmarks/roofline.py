@@ -43,7 +43,10 @@ class _FlopCount(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         count = flop_registry.get(func._overloadpacket)
-        if count is not None:
+        sparse = [a for a in args if isinstance(a, torch.Tensor) and a.layout != torch.strided]
+        if count is not None and sparse:  # the dense formula would count the zeros
+            self.total += 2 * sparse[0]._nnz() * out.shape[-1]
+        elif count is not None:
             self.total += int(count(*args, **kwargs, out_val=out))
         elif func._overloadpacket == _PACKED_LINEAR:  # oneDNN's, on packed CPU weights
             k = args[0].shape[-1]

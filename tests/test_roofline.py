@@ -17,6 +17,8 @@ def test_products_and_their_backward_are_counted_by_their_sizes():
     # forward, then the input gradient only (b needs none)
     assert count_flops(lambda: torch.autograd.grad((x @ b).sum(), x)) == 2 * 2 * 30 * 40 * 50
     assert count_flops(lambda: a + 1) == 0  # elementwise work is not counted
+    sparse = (a * (torch.rand_like(a) < 0.1)).to_sparse_csr()
+    assert count_flops(lambda: sparse @ b) == 2 * sparse._nnz() * 50  # its nonzeros only
 
 
 def test_onednn_packed_products_count_like_addmm():
