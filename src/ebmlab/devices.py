@@ -103,8 +103,9 @@ def move_to(value: Any, device: torch.device) -> Any:
 
 
 class CaptureError(RuntimeError):
-    """Work could not be captured as a CUDA graph; ``ran`` says whether its warm-up
-    call finished (else it stopped at a read-back to the host, its effects partial)."""
+    """Work could not be captured as a CUDA graph: ``message`` says why, ``ran``
+    whether its warm-up call finished (else it stopped at a read-back to the host, its
+    effects partial)."""
 
     def __init__(self, message: str, ran: bool) -> None:
         super().__init__(message)

@@ -19,6 +19,8 @@ from ebmlab.samplers import (
     MALA,
     SGHMC,
     BlockGibbs,
+    EnergyMatchingSampler,
+    EquilibriumDescent,
     Gibbs,
     Langevin,
     MetropolisHastings,
@@ -52,7 +54,13 @@ KERNELS = {
     "metropolis": (lambda t: MetropolisHastings(0.5), continuous),
     "gibbs": (lambda t: Gibbs(), binary),
     "block-gibbs": (lambda t: BlockGibbs(t), binary),
+    "energy-matching": (
+        lambda t: EnergyMatchingSampler(0.05, tau_star=0.5, eps_max=1.0, flow_steps=20),
+        continuous,
+    ),
+    "equilibrium-descent": (lambda t: EquilibriumDescent(0.05, 0.3), continuous),
 }
+SAMPLING = [name for name in KERNELS if name != "equilibrium-descent"]  # descent: no target
 
 
 def eager_and_chunked(kernel, target, x0, n, thin, device="cpu"):
@@ -200,7 +208,7 @@ def exact_mean(target, x0):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("name", SAMPLING)
 def test_replayed_graphs_sample_the_target_as_the_eager_run_does(name):
     make, data = KERNELS[name]
     target, x0 = data("cuda")

@@ -13,7 +13,7 @@ from ebmlab.training.recipes.jem import network
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 SHAPES = {"cifar10": (3, 32, 32, 10), "svhn": (3, 32, 32, 10), "mnist10k": (1, 28, 28, 10),
-          "digits-rgb": (3, 8, 8, 10)}  # fmt: skip
+          "fashion-mnist": (1, 28, 28, 10), "digits-rgb": (3, 8, 8, 10)}  # fmt: skip
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])

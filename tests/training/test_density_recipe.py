@@ -104,3 +104,43 @@ def test_bad_own_features_are_refused_before_training(tmp_path):
         DensityTask(DensityConfig(data=varied, log_z="quadrature"), seed=0)
     with pytest.raises(ValueError, match="data must be one of"):
         DensityConfig(data=str(tmp_path / "missing.npy"))
+
+
+@pytest.mark.parametrize("method", ["em", "eqm", "fm"])
+def test_transport_methods_train_a_potential_scored_as_a_boltzmann_density(
+    method, tmp_path, capsys, assert_keys_documented
+):
+    """A potential V learned by Energy or Equilibrium Matching or flow matching is the
+    density exp(-V / eps_max): its NLL uses log Z of V / eps_max, and its own generator
+    draws points from noise."""
+    run = tmp_path / method
+    args = ["train", "density", "--method", method, "--epochs", "2", "--eps-max", "0.25",
+            "--flow-steps", "10", "--no-progress", "--out", str(run)]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert_keys_documented(result)
+    assert math.isfinite(result["test_nll"]) and result["mmd2_generated"] < 0.5
+
+
+def test_energy_matching_warms_up_by_flow_then_contrasts_and_resumes_its_phase():
+    config = DensityConfig(method="em", eps_max=0.5, flow_steps=4, buffer_size=64)
+    recipe = get_recipe("density")
+    _, trainer = recipe.configs({"method": "em", "epochs": 2, "batch_size": 1000})
+    setup = recipe.build(config, trainer)
+    task = setup.task
+    steps = 2 * -(-len(task.train) // 1000)
+    assert task.warmup_steps == round(0.3 * steps) > 0
+    gen = torch.Generator().manual_seed(0)
+    x = task.train[:256]
+    phases = []
+    for _ in range(task.warmup_steps + 1):
+        phases.append("contrastive_gap" in task.training_step((x,), gen).metrics)
+    assert phases == [False] * task.warmup_steps + [True]
+    again = DensityTask(config, seed=0)
+    again.load_state_dict(task.state_dict())
+    assert again.steps_taken == task.steps_taken
+    # the model is V / eps_max with V's parameters
+    z = torch.randn(5, 2)
+    torch.testing.assert_close(task.model(z), task.model.potential(z) / 0.5)

@@ -41,6 +41,7 @@ from ebmlab.energies.structured import (
     DistanceEnergy,
     LogitEnergy,
 )
+from ebmlab.energies.tempered import TemperedEnergy
 from ebmlab.energies.temporal import ConditionalRBM
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "SNResNet",
     "SpikeSlabRBM",
     "SubspaceRBM",
+    "TemperedEnergy",
     "WideResNet",
     "as_energy_fn",
     "energy_and_grad",

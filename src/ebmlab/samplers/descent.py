@@ -44,6 +44,10 @@ class EquilibriumDescent(Sampler[DescentState]):
         self.step_size = _checks.positive("step_size", step_size)
         self.momentum = _checks.positive("momentum", momentum, allow_zero=True)
 
+    def replayable(self, state: DescentState) -> bool:
+        """Steps from any ``state`` alike."""
+        return True
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> DescentState:
         start = SamplerState.start(x0.detach().clone(), None, None, 0)
         return start.as_kind(DescentState, momentum=torch.zeros_like(x0))

@@ -65,6 +65,10 @@ class EnergyMatchingSampler(Sampler[TimedState]):
         self.flow_steps = _checks.positive_int("flow_steps", flow_steps)
         self.start_time = start_time
 
+    def replayable(self, state: TimedState) -> bool:
+        """Steps from any ``state`` alike: the chains' times live on the device."""
+        return True
+
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> TimedState:
         time = torch.as_tensor(self.start_time, dtype=x0.dtype, device=x0.device)
         start = SamplerState.start(x0.detach().clone(), None, None, 0)

@@ -1,10 +1,15 @@
 """Recipe ``density``: learn a density from data (CD, PCD, score matching, NCE, energy
-discrepancy or diffusion recovery likelihood): a 2-D toy, or the user's feature vectors.
+discrepancy, diffusion recovery likelihood, or a potential by Energy Matching,
+Equilibrium Matching or flow matching): a 2-D toy, or the user's feature vectors.
 
 The energy is an MLP trained by the chosen principle: the CD surrogate (Song & Kingma
 2021, §3) with negatives from persistent Langevin chains kept in a replay buffer (PCD,
 Tieleman 2008) or from short runs started in noise (CD), exact, sliced or denoising
-score matching, NCE, energy discrepancy or recovery likelihood. In one or two
+score matching, NCE, energy discrepancy or recovery likelihood. The transport methods
+learn a potential V that carries noise to the data (``em``: Energy Matching, Balcerak et
+al. 2025, its OT flow warm-up then the contrastive phase; ``eqm``: Equilibrium
+Matching, Wang & Du 2025; ``fm``: flow matching of -grad V); their density is the
+Boltzmann density exp(-V / eps_max), scored like the others. In one or two
 dimensions log Z is computed by quadrature, so the run reports an exact test NLL; on a
 toy also the true density's (its entropy, the floor no model can beat) and KL(true ||
 model) on the grid. In more dimensions log Z comes from tempered SMC (Del Moral, Doucet
@@ -38,7 +43,13 @@ from ebmlab.data import (
     run_splits,
 )
 from ebmlab.devices import widen
-from ebmlab.energies import DiagonalGaussian, GaussianMixture, MLPEnergy, NoiseConditionalEnergy
+from ebmlab.energies import (
+    DiagonalGaussian,
+    GaussianMixture,
+    MLPEnergy,
+    NoiseConditionalEnergy,
+    TemperedEnergy,
+)
 from ebmlab.evaluation.likelihood import log_likelihood
 from ebmlab.evaluation.metrics import mmd2
 from ebmlab.evaluation.progress import quiet
@@ -48,19 +59,31 @@ from ebmlab.losses import (
     denoising_score_matching_loss,
     diffusion_recovery_likelihood_loss,
     energy_discrepancy_loss,
+    energy_matching_loss,
+    equilibrium_matching_loss,
+    flow_matching_loss,
     nce_loss,
     score_matching_loss,
     sliced_score_matching_loss,
 )
+from ebmlab.losses.flow_matching import potential_velocity
 from ebmlab.partition import grid_points, quadrature_log_partition, quadrature_sample, smc
 from ebmlab.plotting import density_panels, scatter_panels
-from ebmlab.samplers import HMC, Langevin, uniform_init
+from ebmlab.samplers import (
+    HMC,
+    EnergyMatchingSampler,
+    EquilibriumDescent,
+    Langevin,
+    uniform_init,
+)
 from ebmlab.samplers.recovery import noise_schedule
 from ebmlab.training.recipes import BufferTask, Recipe, Setup, register
 from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import StepResult, TrainerConfig
+from ebmlab.transport import odeint
 
-METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl")
+METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl", "em", "eqm", "fm")
+TRANSPORT = ("em", "eqm", "fm")  # the methods that learn a potential V, density exp(-V/eps)
 # Trainer settings that differ by method (Recipe.config_defaults). NCE's and one-level
 # recovery likelihood's gradients are noisy (a fresh noise sample, one recovery per data
 # point): they converge with more epochs and a learning rate that decays to zero.
@@ -116,6 +139,16 @@ class DensityConfig:
             with small steps: docs/results/methods.md).
         drl_adjusted: Metropolis-adjusted recovery steps (drl), which refuse the
             steps that would overshoot a sharp well of the energy.
+        eps_max: the temperature of the density exp(-V / eps_max) of the transport
+            methods' potential V (em, eqm, fm); Energy Matching's Langevin temperature.
+        em_warmup: the share of the training steps spent in Energy Matching's flow
+            warm-up before its contrastive phase (em).
+        tau_star: where the generation temperature starts to rise, in [0, 1) (em).
+        flow_steps: generation steps from noise to data (em, eqm, fm), also those of
+            Energy Matching's negatives.
+        flow_dt: their step size (em, eqm; fm integrates t from 0 to 1).
+        em_noise_starts: share of Energy Matching's negatives started at noise (em).
+        eqm_momentum: Nesterov look-ahead of Equilibrium Matching's descent (eqm).
     """
 
     CHOICES: ClassVar[dict[str, Sequence[str]]] = {
@@ -148,6 +181,13 @@ class DensityConfig:
     drl_step_scale: float = 0.01
     drl_candidates: int = 256
     drl_adjusted: bool = True
+    eps_max: float = 0.2
+    em_warmup: float = 0.3
+    tau_star: float = 0.8
+    flow_steps: int = 50
+    flow_dt: float = 0.02
+    em_noise_starts: float = 0.5
+    eqm_momentum: float = 0.3
 
     def __post_init__(self) -> None:
         _checks.choices(self)
@@ -172,6 +212,15 @@ class DensityConfig:
         _checks.probability("reinit_prob", self.reinit_prob)
         _checks.positive("l2", self.l2, allow_zero=True)
         _checks.positive_int("quadrature_points", self.quadrature_points)
+        _checks.positive("eps_max", self.eps_max)
+        _checks.probability("em_warmup", self.em_warmup)
+        _checks.probability("tau_star", self.tau_star)
+        if self.tau_star >= 1:
+            raise _checks.ArgumentError(f"tau_star must be < 1, got {self.tau_star}")
+        _checks.positive_int("flow_steps", self.flow_steps)
+        _checks.positive("flow_dt", self.flow_dt)
+        _checks.probability("em_noise_starts", self.em_noise_starts)
+        _checks.positive("eqm_momentum", self.eqm_momentum, allow_zero=True)
 
 
 KDE_POINTS = 1000
@@ -260,8 +309,12 @@ class DensityTask(BufferTask):
         if config.method == "drl":
             self.sigmas = noise_schedule(config.drl_levels, config.drl_first)
             self.model = NoiseConditionalEnergy(self.dim, config.drl_levels, hidden=hidden)
+        elif config.method in TRANSPORT:  # the density exp(-V / eps_max) of a potential V
+            self.model = TemperedEnergy(MLPEnergy(self.dim, hidden=hidden), config.eps_max)
         else:
             self.model = MLPEnergy(self.dim, hidden=hidden)
+        self.steps_taken = 0  # training steps so far (Energy Matching's phase)
+        self.warmup_steps = 0  # set by build from the run's length
         init = uniform_init((self.dim,), [b[0] for b in self.bounds], [b[1] for b in self.bounds])
         self.buffer = self._replay_buffer(config.buffer_size, init, config.reinit_prob, seed)
         self.data_extent = max(abs(b) for bounds in self.bounds for b in bounds)
@@ -304,6 +357,9 @@ class DensityTask(BufferTask):
     ) -> StepResult:
         (x,) = batch
         c = self.config
+        self.steps_taken += 1
+        if c.method in TRANSPORT:
+            return StepResult(*self._transport_loss(x, generator))
         if c.method == "sm":
             return StepResult(*score_matching_loss(self.model, x))
         if c.method == "ssm":
@@ -352,6 +408,45 @@ class DensityTask(BufferTask):
             )
             self.buffer.push(negatives, slots)
         return StepResult(*contrastive_divergence_loss(self.model, x, negatives, l2=c.l2))
+
+    def _transport_loss(
+        self, x: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of the potential V by the run's transport method."""
+        c, potential = self.config, self.model.potential
+        if c.method == "fm":
+            return flow_matching_loss(potential, x, coupling="ot", potential=True,
+                                      generator=generator)  # fmt: skip
+        if c.method == "eqm":
+            return equilibrium_matching_loss(potential, x, generator=generator)
+        phase = "flow" if self.steps_taken <= self.warmup_steps else "joint"
+        return energy_matching_loss(
+            potential, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
+            steps=c.flow_steps, dt=c.flow_dt, noise_starts=c.em_noise_starts,
+            generator=generator,
+        )  # fmt: skip
+
+    def generate(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` points generated from noise as the transport method does: Energy
+        Matching's schedule (the flow, then as many Langevin steps at eps_max),
+        Equilibrium Matching's Nesterov descent, or the flow -grad V from t = 0 to 1."""
+        c, potential = self.config, self.model.potential
+        noise = torch.randn(n, self.dim, generator=generator, device=generator.device)
+        if c.method == "em":
+            sampler = EnergyMatchingSampler(c.flow_dt, tau_star=c.tau_star, eps_max=c.eps_max,
+                                            flow_steps=c.flow_steps)  # fmt: skip
+            return sampler.sample(potential, noise, 2 * c.flow_steps, generator=generator)
+        if c.method == "eqm":
+            descent = EquilibriumDescent(c.flow_dt, c.eqm_momentum)
+            return descent.sample(potential, noise, c.flow_steps, generator=generator)
+        return odeint(potential_velocity(potential), noise, method="euler", n_steps=c.flow_steps)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "steps_taken": self.steps_taken}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.steps_taken = state.get("steps_taken", 0)
 
     @property
     def quadrature(self) -> bool:
@@ -404,6 +499,8 @@ class DensityTask(BufferTask):
 
 def build(config: DensityConfig, trainer: TrainerConfig) -> Setup:
     task = DensityTask(config, trainer.seed)
+    steps = trainer.epochs * -(-len(task.train) // trainer.batch_size)
+    task.warmup_steps = round(config.em_warmup * steps)
     return Setup(task, (task.train,))
 
 
@@ -448,6 +545,10 @@ def evaluate(
     samples = task.sampler.sample(task.model, starts, sample_steps, generator=gen)
     compared.update(mmd2_langevin=samples, mmd2_floor=task.val)
     panels.append((f"model samples ({sample_steps} Langevin steps)", samples))
+    if task.config.method in TRANSPORT:
+        generated = task.generate(n_samples, gen)
+        compared["mmd2_generated"] = generated
+        panels.append((f"generated from noise ({task.config.method})", generated))
     if task.toy is not None:
         true_nll = float(-task.toy.log_prob(test.cpu()).mean())
         result.update(true_nll=true_nll, nll_gap=result["test_nll"] - true_nll)
@@ -517,7 +618,8 @@ register(
     Recipe[DensityConfig, DensityTask](
         name="density",
         help="learn a density (a 2-D toy or your features) by PCD, CD, score matching, NCE, "
-        "energy discrepancy or recovery likelihood; NLL with log Z by quadrature or SMC",
+        "energy discrepancy, recovery likelihood, Energy or Equilibrium Matching or flow "
+        "matching; NLL with log Z by quadrature or SMC",
         config_cls=DensityConfig,
         build=build,
         evaluate=evaluate,
