@@ -349,3 +349,11 @@ def test_the_system_data_folder_is_searched_after_ebmlab_data(tmp_path, monkeypa
     assert dirs.index(tmp_path / "mine") < dirs.index(tmp_path / "system")
     assert catalog.search_dirs(catalog.SOURCES["kmnist"], tmp_path / "given") == [
         tmp_path / "given", tmp_path / "given" / "kmnist"]  # fmt: skip
+
+
+def test_a_set_with_one_file_missing_names_the_missing_file(tmp_path):
+    write_idx_set(tmp_path / "fashion-mnist", RNG.integers(0, 256, (3, 28, 28)), np.arange(3))
+    (tmp_path / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataNotFoundError, match=r"holds .*\['t10k-images-idx3-ubyte'\] "
+                       r"but not \['t10k-labels-idx1-ubyte'\]"):  # fmt: skip
+        load_dataset("fashion-mnist", "test", root=tmp_path)

@@ -223,6 +223,17 @@ def find_files(
     return None
 
 
+def _partial_set(source: Source, split: str, dirs: list[Path]) -> str | None:
+    """Where a folder holds some of ``split``'s files but not all: which it lacks."""
+    for d in dirs:
+        names = source.files[split]
+        have = [n for n in names if (d / n).is_file() or (d / (n + ".gz")).is_file()]
+        if have:
+            missing = [n for n in names if n not in have]
+            return f"{d} holds {source.name}'s {split} files {have} but not {missing}"
+    return None
+
+
 def verified(source: Source, path: Path) -> Path:
     """``path``, one of ``source``'s files, after its checksum check (the published
     file's md5 or its content's, where the catalog has them)."""
@@ -241,10 +252,12 @@ def read_split(
     _checks.one_of("split", split, list(source.files))
     paths = find_files(source, split, root)
     if paths is None:
-        where = ", ".join(str(d) for d in search_dirs(source, root))
+        dirs = search_dirs(source, root)
+        where = ", ".join(str(d) for d in dirs)
+        partial = _partial_set(source, split, dirs)
         raise DataNotFoundError(
-            f"{source.name} {split} files {list(source.files[split])} not found; looked in: "
-            f"{where}. Pass --data-root DIR (root=DIR), set EBMLAB_DATA"
+            (partial or f"{source.name} {split} files {list(source.files[split])} not found")
+            + f"; looked in: {where}. Pass --data-root DIR (root=DIR), set EBMLAB_DATA"
             + (f", or run: ebmlab data download {source.name} DIR" if source.url else "")
         )
     images, labels = source.read([verified(source, p) for p in paths])
