@@ -66,7 +66,8 @@ from ebmlab.training.recipes import data_splits, get_recipe
 from ebmlab.training.trainer import compile_networks
 
 SGLD_STEP, SGLD_NOISE = 1.0, 0.01  # the reference loop's sgld_lr and sgld_std
-CIFAR_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "jem_cifar10.toml"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CIFAR_CONFIG = CONFIGS / "jem_cifar10.toml"
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Sizes:
     ais_chains: int = 100
     images: int = 5_000
     loader_steps: int = 20
+    fashion_steps: int = 100
     workers: int = 4
     repeats: int = 3
     compile: bool = True
@@ -95,7 +97,7 @@ class Sizes:
 
 SMOKE = Sizes(depth=10, widen=1, batch=4, sgld_steps=2, buffer=32, chains=16, dim=8,
               langevin_steps=5, hidden=16, rbm_hidden=8, rbm_rows=64, ais_temperatures=20,
-              ais_chains=4, images=48, loader_steps=2, workers=1, repeats=1,
+              ais_chains=4, images=48, loader_steps=2, fashion_steps=2, workers=1, repeats=1,
               compile=False)  # fmt: skip
 
 
@@ -380,22 +382,28 @@ def _learnergy_epoch(
 FAST = {"train_dtype": "bfloat16", "sampler_dtype": "bfloat16", "channels_last": True}
 
 
+def _config_trainer(config: Path, settings: dict, in_memory: bool) -> Trainer:
+    """The JEM trainer of the configuration file ``config`` with ``settings`` on top,
+    its data in memory or read by the trainer's loader."""
+    merged = {**tomllib.loads(config.read_text()), "progress": False, **settings}
+    recipe = get_recipe("jem")
+    jem_config, trainer_config = recipe.configs(merged)
+    setup = recipe.build(jem_config, trainer_config)
+    train = setup.task.train if in_memory else data_splits(jem_config, in_memory=False)[0]
+    return Trainer(setup.task, (train.x, train.y), trainer_config)
+
+
 def _cifar_trainer(folder: Path, device: torch.device, s: Sizes, in_memory: bool,
                    workers: int, fast: bool = False) -> Trainer:  # fmt: skip
     """The CIFAR-10 configuration's task and trainer on the data in ``folder``, with
     the guide's GPU settings (and ``torch.compile`` where the sizes ask for it) if
     ``fast``."""
-    settings = tomllib.loads(CIFAR_CONFIG.read_text())
-    settings.update(data=str(folder), wrn_depth=s.depth, wrn_widen=s.widen,
+    settings = dict(data=str(folder), wrn_depth=s.depth, wrn_widen=s.widen,
                     batch_size=s.batch, buffer_size=s.buffer, device=str(device),
-                    num_workers=workers, progress=False)  # fmt: skip
+                    num_workers=workers)  # fmt: skip
     if fast:
         settings.update(FAST, compile=s.compile)
-    recipe = get_recipe("jem")
-    config, trainer_config = recipe.configs(settings)
-    setup = recipe.build(config, trainer_config)
-    train = setup.task.train if in_memory else data_splits(config, in_memory=False)[0]
-    return Trainer(setup.task, (train.x, train.y), trainer_config)
+    return _config_trainer(CIFAR_CONFIG, settings, in_memory)
 
 
 def _steps_per_s(trainer: Trainer, device: torch.device, steps: int) -> float:
@@ -440,6 +448,30 @@ def loader_rows(device: torch.device, s: Sizes) -> list[dict]:
     return rows
 
 
+def fashion_rows(device: torch.device, s: Sizes, root: str | None) -> list[dict]:
+    """The full training step of each Fashion-MNIST configuration, its data in device
+    memory: seconds per step and images per second after two warm-up steps
+    (``torch.compile``'s included)."""
+    settings = {"device": str(device), "data_root": root or "", "num_workers": 0}
+    if s.rbm_rows:  # toy sizes: random images of the shape, the networks scaled down
+        settings.update(data=str(_toy_images(s)), wrn_depth=s.depth, wrn_widen=s.widen,
+                        buffer_size=s.buffer, batch_size=s.batch, compile=False)  # fmt: skip
+    rows = []
+    for name in ("jem_fashion_gpu", "jem_fashion_cpu"):
+        trainer = _config_trainer(CONFIGS / f"{name}.toml", settings, in_memory=True)
+        steps_per_s = _steps_per_s(trainer, device, s.fashion_steps)
+        rows.append(_row(f"Fashion-MNIST, {name}.toml full step", "s", 1 / steps_per_s, "",
+                         math.nan))  # fmt: skip
+        rows[-1]["images_per_s"] = steps_per_s * trainer.config.batch_size
+    return rows
+
+
+def _toy_images(s: Sizes) -> Path:
+    """A folder of random 1x28x28 images with ten labels, for the smoke run."""
+    folder = Path(tempfile.mkdtemp())
+    return write_image_npz(folder, s.images, (1, 28, 28))
+
+
 def scaling_rows() -> list[dict]:
     """The JEM recipe's training throughput with one and with two processes (one GPU
     each), as ``ebmlab train jem --nproc N --device cuda`` runs it."""
@@ -461,12 +493,14 @@ def scaling_rows() -> list[dict]:
     return [row]
 
 
-GROUPS = ("jem", "langevin", "rbm", "loader", "scaling")
+GROUPS = ("jem", "langevin", "rbm", "loader", "fashion", "scaling")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mnist-root", default=None, help="directory holding the MNIST files")
+    parser.add_argument("--fashion-root", default=None,
+                        help="directory holding the Fashion-MNIST files")  # fmt: skip
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu.json"))
     parser.add_argument("--device", default="cuda", help="the device (cuda unless --smoke)")
     parser.add_argument(
@@ -494,6 +528,7 @@ def main(argv: list[str] | None = None) -> None:
                "langevin": lambda: langevin_rows(device, sizes),
                "rbm": lambda: rbm_rows(device, sizes, mnist),
                "loader": lambda: loader_rows(device, sizes),
+               "fashion": lambda: fashion_rows(device, sizes, args.fashion_root),
                "scaling": lambda: scaling_rows() if not args.smoke else []}  # fmt: skip
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     out = Path(args.out)
