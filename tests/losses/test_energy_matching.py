@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ebmlab._checks import ArgumentError
+from ebmlab.energies import Gaussian
 from ebmlab.losses import energy_matching_loss
 from ebmlab.losses.energy_matching import energy_matching_negatives
 from ebmlab.samplers.energy_matching import energy_matching_temperature
@@ -84,3 +85,26 @@ def test_flow_phase_is_ot_flow_matching_and_bad_arguments_are_refused():
         energy_matching_loss(potential, x1, tau_star=0.5, eps_max=EPS, phase="cd")
     with pytest.raises(ArgumentError, match="tau_star must be < 1"):
         energy_matching_loss(potential, x1, tau_star=1.0, eps_max=EPS)
+
+
+def test_the_flow_term_decays_to_zero_at_the_data_in_the_joint_phase():
+    """w(t) is 1 up to tau_star and falls linearly to 0 at t = 1; weighting the flow
+    term by it is the unweighted term where w = 1, nothing where w = 0."""
+    from ebmlab.losses.flow_matching import flow_decay, flow_matching_loss
+
+    w = flow_decay(0.8)
+    torch.testing.assert_close(
+        w(torch.tensor([0.0, 0.5, 0.8, 0.9, 1.0])), torch.tensor([1.0, 1.0, 1.0, 0.5, 0.0])
+    )
+    potential = Gaussian(torch.zeros(2), torch.eye(2))
+    x1 = torch.randn(64, 2, generator=torch.Generator().manual_seed(0))
+
+    def loss(weight):
+        gen = torch.Generator().manual_seed(1)  # the same pairs and times each time
+        return flow_matching_loss(potential, x1, potential=True, time_weight=weight,
+                                  generator=gen)[0]  # fmt: skip
+
+    plain = loss(None)
+    torch.testing.assert_close(loss(lambda t: torch.ones_like(t)), plain)
+    assert float(loss(lambda t: torch.zeros_like(t))) == 0.0
+    assert 0 < float(loss(w)) < float(plain)  # some pairs' times fall past tau_star

@@ -23,6 +23,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyLike, as_energy_fn
+from ebmlab.losses.flow_matching import flow_decay as decay
 from ebmlab.losses.flow_matching import flow_matching_loss
 from ebmlab.samplers.energy_matching import EnergyMatchingSampler
 from ebmlab.samplers.integrators import gaussian_noise
@@ -80,6 +81,7 @@ def energy_matching_loss(
     dt: float = 0.01,
     noise_starts: float = 0.5,
     coupling: str = "ot",
+    flow_decay: bool = True,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The Energy Matching objective of a potential V on the data ``x1`` (B, ...).
@@ -104,6 +106,9 @@ def energy_matching_loss(
             at the data run at eps_max throughout, so with 0 the negatives approach
             exp(-V / eps_max) and the contrastive term's stationary point is exact.
         coupling: the flow term's coupling, ``"ot"`` (the paper's) or ``"independent"``.
+        flow_decay: in the joint phase, weight the flow term by w(t), 1 up to tau_star
+            and falling to 0 at t = 1 (:func:`~ebmlab.losses.flow_matching.flow_decay`),
+            so that near the data the contrastive term alone shapes V.
         generator: source of all randomness, on x1's device.
     """
     if phase not in PHASES:
@@ -116,9 +121,11 @@ def energy_matching_loss(
     _checks.positive("contrastive_weight", contrastive_weight, allow_zero=True)
     _checks.probability("noise_starts", noise_starts)
     x0 = gaussian_noise(x1, generator) if x0 is None else x0
+    weight = decay(tau_star) if flow_decay and phase == "joint" else None
     flow, metrics = flow_matching_loss(
-        potential, x1, x0=x0, coupling=coupling, potential=True, generator=generator
-    )
+        potential, x1, x0=x0, coupling=coupling, potential=True, time_weight=weight,
+        generator=generator,
+    )  # fmt: skip
     metrics["flow_loss"] = float(flow.detach())
     if phase == "flow":
         return flow, metrics

@@ -24,6 +24,8 @@ truncated decay uses a = 0.8 and lambda = 4.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ebmlab import _checks
@@ -81,10 +83,11 @@ def flow_matching_loss(
     coupling: str = "independent",
     potential: bool = False,
     sigma: float = 0.0,
+    time_weight: Callable[[torch.Tensor], torch.Tensor] | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean over the batch of |v(x_t, t) - (x1 - x0)|^2, summed over each example's
-    dimensions, and metrics (the coupling's transport cost).
+    """Mean over the batch of w(t) |v(x_t, t) - (x1 - x0)|^2, summed over each
+    example's dimensions, and metrics (the coupling's transport cost).
 
     Args:
         field: a velocity field v(x, t) for points (B, ...) and times (B,), or with
@@ -96,13 +99,23 @@ def flow_matching_loss(
         potential: ``field`` is a potential V, time-independent.
         sigma: the noise added to the interpolant (conditional flow matching of Tong et
             al. 2024; 0 for rectified-flow paths).
+        time_weight: w(t), a weight per pair from its time (B,) (``None``: 1), such as
+            :func:`flow_decay`.
         generator: source of the noise, the times and the plan's draws, on x1's device.
     """
     t, xt, target, pairs = _paths(x1, x0, coupling, sigma, generator)
     velocity = potential_velocity(field) if potential else field
-    residual = velocity(xt, t) - target
-    loss = residual.flatten(1).square().sum(1).mean()
-    return loss, {"transport_cost": float(pairs.cost)}
+    residual = (velocity(xt, t) - target).flatten(1).square().sum(1)
+    if time_weight is not None:
+        residual = residual * time_weight(t)
+    return residual.mean(), {"transport_cost": float(pairs.cost)}
+
+
+def flow_decay(tau_star: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """w(t) = 1 up to ``tau_star``, then falling linearly to 0 at t = 1 (Balcerak et al.
+    2025, the flow term's weight in Energy Matching's second phase): near the data the
+    contrastive term alone shapes the potential."""
+    return lambda t: ((1 - t) / (1 - tau_star)).clamp(0.0, 1.0)
 
 
 def equilibrium_scale(t: torch.Tensor, decay_start: float = 0.8, scale: float = 4.0):

@@ -148,6 +148,8 @@ class DensityConfig:
             Energy Matching's negatives.
         flow_dt: their step size (em, eqm; fm integrates t from 0 to 1).
         em_noise_starts: share of Energy Matching's negatives started at noise (em).
+        em_flow_decay: weight Energy Matching's flow term by w(t), falling from 1 at
+            tau_star to 0 at the data, in its contrastive phase (em).
         eqm_momentum: Nesterov look-ahead of Equilibrium Matching's descent (eqm).
     """
 
@@ -187,6 +189,7 @@ class DensityConfig:
     flow_steps: int = 50
     flow_dt: float = 0.02
     em_noise_starts: float = 0.5
+    em_flow_decay: bool = True
     eqm_momentum: float = 0.3
 
     def __post_init__(self) -> None:
@@ -423,7 +426,7 @@ class DensityTask(BufferTask):
         return energy_matching_loss(
             potential, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
             steps=c.flow_steps, dt=c.flow_dt, noise_starts=c.em_noise_starts,
-            generator=generator,
+            flow_decay=c.em_flow_decay, generator=generator,
         )  # fmt: skip
 
     def generate(self, n: int, generator: torch.Generator) -> torch.Tensor:
