@@ -104,9 +104,12 @@ def test_packed_kernels_follow_the_onednn_isa_limit(monkeypatch):
 def test_avx512_float32_packing_when_onednn_is_not_held(monkeypatch):
     if not hardware.cpu_features()["avx512"]:
         pytest.skip("an AVX-512 CPU")
+    monkeypatch.delenv("EBMLAB_CPU_FAST_PATHS", raising=False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE")
     hardware._packed_linear.cache_clear()
     try:  # the negative control of the test above: the same check, not held
+        if not hardware._packed_linear(torch.float32):
+            pytest.skip("oneDNN's packed float32 product does not run here")
         assert hardware.packed_linear(torch.device("cpu"), torch.float32)
     finally:
         hardware._packed_linear.cache_clear()
