@@ -361,6 +361,18 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         return tags
 
 
+def _cached_log_z(estimator: Any, estimate: Callable[[], LogZEstimate]) -> LogZEstimate:
+    """``estimate()``, made once per state of the fitted model (its parameters' shapes
+    and sums, which survive pickling and cloning): an annealed log Z is random, and
+    ``score_samples`` must give a row the same score whatever else it is scored with."""
+    with torch.no_grad():
+        key = tuple((tuple(p.shape), float(p.double().sum())) for p in estimator.rbm_.parameters())
+    cached = getattr(estimator, "_log_z_cache", None)
+    if cached is None or cached[0] != key:
+        cached = estimator._log_z_cache = (key, estimate())
+    return cached[1]
+
+
 class _BinaryRBMEstimator(_RBMEstimator):
     """The RBM estimators over values in [0, 1], whose log Z anneals from the training
     data's base rates."""
@@ -398,7 +410,8 @@ class _BinaryRBMEstimator(_RBMEstimator):
         importance sampling from the training data's base rates (1000 temperatures, 100
         chains; the estimate carries its standard error)."""
         check_is_fitted(self)
-        return log_partition(self.rbm_, base_biases=self._base_biases, generator=self._generator)
+        return _cached_log_z(self, lambda: log_partition(
+            self.rbm_, base_biases=self._base_biases, generator=self._generator))  # fmt: skip
 
     def pseudo_likelihood(self, X: npt.ArrayLike) -> np.ndarray:
         """sum_i log p(v_i | v_-i) of binarised rows (Besag 1975), exact over all sites.
@@ -541,7 +554,7 @@ class _RealRBMEstimator(_RBMEstimator):
         (1000 temperatures, 100 chains) from the model's Gaussian base density with HMC
         transitions."""
         check_is_fitted(self)
-        return log_partition(self.rbm_, generator=self._generator)
+        return _cached_log_z(self, lambda: log_partition(self.rbm_, generator=self._generator))
 
 
 @dataclass(eq=False, repr=False)

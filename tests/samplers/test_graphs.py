@@ -161,6 +161,24 @@ def test_chunked_steps_report_a_diverging_chain_at_the_eager_step():
     assert messages[0].split(" of ")[0] == messages[1].split(" of ")[0]
 
 
+def test_short_phases_run_eagerly(monkeypatch):
+    """A capture would not pay for itself in a few dozen steps (a training step's SGLD)."""
+    from ebmlab.samplers import graphs
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("chunks made for a short phase")
+
+    target, x0 = continuous()
+    kernel = Langevin(0.05)
+    monkeypatch.setattr(graphs, "ChunkedSteps", refuse)
+    state = kernel.init(x0, target)
+    gen = torch.Generator().manual_seed(0)
+    out = kernel._steps(state, target, gen, graphs.MIN_STEPS - 1, _FiniteWatch(x0), True)
+    assert out.t == graphs.MIN_STEPS - 1
+    with pytest.raises(AssertionError, match="short phase"):  # the control: a long one
+        kernel._steps(state, target, gen, graphs.MIN_STEPS, _FiniteWatch(x0), True)
+
+
 def test_chunks_hold_fixed_buffers_and_the_state_reads_them():
     target, x0 = continuous()
     kernel = HMC(0.2, 3)

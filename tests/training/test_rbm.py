@@ -523,3 +523,22 @@ def test_a_sparse_fit_never_holds_the_dense_matrix():
     grown, gap = out.stdout.split()
     assert int(grown) < 20_000 * 5_000 * 4 / 4, out.stderr  # a quarter of the dense size
     assert float(gap) < 1e-5
+
+
+def test_an_annealed_log_z_is_estimated_once_per_fitted_model():
+    """score_samples is a function of the rows: with log Z by AIS (too many units to
+    enumerate) two calls agree exactly, and a permutation of the rows permutes the
+    scores; training again makes a new estimate."""
+    import pickle
+
+    from ebmlab.sklearn import BernoulliRBM as Estimator
+
+    X = (np.random.default_rng(0).random((60, 40)) < 0.3).astype(np.float64)
+    rbm = Estimator(n_components=30, n_iter=2, random_state=0).fit(X)
+    assert rbm.log_partition().method == "ais"
+    first = rbm.score_samples(X)
+    order = np.random.default_rng(1).permutation(len(X))
+    np.testing.assert_array_equal(rbm.score_samples(X[order]), first[order])
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(rbm)).score_samples(X), first)
+    rbm.partial_fit(X)
+    assert not np.array_equal(rbm.score_samples(X), first)

@@ -359,7 +359,8 @@ class Sampler(Generic[S]):
             trace: also stack every step's :class:`StepInfo` into ``SampleRun.trace``
                 (per-step acceptance, divergences and energies, burn-in included).
             graphs: on a CUDA device, replay chunks of steps as CUDA graphs where the
-                kernel's steps are :meth:`replayable` and no trace is asked for (one
+                kernel's steps are :meth:`replayable`, the phase (burn-in, kept steps)
+                has 64 steps or more and no trace is asked for (one
                 launch per chunk instead of a dozen per step; reproducible from the
                 seed, statistically the eager steps); False runs every step eagerly.
 
@@ -425,10 +426,12 @@ class Sampler(Generic[S]):
     ) -> S:
         """``n`` steps from ``state``, each recorded by ``watch``, every ``thin``-th
         position appended to ``kept`` as a (1, B, ...) block, each step's info to
-        ``infos``; with ``replay`` the steps after the first ``thin`` (or the first one)
-        run as replayed chunks where :meth:`replayable`."""
+        ``infos``; with ``replay`` and at least ``graphs.MIN_STEPS`` of them, the steps
+        after the first ``thin`` (or the first one) run as replayed chunks where
+        :meth:`replayable`."""
         size = graphs.chunk_size(n, thin)
         every = thin or 1
+        replay = replay and n >= graphs.MIN_STEPS
         i = 0
         while i < n:
             if replay and i > 0 and i % every == 0 and n - i >= 3 * size:

@@ -33,6 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 MAX_CHUNK = 64  # steps per graph at most: the run's finiteness is read back as often
 MIN_CHUNK = 4
+# phases shorter than this run eagerly: a capture costs about a chunk's host time and a
+# graph's instantiation, which a few replays would not repay (a training step's SGLD)
+MIN_STEPS = 64
 COUNTERS = ("t", "n_grad_evals")  # the integer fields a step advances
 
 
