@@ -217,6 +217,8 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     dtype: str = "float32"
     device: str = "cpu"
 
+    wide_transform: ClassVar[bool] = False  # transform in double precision
+
     # parameters of the estimators whose model supports them
     centering = False
     matmul_dtype = None
@@ -326,8 +328,16 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         in the input's precision."""
         check_is_fitted(self)
         data, dtype = self._validated(X, reset=False)
+        features = self.rbm_.hidden_probs
+        if self.wide_transform:  # a row's features then do not depend on its batch
+            wide = wide_dtype(self.rbm_.W.device)
+            model = copy.deepcopy(self.rbm_).to(wide)
+
+            def features(rows: torch.Tensor) -> torch.Tensor:
+                return model.hidden_probs(rows.to(wide))
+
         with torch.no_grad():
-            return _numpy(_map_rows(data, self.rbm_.hidden_probs, self.sparse_products), dtype)
+            return _numpy(_map_rows(data, features, self.sparse_products), dtype)
 
     def gibbs(self, v: npt.ArrayLike) -> np.ndarray:
         """One block-Gibbs step v -> h -> v; returns the new visible sample, in the
@@ -505,6 +515,10 @@ class ConvolutionalRBM(_BinaryRBMEstimator):
     filter_size: int | None = None
     image_shape: tuple[int, ...] | None = None
     learning_rate: float = 0.05
+
+    # convolutions block the batch in ways that round a row by where it sits: the
+    # features are computed in double precision, so each row's are its own
+    wide_transform: ClassVar[bool] = True
 
     def _shape(self, n_features: int) -> tuple[int, ...]:
         if self.image_shape is not None:
