@@ -36,6 +36,13 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--draws", type=int, default=draws)
     parser.add_argument("--only", help="only the posteriors whose name contains this")
+    parser.add_argument("--device", default="cpu", help="where ebmlab's chains run")
+    parser.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="add ebmlab NUTS with run_ahead=1 (every chain waits for the deepest tree)",
+    )
+    parser.add_argument("--out", default="posteriors.json", help="file under benchmarks/results")
     return parser.parse_args()
 
 
@@ -168,7 +175,6 @@ def _cholesky(cov: Any, xp: Any) -> Any:
         return xp.linalg.cholesky(cov)
     factor, info = xp.linalg.cholesky_ex(cov)
     return xp.where((info == 0)[..., None, None], factor, float("nan"))
-
 
 
 GP_X = np.arange(-10.0, 11.0, 2.0)

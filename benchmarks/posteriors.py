@@ -57,10 +57,15 @@ def scores(draws: np.ndarray, ref: dict[str, Any]) -> dict[str, float]:
 
 
 def run_ebmlab(
-    sampler: NUTS | AdaptiveHMC, posterior: Posterior, chains: int, warmup: int, draws: int
+    sampler: NUTS | AdaptiveHMC,
+    posterior: Posterior,
+    chains: int,
+    warmup: int,
+    draws: int,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     rng = np.random.default_rng(0)
-    x0 = torch.as_tensor(rng.uniform(-2.0, 2.0, (chains, posterior.dim)))
+    x0 = torch.as_tensor(rng.uniform(-2.0, 2.0, (chains, posterior.dim)), device=device)
 
     def energy(x: torch.Tensor) -> torch.Tensor:
         return -posterior.log_density(x, torch)
@@ -69,10 +74,12 @@ def run_ebmlab(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run = sampler.run(energy, x0, draws, burn_in=warmup, thin=1, generator=0)
+        if x0.device.type == "cuda":
+            torch.cuda.synchronize(x0.device)
     seconds = time.perf_counter() - start
     restarted = [str(w.message) for w in caught if "restarted" in str(w.message)]
     return {
-        "draws": run.samples.numpy(),
+        "draws": run.samples.cpu().numpy(),
         "n_grad_evals": run.info["n_grad_evals_used"],
         "n_grad_evals_computed": run.info["n_grad_evals"],
         "n_divergent": run.info["n_divergent"],
@@ -93,6 +100,9 @@ def row(name: str, posterior: Posterior, out: dict[str, Any], chains: int, draws
         "stuck": out.get("stuck", 0),
         "restarts": out.get("restarts", 0),
         "ess_per_1000_grads": 1000 * ess / out["n_grad_evals"],
+        # gradients the batch computed per gradient the chains' own transitions used
+        "computed_per_used": out.get("n_grad_evals_computed", out["n_grad_evals"])
+        / out["n_grad_evals"],
         "ess_per_second": ess / out["seconds"],
         "seconds": out["seconds"],
     }
@@ -114,15 +124,18 @@ def main() -> None:
             "ebmlab NUTS": NUTS(target_accept=accept),
             "ebmlab AdaptiveHMC": AdaptiveHMC(target_accept=accept),
         }
+        if args.lockstep:
+            samplers["ebmlab NUTS, lockstep"] = NUTS(target_accept=accept, run_ahead=1)
         for name, sampler in samplers.items():
-            out = run_ebmlab(sampler, posterior, args.chains, args.warmup, args.draws)
+            out = run_ebmlab(sampler, posterior, args.chains, args.warmup, args.draws,
+                             args.device)  # fmt: skip
             rows.append(row(name, posterior, out, args.chains, args.draws))
             print(json.dumps(rows[-1]), flush=True)
-        if run_nuts is not None:
+        if run_nuts is not None and args.device == "cpu":
             out = run_nuts(posterior, args.chains, args.warmup, args.draws, seed=0)
             rows.append(row("BlackJAX NUTS", posterior, out, args.chains, args.draws))
             print(json.dumps(rows[-1]), flush=True)
-    (RESULTS / "posteriors.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / args.out).write_text(json.dumps(rows, indent=1) + "\n")
     print(markdown(rows, args))
 
 

@@ -105,8 +105,8 @@ def same_chains_on_device(make_sampler, make_energy, x0, float64, n=6):
         got, syncs = steps(sampler, energy, cf.to_device(x0), n, seed=3, sim=sim)
         assert cf.on_device(got)
     torch.testing.assert_close(cf.cpu_value(got), want)
-    # NUTS reads one flag per tree doubling, to stop when every chain has turned
-    assert syncs <= (n * sampler.max_depth if isinstance(sampler, NUTS) else 0)
+    # NUTS reads one flag per leapfrog step, to stop when every chain has a transition
+    assert syncs <= (n * 2**sampler.max_depth if isinstance(sampler, NUTS) else 0)
 
 
 @pytest.mark.parametrize("energy", [gaussian, mlp], ids=["gaussian", "mlp"])

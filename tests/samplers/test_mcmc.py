@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ebmlab.energies import DiagonalGaussian, Gaussian, energy_and_grad
+from ebmlab.energies import DiagonalGaussian, Gaussian, as_energy_fn, energy_and_grad
 from ebmlab.samplers import HMC, MALA, NUTS, AdaptiveHMC, MetropolisHastings
 from ebmlab.samplers.diagnostics import effective_sample_size
 from ebmlab.samplers.integrators import leapfrog
@@ -215,3 +215,46 @@ def test_mala_tunes_its_step_size_to_the_target_acceptance():
     assert MALA(0.1).run(target, x0, 5, generator=0).info["acceptance_rate"] > 0  # untuned
     with pytest.raises(ValueError, match="cannot be tempered"):
         sampler.tempered(torch.ones(4))
+
+
+def test_nuts_chains_do_not_wait_for_the_deepest_tree():
+    # Without a mass, trees on a Gaussian with scales 0.1 to 10 vary from a few steps to
+    # hundreds. Queued transitions let each chain start its next tree at once, so the
+    # batch computes about what the chains use; in lockstep (run_ahead=1) every step
+    # costs the deepest of 32 trees. The moments are right either way.
+    g = DiagonalGaussian(torch.zeros(3), torch.tensor([0.1, 1.0, 10.0]))
+    x0 = g.sample(32, torch.Generator().manual_seed(0))
+    waste = {}
+    for ahead in (1, 4):
+        run = NUTS(0.05, adapt_mass=False, max_depth=9, run_ahead=ahead).run(
+            g, x0, 150, thin=1, generator=1
+        )
+        waste[ahead] = run.info["n_grad_evals"] / run.info["n_grad_evals_used"]
+        draws = run.samples
+        assert_mean_close(draws.reshape(-1, 3) ** 2, g.std**2, ess=effective_sample_size(draws**2),
+                          what=f"variance, run_ahead={ahead}")  # fmt: skip
+    assert waste[1] > 2.0 and waste[4] < 0.6 * waste[1]
+
+
+def test_nuts_goes_on_from_a_state_changed_between_steps():
+    # Queued transitions and trees under way belong to the state they were made from: a
+    # state whose positions change (a restart, a tempering swap) continues from the new
+    # positions, so the next step's first leapfrog points lie next to them.
+    g = DiagonalGaussian(torch.zeros(3), torch.tensor([0.1, 1.0, 10.0]))
+    seen = []
+
+    def energy(x):
+        seen.append(x.detach().clone())
+        return g.energy(x)
+
+    sampler, fn = NUTS(0.05, adapt_mass=False, max_depth=9), as_energy_fn(energy)
+    state = sampler.init(g.sample(32, torch.Generator().manual_seed(0)), fn)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        state = sampler.step(state, fn, gen)
+    assert bool(((state.trees.count > 0) | state.trees.building).any())  # work under way
+    away = (3 * g.std).expand(32, 3)  # three sds out: the old chains are far from it
+    moved = state.replace(x=away, energy=g.energy(away), grad=energy_and_grad(g, away)[1])
+    seen.clear()
+    sampler.step(moved, fn, gen)
+    assert (seen[0] - away).abs().max() < 0.05 * 6  # one leapfrog step from the new positions

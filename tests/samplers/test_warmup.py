@@ -133,3 +133,24 @@ def test_summarize_warns_of_each_failed_check():
     few = SampleRun(samples=torch.randn(20, 4, 2, generator=g), final=None,
                     info={**info, "n_divergent": 0})  # fmt: skip
     assert any("bulk ESS" in p for p in summarize(few, warn=False).problems)
+
+
+def test_dual_averaging_of_chains_that_finish_at_different_times():
+    # NUTS's chains end their trees at different steps: updating only the rows that
+    # finished equals each chain's own adapter updated on its own transitions.
+    from ebmlab.samplers.adaptation import DualAveraging
+
+    steps = torch.tensor([0.1, 0.5], dtype=torch.float64)
+    both = DualAveraging.start(steps, 0.8)
+    alone = [DualAveraging.start(steps[i : i + 1], 0.8) for i in range(2)]
+    rows = [torch.tensor(r) for r in ([True, False], [True, True], [False, True], [True, False])]
+    accepts = torch.tensor([[0.3, 0.9], [0.95, 0.2], [0.5, 0.6], [0.7, 0.99]], dtype=torch.float64)
+    for row, accept in zip(rows, accepts, strict=True):
+        both, step = both.update(accept, row)
+        for i in range(2):
+            if row[i]:
+                alone[i], own = alone[i].update(accept[i : i + 1])
+                torch.testing.assert_close(step[i : i + 1], own)
+    assert both.count.tolist() == [3, 2]
+    for i in range(2):
+        torch.testing.assert_close(both.final_step_size[i : i + 1], alone[i].final_step_size)

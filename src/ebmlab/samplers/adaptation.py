@@ -66,7 +66,7 @@ class DualAveraging:
     mu: torch.Tensor
     h: torch.Tensor
     log_step_bar: torch.Tensor
-    count: int = 0
+    count: int | torch.Tensor = 0
 
     @classmethod
     def start(cls, step_size: torch.Tensor, target: float) -> DualAveraging:
@@ -80,25 +80,37 @@ class DualAveraging:
         log_step = step_size.log()
         return cls(target, log_step + math.log(10), torch.zeros_like(log_step), log_step)
 
-    def update(self, accept_rate: torch.Tensor) -> tuple[DualAveraging, torch.Tensor]:
+    def update(
+        self, accept_rate: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> tuple[DualAveraging, torch.Tensor]:
         """The adapter after one step that accepted at ``accept_rate`` (per chain, or
-        pooled: the shape of the step size), and the step size to use next."""
-        m = self.count + 1
+        pooled: the shape of the step size), and the step size to use next. Given
+        ``rows`` (B,), only those chains count a step (chains that finish their
+        transitions at different times, as NUTS's own trees do); the count is then per
+        chain."""
+        count = self.count + 1 if rows is None else rows.long() + self.count
+        m = count if rows is None else count.to(self.h.dtype)
         h = (1 - 1 / (m + self.T0)) * self.h + (self.target - accept_rate) / (m + self.T0)
-        log_step = self.mu - math.sqrt(m) / self.GAMMA * h
+        root = math.sqrt(m) if rows is None else m.sqrt()
+        log_step = self.mu - root / self.GAMMA * h
         eta = m**-self.KAPPA
         log_step_bar = eta * log_step + (1 - eta) * self.log_step_bar
-        return replace(self, h=h, log_step_bar=log_step_bar, count=m), log_step.exp()
+        if rows is not None:  # the other chains keep their state (their next step: the caller's)
+            h = torch.where(rows, h, self.h)
+            log_step_bar = torch.where(rows, log_step_bar, self.log_step_bar)
+        return replace(self, h=h, log_step_bar=log_step_bar, count=count), log_step.exp()
 
     def take(self, rows: torch.Tensor, donors: torch.Tensor) -> DualAveraging:
         """Per-chain adapters with chain ``rows[i]``'s state replaced by ``donors[i]``'s."""
         if self.mu.ndim == 0:
             return self
         fields = {}
-        for name in ("mu", "h", "log_step_bar"):
-            value = getattr(self, name).clone()
-            value[rows] = value[donors]
-            fields[name] = value
+        for name in ("mu", "h", "log_step_bar", "count"):
+            value = getattr(self, name)
+            if isinstance(value, torch.Tensor):
+                value = value.clone()
+                value[rows] = value[donors]
+                fields[name] = value
         return replace(self, **fields)
 
     @property
@@ -263,7 +275,7 @@ class TunedState(SamplerState):
     window: WindowStats | None = None
     search_due: bool = False
     # per chain, the gradient evaluations its own transitions used (NUTS: its tree's
-    # points; the lockstep batch computes more), or None where that is n_grad_evals
+    # points; the batch computes more for chains that wait), or None where that is n_grad_evals
     chain_grad_evals: torch.Tensor | None = None
 
 
@@ -338,21 +350,24 @@ class WarmupTuning:
         """Whether the step from ``state`` is one of the warm-up's."""
         return state.dual is not None and state.t < state.warmup_steps
 
-    def update(self, old: T, new: T) -> T:
+    def update(self, old: T, new: T, step_adapted: bool = False) -> T:
         """``new``, the state after a step from ``old``, tuned if the step was one of the
         warm-up's on its acceptance probabilities (``new.info``): a dual averaging
-        update (on the device), and at the end of the initial buffer or a window the
-        stuck chains restarted and (at a window's end) a new inverse mass, after which
-        the step size is searched again and dual averaging restarts."""
+        update (on the device; skipped if ``step_adapted``: the kernel updated
+        ``new.dual`` itself, chain by chain), and at the end of the initial buffer or a
+        window the stuck chains restarted and (at a window's end) a new inverse mass,
+        after which the step size is searched again and dual averaging restarts."""
         if not self.warming(old):
             return new
-        accept_prob = new.info.accept_prob
-        if self.pool_step_size:
-            groups = self.groups
-            accept_prob = accept_prob.mean() if groups is None else groups.means(accept_prob).min()
-        dual, step_size = new.dual.update(accept_prob.to(new.dual.h.dtype))
-        window = new.window.add(new.x, moments=self.adapt_mass)
-        new = new.replace(step_size=step_size, dual=dual, window=window)
+        if not step_adapted:
+            accept_prob = new.info.accept_prob
+            if self.pool_step_size:
+                groups = self.groups
+                accept_prob = (accept_prob.mean() if groups is None
+                               else groups.means(accept_prob).min())  # fmt: skip
+            dual, step_size = new.dual.update(accept_prob.to(new.dual.h.dtype))
+            new = new.replace(step_size=step_size, dual=dual)
+        new = new.replace(window=new.window.add(new.x, moments=self.adapt_mass))
         if new.t not in new.windows.checks:
             return new
         stuck = new.window.stuck(new)

@@ -152,7 +152,7 @@ class SampleRun:
     ``samples`` holds the kept states (T, B, ...), ``final`` the last state, ``info``
     the run's summary (acceptance rate and divergences of the kept steps, gradient
     evaluations computed (``n_grad_evals``) and those the chains' own transitions used
-    (``n_grad_evals_used``: fewer for NUTS, whose chains build their trees in lockstep),
+    (``n_grad_evals_used``: fewer for NUTS, whose batch also steps chains that wait),
     steps, kept steps, and the chains that were stuck in them: a
     :class:`~ebmlab.samplers.diagnostics.SamplingWarning` names them). With
     ``run(..., trace=True)``, ``trace`` maps each :class:`StepInfo` field to a
@@ -509,7 +509,7 @@ class Sampler(Generic[S]):
 
 def _used_grad_evals(state: SamplerState) -> int:
     """The gradient evaluations the chains' own transitions used, summed over chains:
-    a kernel that computes more in lockstep than each chain needs (NUTS) counts them per
+    a kernel whose batch computes more than each chain needs (NUTS) counts them per
     chain in ``chain_grad_evals``; for the others it is every evaluation."""
     used = getattr(state, "chain_grad_evals", None)
     return int(state.n_grad_evals * len(state.x)) if used is None else int(used.sum())

@@ -1,9 +1,10 @@
-"""The No-U-Turn Sampler (Hoffman & Gelman 2014), batched over chains.
+"""The No-U-Turn Sampler (Hoffman & Gelman 2014), batched over chains that each build
+their own trees.
 
-Each step draws a momentum p ~ N(0, M) and doubles a leapfrog trajectory, forwards or
-backwards in time at random, until the trajectory starts to turn back on itself or
-reaches ``2^max_depth - 1`` leapfrog steps. The next state is drawn from all points of
-the trajectory, so no step is ever rejected outright:
+Each transition draws a momentum p ~ N(0, M) and doubles a leapfrog trajectory,
+forwards or backwards in time at random, until the trajectory starts to turn back on
+itself or reaches ``2^max_depth - 1`` leapfrog steps. The next state is drawn from all
+points of the trajectory, so no step is ever rejected outright:
 
 - multinomial sampling with weights exp(-H) (Betancourt 2017, appendix A.3): uniform
   progressive sampling among the points of a new subtree, then biased progressive
@@ -17,12 +18,23 @@ the trajectory, so no step is ever rejected outright:
   (Stan's extra checks): without them a near-periodic trajectory, as on a Gaussian
   whose scales the mass has equalised, can miss its U-turn and run to the depth limit;
 - a new subtree that turns inside, or whose energy error exceeds
-  ``divergence_threshold`` (a divergence), is discarded and ends the chain's step.
+  ``divergence_threshold`` (a divergence), is discarded and ends the chain's transition.
 
-All chains double in lockstep: a chain that has stopped keeps its tree while the others
-go on, so a step costs 2^d - 1 gradient evaluations per chain, d the largest depth
-among the chains (``run(...).info["n_grad_evals"]``); the evaluations each chain's own
-tree used, the count Stan and BlackJAX report, are ``info["n_grad_evals_used"]``.
+**Per-chain trees.** The batch advances one leapfrog step at a time, and every chain is
+at its own place in its own tree (:class:`_Trees`: which doubling, which step of it).
+A chain whose tree ends starts its next one at the next leapfrog step rather than
+waiting for the deepest tree of the batch: it may finish up to ``run_ahead``
+transitions ahead and queue them, and ``step`` returns each chain's oldest queued
+transition. A step then costs the batch about the chains' mean tree size rather than
+the largest of B (``run(...).info["n_grad_evals"]`` counts the batch's evaluations,
+``info["n_grad_evals_used"]`` those each chain's own trees used, the count Stan and
+BlackJAX report). While warming up, each chain adapts its step size as its own trees
+end, so a queued transition never runs on a stale step size; the ends of the
+adaptation windows, the end of warm-up and any change to the state between steps (a
+restart, a swap of parallel tempering) drop the queued transitions and continue from
+the state's positions. Tempered chains, and a pooled step size while it adapts, keep
+``run_ahead`` at 1.
+
 During burn-in the step size and the diagonal mass adapt as in Stan
 (:class:`~ebmlab.samplers.adaptation.WarmupTuning`): a step-size search per chain, then
 dual averaging of each chain's step size towards a mean acceptance statistic (the
@@ -32,61 +44,71 @@ of doubling windows, and chains that stay stuck restarted at the windows' ends.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from ebmlab import _checks
-from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.adaptation import TunedState, WarmupTuning
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, where_rows
+from ebmlab.energies.base import EnergyFn, EnergyFunction, energy_and_grad
+from ebmlab.samplers.adaptation import DualAveraging, TunedState, WarmupTuning
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
 from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
 
 
-@dataclass(frozen=True)
-class _Point:
-    """Position, momentum, energy and gradient of a point of the trajectory (per chain)."""
+class _Layout:
+    """Named column ranges of a per-chain register tensor (B, width): the chains' tree
+    state lives in a few such tensors, so that a masked update of a whole record is
+    one ``torch.where`` rather than one per field. A field is a vector of the given
+    width, read as (B, width), or a number (width ``None``), read as (B,)."""
 
-    x: torch.Tensor
-    p: torch.Tensor
-    energy: torch.Tensor
-    grad: torch.Tensor
+    def __init__(self, **widths: int | None) -> None:
+        self.slices: dict[str, slice] = {}
+        self.columns: dict[str, int | slice] = {}
+        start = 0
+        for name, width in widths.items():
+            self.slices[name] = slice(start, start + (width or 1))
+            self.columns[name] = start if width is None else self.slices[name]
+            start += width or 1
+        self.width = start
 
-    def where(self, mask: torch.Tensor, other: _Point) -> _Point:
-        """Row-wise: this point where ``mask``, else ``other``."""
-        return _Point(
-            where_rows(mask, self.x, other.x),
-            where_rows(mask, self.p, other.p),
-            torch.where(mask, self.energy, other.energy),
-            where_rows(mask, self.grad, other.grad),
-        )
+    def __call__(self, registers: torch.Tensor, name: str) -> torch.Tensor:
+        return registers[:, self.columns[name]]
 
-
-@dataclass(frozen=True)
-class _Subtree:
-    """The outcome of one doubling: first momentum and last point, proposal, log weight,
-    summed momentum, whether it may join the tree, divergences, and the acceptance
-    statistic's terms."""
-
-    first_p: torch.Tensor
-    end: _Point
-    proposal: _Point
-    log_weight: torch.Tensor
-    rho: torch.Tensor
-    valid: torch.Tensor
-    divergent: torch.Tensor
-    accept_sum: torch.Tensor
-    n_points: torch.Tensor
+    def pack(self, like: torch.Tensor, **values: torch.Tensor | float) -> torch.Tensor:
+        """The registers holding ``values`` (every field, in any order; (B,) tensors,
+        (B, width) tensors or floats), in ``like``'s dtype."""
+        n = like.shape[0]
+        parts = []
+        for name, cut in self.slices.items():
+            value = values[name]
+            if not isinstance(value, torch.Tensor):
+                value = like.new_full((n, cut.stop - cut.start), value)
+            elif value.ndim == 1:
+                value = value.unsqueeze(-1)
+            parts.append(value if value.dtype == like.dtype else value.to(like.dtype))
+        return torch.cat(parts, -1)
 
 
-def _turning(
-    p_first: torch.Tensor, p_last: torch.Tensor, rho: torch.Tensor, inv_mass: torch.Tensor
-) -> torch.Tensor:
-    """The generalised no-U-turn criterion per chain (True: the stretch turns back)."""
-    first = (inv_mass * p_first * rho).flatten(1).sum(1)
-    last = (inv_mass * p_last * rho).flatten(1).sum(1)
-    return (first <= 0) | (last <= 0)
+class _FlatEnergy(EnergyFunction):
+    """An energy of chains (B, *event) evaluated on flattened rows (B, D), with its own
+    gradient if it has one."""
+
+    def __init__(self, energy: EnergyFn, event: torch.Size) -> None:
+        super().__init__(lambda z: energy(z.view(-1, *event)))
+        self.inner, self.event = energy, event
+
+    def value_and_grad(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        e, g = energy_and_grad(self.inner, z.view(-1, *self.event))
+        return e, g.flatten(1)
+
+
+def _select(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """Rows of ``new`` where ``mask`` (B,), else of ``old``."""
+    return torch.where(mask.view(-1, *([1] * (new.ndim - 1))), new, old)
 
 
 def _halves_turning(
@@ -98,20 +120,92 @@ def _halves_turning(
     rho_b: torch.Tensor,
     inv_mass: torch.Tensor,
 ) -> torch.Tensor:
-    """The whole of A then B, and the extra checks across the join (A + b_first, a_last + B)."""
-    return (
-        _turning(a_first, b_last, rho_a + rho_b, inv_mass)
-        | _turning(a_first, b_first, rho_a + b_first, inv_mass)
-        | _turning(a_last, b_last, rho_b + a_last, inv_mass)
+    """The generalised no-U-turn criterion (Betancourt 2013) for stretch A then B of a
+    trajectory, given the first and last momenta and summed momentum of each half
+    (flat, (..., D)): the whole stretch turns, or A plus the first point of B, or the
+    last point of A plus B (Stan's extra checks across the join). A stretch turns when
+    M^{-1} p_first . rho <= 0 or M^{-1} p_last . rho <= 0."""
+    a_first, a_last, rho_a, b_first, b_last, rho_b = torch.broadcast_tensors(
+        a_first, a_last, rho_a, b_first, b_last, rho_b
     )
+    firsts = torch.stack([a_first, a_first, a_last])
+    lasts = torch.stack([b_last, b_first, b_last])
+    rhos = torch.stack([rho_a + rho_b, rho_a + b_first, rho_b + a_last])
+    dots = (inv_mass * torch.stack([firsts, lasts]) * rhos).sum(-1)
+    return (dots <= 0).flatten(0, 1).any(0)
 
 
-def _log_uniform(n: int, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.rand(n, generator=generator, dtype=like.dtype, device=like.device).log()
+def _log_uniform(like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    return torch.rand(like.shape, generator=generator, dtype=like.dtype, device=like.device).log()
 
 
-class NUTS(Sampler[TunedState]):
-    """No-U-Turn Sampler with multinomial proposals, batched over chains.
+@functools.lru_cache(maxsize=16)
+def _layouts(d: int) -> tuple[_Layout, _Layout, _Layout]:
+    """The layouts of a point, a tree and a doubling for positions of d numbers."""
+    point = _Layout(x=d, p=d, grad=d, energy=None)
+    tree = _Layout(step=None, h0=None, left=point.width, right=point.width,
+                   proposal=point.width, log_weight=None, rho=d, depth=None, moved=None,
+                   divergent=None, accept_sum=None, n_points=None)  # fmt: skip
+    doubling = _Layout(forward=None, i=None, point=point.width, first_p=d, rho=d,
+                       log_weight=None, proposal=point.width, valid=None, divergent=None,
+                       accept_sum=None, n_points=None)  # fmt: skip
+    return point, tree, doubling
+
+
+@dataclass(frozen=True)
+class _Trees:
+    """Every chain's tree in the making, in flat registers (positions flattened to D
+    columns; a point packs position, momentum, gradient and energy in 3D + 1):
+
+    - ``tree`` (:func:`_layouts`): the trajectory so far, its step size
+      (fixed when it starts), its start's Hamiltonian, both ends, the proposal, the log
+      of its summed weights exp(H_0 - H), the summed momentum rho, the depth of the
+      doubling under way, and the transition's outcome (moved, divergent, the
+      acceptance statistic's sum over new points, their number);
+    - ``doubling``: the subtree of 2^depth steps being added: its direction, the steps
+      taken (``i``), its last point, first momentum, summed momentum, log weight,
+      proposal, whether it may still join, its divergence and acceptance terms;
+    - ``slots`` (B, max_depth + 1, 3D): slot k holds, for the latest point whose index
+      is a multiple of 2^k, its momentum, the momentum of the point before it and the
+      running rho before it: the start of the aligned stretch of length 2^k that ends
+      when the index + 1 is a multiple of 2^k, whose halves start at slots k and k - 1;
+    - ``draws`` (B, capacity, 3D + 5): a ring of finished transitions per chain (the
+      point, moved, divergent, the acceptance sum, the number of points), ``head`` and
+      ``count``;
+    - ``tip`` and ``next_step``: the point and step size the chain's next tree starts
+      with; ``dual``: the chains' step-size adapter while they warm up (each chain
+      adapts as its trees end); ``building`` and ``pending``: which chains have a tree
+      under way and which start a new doubling at the next step; ``anchor``: the
+      positions of the state these trees belong to, so a state changed from outside is
+      recognised; ``powers``: 2^k for k = 0 ... max_depth.
+    """
+
+    tree: torch.Tensor
+    doubling: torch.Tensor
+    slots: torch.Tensor
+    draws: torch.Tensor
+    head: torch.Tensor
+    count: torch.Tensor
+    tip: torch.Tensor
+    next_step: torch.Tensor
+    dual: DualAveraging | None
+    building: torch.Tensor
+    pending: torch.Tensor
+    anchor: torch.Tensor
+    powers: torch.Tensor
+
+
+@dataclass(frozen=True)
+class NUTSState(TunedState):
+    """A tuned chain state with the chains' trees under way and queued transitions
+    (``None`` before the first step and after warm-up's window ends)."""
+
+    trees: _Trees | None = None
+
+
+class NUTS(Sampler[NUTSState]):
+    """No-U-Turn Sampler with multinomial proposals, batched over chains that each build
+    their own trees.
 
     Use with ``burn_in`` (a few hundred steps) so that the step size and diagonal mass
     adapt: ``NUTS().sample(energy, x0, n, burn_in=500)``. A step moves a chain unless
@@ -129,6 +223,9 @@ class NUTS(Sampler[TunedState]):
             by default each chain tunes its own, so that a chain in a region of
             strong curvature does not set (or take) the others' step.
         divergence_threshold: energy error beyond which a subtree is divergent.
+        run_ahead: how many finished transitions a chain may queue ahead of the step
+            being returned, so that it need not wait for deeper trees (1: every chain
+            waits for the deepest tree of the batch, as in lockstep).
     """
 
     def __init__(
@@ -140,152 +237,277 @@ class NUTS(Sampler[TunedState]):
         adapt_mass: bool = True,
         pool_step_size: bool = False,
         divergence_threshold: float = 1000.0,
+        run_ahead: int = 4,
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
         self.max_depth = _checks.positive_int("max_depth", max_depth)
         self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size)
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
+        self.run_ahead = _checks.positive_int("run_ahead", run_ahead)
 
-    def init(self, x0: torch.Tensor, energy: EnergyFn) -> TunedState:
+    def init(self, x0: torch.Tensor, energy: EnergyFn) -> NUTSState:
         start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
         used = torch.ones(len(x0), dtype=torch.long, device=x0.device)
-        return self.tuning.initial(start, self.step_size, TunedState, chain_grad_evals=used)
+        return self.tuning.initial(start, self.step_size, NUTSState, chain_grad_evals=used)
 
-    def begin_warmup(self, state: TunedState, n_steps: int) -> TunedState:
+    def begin_warmup(self, state: NUTSState, n_steps: int) -> NUTSState:
         return self.tuning.begin(state, n_steps, search=True)
 
-    def end_warmup(self, state: TunedState) -> TunedState:
-        return self.tuning.finish(state)
+    def end_warmup(self, state: NUTSState) -> NUTSState:
+        # the kept transitions start afresh with the final step size
+        return self.tuning.finish(state).replace(trees=None)
 
     def tempered(self, beta: torch.Tensor) -> NUTS:
         """This kernel for per-chain tempered energies beta E: each temperature's chains
         get their own mass, 1 / beta at first, then adapted from their own variance."""
         return self._with(tuning=self.tuning.tempered(beta))
 
+    def _start(self, state: NUTSState, dual: DualAveraging | None) -> _Trees:
+        """No tree under way and no queued transition: each chain's next tree starts at
+        ``state``'s position with its step size, adapted by ``dual`` if given."""
+        x = state.x.flatten(1)
+        n, d = x.shape
+        point, tree, doubling = _layouts(d)
+        tip = point.pack(x, x=x, p=0.0, grad=state.grad.flatten(1), energy=state.energy)
+        counts = torch.zeros(n, dtype=torch.long, device=x.device)
+        no = counts.bool()
+        step = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device).expand(n)
+        return _Trees(
+            x.new_zeros(n, tree.width),
+            x.new_zeros(n, doubling.width),
+            x.new_zeros(n, self.max_depth + 1, 3 * d),
+            x.new_zeros(n, self.run_ahead, point.width + 4),
+            counts,
+            counts,
+            tip,
+            step.clone(),
+            dual,
+            no,
+            no,
+            state.x,
+            2 ** torch.arange(self.max_depth + 1, device=x.device),
+        )
+
     def step(
-        self, state: TunedState, energy: EnergyFn, generator: torch.Generator | None = None
-    ) -> TunedState:
+        self, state: NUTSState, energy: EnergyFn, generator: torch.Generator | None = None
+    ) -> NUTSState:
         if state.search_due:
             state = self.tuning.search_step_size(state, energy, generator)
-        x0, inv_mass = state.x, state.inv_mass
-        n = x0.shape[0]
-        p0 = gaussian_noise(x0, generator) / inv_mass.sqrt()
-        start = _Point(x0, p0, state.energy, state.grad)
-        h0 = state.energy + kinetic_energy(p0, inv_mass)
-        left = right = proposal = start
-        log_weight = x0.new_zeros(n)  # log sum of exp(H_0 - H) over the tree
-        rho = p0
-        done = torch.zeros(n, dtype=torch.bool, device=x0.device)
-        moved, divergent = done.clone(), done.clone()
-        accept_sum = x0.new_zeros(n)
-        n_points = x0.new_zeros(n)
-        n_grads = 0
-        for depth in range(self.max_depth):
-            forward = torch.rand(n, generator=generator, device=x0.device) < 0.5
-            edge = right.where(forward, left).where(~done, start)  # stopped chains idle at x0
-            eps = torch.where(forward, state.step_size, -state.step_size).to(x0.dtype)
-            sub = self._subtree(energy, edge, eps, depth, h0, ~done, inv_mass, generator)
-            n_grads += 2**depth
-            divergent |= sub.divergent
-            accept_sum += sub.accept_sum
-            n_points += sub.n_points
-            join = sub.valid
-            take = join & (_log_uniform(n, h0, generator) < sub.log_weight - log_weight)
-            proposal = sub.proposal.where(take, proposal)
-            moved |= take
-            log_weight = torch.where(join, torch.logaddexp(log_weight, sub.log_weight), log_weight)
-            # in time order the tree is A and the subtree B going forwards, else the reverse
-            f = forward.view(-1, *([1] * (x0.ndim - 1)))
-            turned = _halves_turning(
-                torch.where(f, left.p, sub.end.p),
-                torch.where(f, right.p, sub.first_p),
-                torch.where(f, rho, sub.rho),
-                torch.where(f, sub.first_p, left.p),
-                torch.where(f, sub.end.p, right.p),
-                torch.where(f, sub.rho, rho),
-                inv_mass,
-            )
-            right = sub.end.where(join & forward, right)
-            left = sub.end.where(join & ~forward, left)
-            rho = where_rows(join, rho + sub.rho, rho)
-            done = done | ~join | turned
-            if bool(done.all()):
-                break
+        warming = self.tuning.warming(state)
+        # tempered chains swap positions between steps, which would void queued
+        # transitions; a pooled step size adapts on every chain's latest transition
+        lockstep = self.tuning.groups is not None or (warming and self.tuning.pool_step_size)
+        capacity = 1 if lockstep else self.run_ahead
+        trees = state.trees
+        if trees is None or trees.anchor is not state.x:
+            trees = self._start(state, state.dual if warming and not lockstep else None)
+        flat_energy = energy if state.x.ndim == 2 else _FlatEnergy(energy, state.x.shape[1:])
+        mass = state.inv_mass  # flat: (D,), or (B, D) per chain when tempered
+        inv_mass = mass.reshape(len(mass), -1) if mass.ndim == state.x.ndim else mass.flatten()
+        n_leapfrogs = 0
+        while not bool((trees.count > 0).all()):
+            trees = self._leapfrog_step(trees, flat_energy, inv_mass, capacity, generator)
+            n_leapfrogs += 1
+        trees, draw = self._pop(trees)
         new = state.replace(
-            x=proposal.x,
-            energy=proposal.energy,
-            grad=proposal.grad,
-            accepted=state.accepted + moved,
-            divergent=state.divergent + divergent.long(),
-            n_grad_evals=state.n_grad_evals + n_grads,
-            chain_grad_evals=state.chain_grad_evals + n_points.long(),
+            x=draw["x"].view_as(state.x),
+            energy=draw["energy"],
+            grad=draw["grad"].view_as(state.x),
+            accepted=state.accepted + draw["moved"].long(),
+            divergent=state.divergent + draw["divergent"].long(),
+            n_grad_evals=state.n_grad_evals + n_leapfrogs,
+            chain_grad_evals=state.chain_grad_evals + draw["n_points"].long(),
             t=state.t + 1,
-            info=StepInfo(state.energy, (accept_sum / n_points.clamp(min=1)).log(), divergent),
+            info=StepInfo(state.energy, draw["mean_accept"].log(), draw["divergent"] > 0),
         )
-        return self.tuning.update(state, new)
+        new = new.replace(trees=dataclasses.replace(trees, anchor=new.x))
+        if trees.dual is not None:
+            new = new.replace(dual=trees.dual, step_size=trees.next_step)
+        new = self.tuning.update(state, new, step_adapted=trees.dual is not None)
+        # the end of a window (a new adapter, perhaps restarts or a new mass) voids the
+        # transitions under way
+        checked = new.windows is not None and new.t in new.windows.checks
+        return new.replace(trees=None) if checked or new.search_due else new
 
-    def _subtree(
+    def _pop(self, trees: _Trees) -> tuple[_Trees, dict[str, torch.Tensor]]:
+        """Each chain's oldest queued transition (every chain has one), and the queues
+        without them."""
+        rows = torch.arange(len(trees.head), device=trees.head.device)
+        oldest = trees.draws[rows, trees.head]
+        point = _layouts(trees.tip.shape[1] // 3)[0]
+        w = point.width
+        draw = {name: point(oldest, name) for name in ("x", "energy", "grad")}
+        draw["moved"], draw["divergent"] = oldest[:, w], oldest[:, w + 1]
+        draw["n_points"] = oldest[:, w + 3]
+        draw["mean_accept"] = oldest[:, w + 2] / draw["n_points"].clamp(min=1)
+        capacity = trees.draws.shape[1]
+        return dataclasses.replace(trees, head=(trees.head + 1) % capacity,
+                                   count=trees.count - 1), draw  # fmt: skip
+
+    def _leapfrog_step(
         self,
+        trees: _Trees,
         energy: EnergyFn,
-        point: _Point,
-        eps: torch.Tensor,
-        depth: int,
-        h0: torch.Tensor,
-        live: torch.Tensor,
         inv_mass: torch.Tensor,
+        capacity: int,
         generator: torch.Generator | None,
-    ) -> _Subtree:
-        """2^depth leapfrog steps of signed size ``eps`` from ``point`` for the ``live`` chains.
+    ) -> _Trees:
+        """One leapfrog step of every chain in its own tree: chains with room in their
+        queue start a tree, then each building chain takes the next step of its
+        doubling; a doubling that ends joins its tree, and a tree that ends queues its
+        transition. On the CPU, checks on the host skip the parts no chain needs; on an
+        accelerator every part runs, masked, so that the loop in :meth:`step` reads
+        one flag per leapfrog step and nothing else."""
+        tip, tree, dbl, slots = trees.tip, trees.tree, trees.doubling, trees.slots
+        host = tip.device.type == "cpu"
 
-        Slot k of the checkpoints holds, for the latest point whose index is a multiple
-        of 2^k, its momentum, the momentum of the point before it and the running rho
-        before it: the start of the aligned stretch of length 2^k that ends when the
-        index + 1 is a multiple of 2^k, whose halves start at slots k and k - 1.
-        """
-        n = h0.shape[0]
-        first_p: dict[int, torch.Tensor] = {}
-        prev_p: dict[int, torch.Tensor] = {}
-        rho_before: dict[int, torch.Tensor] = {}
-        start_p = previous = point.p
-        rho = torch.zeros_like(point.p)
-        log_weight = torch.full_like(h0, -math.inf)
-        proposal = point
-        valid = live.clone()
-        divergent = torch.zeros_like(live)
-        accept_sum = torch.zeros_like(h0)
-        n_points = torch.zeros_like(h0)
-        for i in range(2**depth):
-            x, p, e, g = leapfrog(energy, point.x, point.p, point.grad, eps, 1, inv_mass)
-            previous = point.p
-            point = _Point(x, p, e, g).where(valid, point)  # chains that stopped stay put
-            if i == 0:
-                start_p = point.p
-            log_w = torch.nan_to_num(h0 - e - kinetic_energy(p, inv_mass), nan=-math.inf)
-            diverged = valid & (log_w < -self.divergence_threshold)
-            accept_sum += torch.where(valid, log_w.clamp(max=0).exp(), 0.0)
-            n_points += valid
-            for k in range(depth + 1):
-                if i % 2**k == 0:
-                    first_p[k], prev_p[k], rho_before[k] = point.p, previous, rho
-            rho = rho + point.p
-            total = torch.logaddexp(log_weight, log_w)
-            take = valid & ~diverged & (_log_uniform(n, h0, generator) < log_w - total)
-            proposal = point.where(take, proposal)
-            log_weight = torch.where(valid, total, log_weight)
-            turned = torch.zeros_like(valid)
-            for k in range(1, depth + 1):
-                if (i + 1) % 2**k == 0:
-                    turned |= _halves_turning(
-                        first_p[k],
-                        prev_p[k - 1],
-                        rho_before[k - 1] - rho_before[k],
-                        first_p[k - 1],
-                        point.p,
-                        rho - rho_before[k - 1],
-                        inv_mass,
-                    )
-            divergent |= diverged
-            valid = valid & ~diverged & ~turned
-        return _Subtree(
-            start_p, point, proposal, log_weight, rho, valid, divergent, accept_sum, n_points
+        def needed(mask: torch.Tensor) -> bool:
+            return bool(mask.any()) if host else True
+
+        n, d = len(tip), tip.shape[1] // 3
+        P, T, S = _layouts(d)
+        live = trees.building
+        # the step's random numbers, drawn whether or not a part runs, so that every
+        # device draws the same chains from a seed
+        noise = gaussian_noise(P(tip, "x"), generator)
+        forward = torch.rand(n, generator=generator, device=tip.device) < 0.5
+        log_u = _log_uniform(torch.empty(2, n, dtype=tip.dtype, device=tip.device), generator)
+        # new trees, from the tip with a fresh momentum
+        start = ~trees.building & (trees.count < capacity)
+        if needed(start):
+            p0 = noise / inv_mass.sqrt()
+            tip = P.pack(tip, x=P(tip, "x"), p=p0, grad=P(tip, "grad"), energy=P(tip, "energy"))
+            h0 = P(tip, "energy") + kinetic_energy(p0, inv_mass)
+            fresh = T.pack(tip, step=trees.next_step, h0=h0, left=tip, right=tip, proposal=tip,
+                           log_weight=0.0, rho=p0, depth=0.0, moved=0.0, divergent=0.0,
+                           accept_sum=0.0, n_points=0.0)  # fmt: skip
+            tree = _select(start, fresh, tree)
+            live = live | start
+        # new doublings, from an end of the tree in a random direction
+        begin = start | trees.pending
+        if needed(begin):
+            edge = _select(forward, T(tree, "right"), T(tree, "left"))
+            begun = S.pack(tip, forward=forward, i=0.0, point=edge, first_p=P(edge, "p"),
+                           rho=0.0, log_weight=-math.inf, proposal=edge, valid=1.0,
+                           divergent=0.0, accept_sum=0.0, n_points=0.0)  # fmt: skip
+            dbl = _select(begin, begun, dbl)
+        # one leapfrog step each
+        step, forward = T(tree, "step"), S(dbl, "forward") > 0
+        point = S(dbl, "point")
+        x1, p1, e1, g1 = leapfrog(energy, P(point, "x"), P(point, "p"), P(point, "grad"),
+                                  torch.where(forward, step, -step), 1, inv_mass)  # fmt: skip
+        new_point = P.pack(tip, x=x1, p=p1, grad=g1, energy=e1)
+        log_w = torch.nan_to_num(T(tree, "h0") - e1 - kinetic_energy(p1, inv_mass), nan=-math.inf)
+        diverged = log_w < -self.divergence_threshold
+        i, depth, rho = S(dbl, "i").long(), T(tree, "depth").long(), S(dbl, "rho")
+        powers, size = trees.powers, trees.powers[depth]  # 2^k for k <= max_depth; 2^depth
+        marks = live[:, None] & (i[:, None] % powers == 0)
+        mark = torch.cat([p1, P(point, "p"), rho], -1).unsqueeze(1)
+        slots = torch.where(marks.unsqueeze(-1), mark, slots)
+        rho = rho + p1
+        total = torch.logaddexp(S(dbl, "log_weight"), log_w)
+        take = ~diverged & (log_u[0] < log_w - total)
+        # U-turns of the aligned stretches that end at this point
+        ends = (powers[1:] <= size[:, None]) & ((i[:, None] + 1) % powers[1:] == 0)
+        first_p, prev_p, rho_before = slots[..., :d], slots[..., d : 2 * d], slots[..., 2 * d :]
+        slot_mass = inv_mass.unsqueeze(1) if inv_mass.ndim > 1 else inv_mass
+        turned = ends & _halves_turning(first_p[:, 1:], prev_p[:, :-1],
+                                        rho_before[:, :-1] - rho_before[:, 1:], first_p[:, :-1],
+                                        p1.unsqueeze(1), rho.unsqueeze(1) - rho_before[:, :-1],
+                                        slot_mass)  # fmt: skip
+        stepped = S.pack(
+            tip,
+            forward=forward,
+            i=i + 1,
+            point=new_point,
+            first_p=torch.where((i == 0).unsqueeze(-1), p1, S(dbl, "first_p")),
+            rho=rho,
+            log_weight=total,
+            proposal=_select(take, new_point, S(dbl, "proposal")),
+            valid=(S(dbl, "valid") > 0) & ~diverged & ~turned.any(1),
+            divergent=(S(dbl, "divergent") > 0) | diverged,
+            accept_sum=S(dbl, "accept_sum") + log_w.clamp(max=0).exp(),
+            n_points=S(dbl, "n_points") + 1,
         )
+        dbl = _select(live, stepped, dbl)
+        # doublings that end join their tree if valid (in time order A then B going
+        # forwards, else B then A)
+        valid = S(dbl, "valid") > 0
+        ended = live & (~valid | (i + 1 == size))
+        done = dataclasses.replace(trees, tip=tip, tree=tree, doubling=dbl, slots=slots,
+                                   building=live, pending=torch.zeros_like(live))  # fmt: skip
+        if not needed(ended):
+            return done
+        return self._join(done, ended, valid & ended, P, T, S, inv_mass, log_u[1], needed)
+
+    def _join(
+        self,
+        trees: _Trees,
+        ended: torch.Tensor,
+        join: torch.Tensor,
+        P: _Layout,
+        T: _Layout,
+        S: _Layout,
+        inv_mass: torch.Tensor,
+        log_u: torch.Tensor,
+        needed: Callable[[torch.Tensor], bool],
+    ) -> _Trees:
+        """The ``ended`` chains' doublings joined to their trees where they may
+        (``join``): biased progressive sampling of the proposal, the tree's U-turn
+        checked across the join (``log_u``: a log uniform per chain); trees that end
+        queue their transition and, while warming up, adapt their chain's step size."""
+        tree, dbl = trees.tree, trees.doubling
+        tree_weight, sub_weight = T(tree, "log_weight"), S(dbl, "log_weight")
+        wins = join & (log_u < sub_weight - tree_weight)
+        forward = S(dbl, "forward") > 0
+        f = forward.unsqueeze(-1)
+        left, right, end = T(tree, "left"), T(tree, "right"), S(dbl, "point")
+        left_p, right_p, end_p = P(left, "p"), P(right, "p"), P(end, "p")
+        first_p, tree_rho, sub_rho = S(dbl, "first_p"), T(tree, "rho"), S(dbl, "rho")
+        turned = _halves_turning(
+            torch.where(f, left_p, end_p),
+            torch.where(f, right_p, first_p),
+            torch.where(f, tree_rho, sub_rho),
+            torch.where(f, first_p, left_p),
+            torch.where(f, end_p, right_p),
+            torch.where(f, sub_rho, tree_rho),
+            inv_mass,
+        )
+        depth = T(tree, "depth")
+        finished = ended & (~join | turned | (depth + 1 >= self.max_depth))
+        merged = T.pack(
+            tree,
+            step=T(tree, "step"),
+            h0=T(tree, "h0"),
+            left=_select(join & ~forward, end, left),
+            right=_select(join & forward, end, right),
+            proposal=_select(wins, S(dbl, "proposal"), T(tree, "proposal")),
+            log_weight=torch.where(join, torch.logaddexp(tree_weight, sub_weight), tree_weight),
+            rho=_select(join, tree_rho + sub_rho, tree_rho),
+            depth=depth + 1,
+            moved=(T(tree, "moved") > 0) | wins,
+            divergent=(T(tree, "divergent") > 0) | (S(dbl, "divergent") > 0),
+            accept_sum=T(tree, "accept_sum") + S(dbl, "accept_sum"),
+            n_points=T(tree, "n_points") + S(dbl, "n_points"),
+        )
+        tree = _select(ended, merged, tree)
+        trees = dataclasses.replace(trees, tree=tree, building=trees.building & ~finished,
+                                    pending=ended & ~finished)  # fmt: skip
+        if not needed(finished):
+            return trees
+        # queue the finished transitions
+        proposal = T(tree, "proposal")
+        outcome = [T(tree, k) for k in ("moved", "divergent", "accept_sum", "n_points")]
+        draw = torch.cat([proposal, torch.stack(outcome, -1)], -1)
+        capacity = trees.draws.shape[1]
+        slot = (trees.head + trees.count) % capacity
+        into = finished[:, None] & (torch.arange(capacity, device=slot.device) == slot[:, None])
+        draws = torch.where(into.unsqueeze(-1), draw.unsqueeze(1), trees.draws)
+        trees = dataclasses.replace(trees, draws=draws, count=trees.count + finished,
+                                    tip=_select(finished, proposal, trees.tip))  # fmt: skip
+        if trees.dual is not None:
+            accept = T(tree, "accept_sum") / T(tree, "n_points").clamp(min=1)
+            dual, adapted = trees.dual.update(accept, finished)
+            step = torch.where(finished, adapted, trees.next_step)
+            trees = dataclasses.replace(trees, dual=dual, next_step=step)
+        return trees
