@@ -157,3 +157,15 @@ def test_round_trips_count_hottest_to_coldest_and_back():
     for walkers in ([0, 1, 2], [1, 2, 0], [2, 1, 0], [1, 0, 2], [0, 1, 2]):
         last_end, trips = _count_round_trips(torch.tensor(walkers), last_end, trips, n)
     assert int(trips) == 2
+
+
+@pytest.mark.parametrize("swap_every", [1, 2, 3])
+def test_swap_rounds_alternate_even_and_odd_pairs_whatever_the_local_steps(swap_every):
+    # The pairs alternate by swap round, not by step: with an even number of local
+    # steps per round, counting steps proposed only the even pairs and no walker ever
+    # crossed the ladder.
+    g = DiagonalGaussian(torch.zeros(1), torch.ones(1))
+    pt = ParallelTempering(MALA(0.3), [1.0, 0.7, 0.5, 0.35], swap_every=swap_every)
+    run = pt.run(g, torch.zeros(16, 1), 12 * swap_every, generator=0)
+    assert run.final.swaps_proposed.tolist() == [16 * 6] * 3
+    assert int(run.final.round_trips) > 0

@@ -185,7 +185,7 @@ class ParallelTempering(Sampler[TemperingState]):
                 beta_rows,
                 n,
                 k,
-                state.t,
+                (state.t + 1) // self.swap_every,
                 generator,
                 swaps_acc,
                 swaps_prop,
@@ -238,8 +238,9 @@ class ParallelTempering(Sampler[TemperingState]):
         )
 
     def _swap(self, replicas, beta_rows, n, k, t, generator, swaps_acc, swaps_prop):
-        """Even-odd neighbour swaps; energies and gradients move with the states,
-        rescaled from the temperature they were computed at to their new one."""
+        """Even-odd neighbour swaps (even pairs in even swap rounds ``t``, odd pairs in
+        odd ones); energies and gradients move with the states, rescaled from the
+        temperature they were computed at to their new one."""
         raw_e = (replicas.energy / beta_rows).view(k, n)
         # the row whose state each slot takes
         source = torch.arange(k * n, device=raw_e.device).view(k, n)
