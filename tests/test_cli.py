@@ -321,3 +321,66 @@ def test_logz_of_a_density_run_by_quadrature_and_by_smc(capsys, tmp_path):
     assert smc["cost"]["kernel_steps_per_particle"] > 0 and 0 < smc["stderr"] < 0.5
     code, _, err = run_cli(capsys, "logz", str(run), "--method", "trw")
     assert code == 2 and "method must be one of" in err
+
+
+MODEL = """
+import torch
+
+def log_density(x):  # x0 ~ N(0, 1), x1 | x0 ~ N(x0, 0.5^2): sd of x1 is sqrt(1.25)
+    return -0.5 * (x[:, 0] ** 2 + ((x[:, 1] - x[:, 0]) / 0.5) ** 2)
+
+def energy(x):
+    return -log_density(x)
+
+def wrong_shape(x):
+    return x.sum()
+"""
+
+
+def test_mcmc_samples_a_posterior_from_a_file(capsys, tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    out = tmp_path / "mcmc"
+    code, printed, _ = run_cli(capsys, "mcmc", f"{model}:log_density", "--dim", "2",
+                               "--log-density", "--chains", "8", "--warmup", "150",
+                               "--draws", "150", "--out", str(out))  # fmt: skip
+    assert code == 0
+    summary = json.loads(printed)
+    draws = np.load(out / "draws.npz")["draws"]
+    assert draws.shape == (150, 8, 2) and (out / "trace.png").is_file()
+    assert json.loads((out / "summary.json").read_text()) == summary
+    truth_sd = [1.0, math.sqrt(1.25)]
+    for d in range(2):
+        assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
+        assert abs(summary["sd"][d] - truth_sd[d]) < 0.1
+    # the energy of the same model, without --log-density, gives the same chains
+    code, again, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--chains", "8",
+                             "--warmup", "150", "--draws", "150")  # fmt: skip
+    assert json.loads(again)["mean"] == summary["mean"]
+
+
+def test_mcmc_warns_of_failed_checks(capsys, tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    code, printed, err = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2",
+                                 "--chains", "4", "--warmup", "10", "--draws", "10")  # fmt: skip
+    summary = json.loads(printed)
+    assert code == 0 and not summary["passed"]
+    assert "ebmlab: warning: bulk ESS" in err and summary["problems"]
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("{model}", "target must be FILE.py:NAME"),
+        ("{dir}/missing.py:energy", "does not exist"),
+        ("{model}:nothing", "has no function 'nothing'"),
+        ("{model}:wrong_shape", "must map chains (4, 2) to one value per chain, shape (4,)"),
+    ],
+)
+def test_mcmc_refuses_bad_targets_in_one_line(capsys, tmp_path, target, message):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    spec = target.format(model=model, dir=tmp_path)
+    code, out, err = run_cli(capsys, "mcmc", spec, "--dim", "2", "--chains", "4")
+    assert code == 2 and message in err and err.count("\n") == 1 and out == ""

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 import torch
 
 import ebmlab
-from ebmlab import _checks, hardware, partition
+from ebmlab import _checks, hardware, mcmc_command, partition
 from ebmlab._checks import ArgumentError
 from ebmlab.data import (
     DATASETS,
@@ -290,6 +290,7 @@ def _build_parser() -> _Parser:
     sa.add_argument("--out", default=None, help="PNG path (default RUN_DIR/samples/sample.png)")
     sa.add_argument("--checkpoint", choices=["last", "best"], default="last")
     sa.add_argument("--seed", type=int, default=0)
+    _add_threads_option(mcmc_command.add_parser(sub))
     lz = sub.add_parser("logz", help="estimate log Z of a trained run; prints JSON")
     lz.add_argument("run_dir")
     _add_device_option(lz)
@@ -620,6 +621,7 @@ COMMANDS = {
     "sample": cmd_sample,
     "logz": cmd_logz,
     "data": cmd_data,
+    "mcmc": mcmc_command.cmd_mcmc,
 }
 
 

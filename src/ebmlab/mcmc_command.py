@@ -1,0 +1,181 @@
+"""``ebmlab mcmc``: sample a posterior written in a Python file, as Stan's command line
+does for a model, and say whether to trust the draws.
+
+The target is ``FILE.py:NAME``, a function of chains x (B, D) returning the energy
+E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in
+(-2, 2) on every coordinate, as Stan starts them on the unconstrained scale; NUTS (or
+AdaptiveHMC) warms up as Stan does and keeps ``--draws`` steps. The command prints a
+JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS, divergences, stuck
+chains) with every failed one also printed as a warning, and each coordinate's mean and
+sd with its Monte Carlo error. With ``--out`` it also writes the draws (``draws.npz``,
+(draws, chains, D)), the summary and a trace plot of the first coordinates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ebmlab import _checks
+from ebmlab._checks import ArgumentError
+from ebmlab.devices import resolve_device
+from ebmlab.plotting import save_figure, subplots
+from ebmlab.samplers import NUTS, AdaptiveHMC, SampleRun
+from ebmlab.samplers.diagnostics import (
+    Diagnostics,
+    SamplingWarning,
+    effective_sample_size,
+    summarize,
+)
+
+SAMPLERS = {"nuts": NUTS, "adaptive-hmc": AdaptiveHMC}
+TRACED = 4  # coordinates drawn in trace.png
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``mcmc`` command and its own options."""
+    p = sub.add_parser(
+        "mcmc",
+        help="sample a posterior from a Python file; prints diagnostics as JSON",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("target", help="FILE.py:NAME, a function x (B, D) -> energy (B,)")
+    p.add_argument("--dim", type=int, required=True, help="D, the number of coordinates")
+    p.add_argument("--log-density", action="store_true",
+                   help="NAME returns the log density (up to a constant), not the energy")
+    p.add_argument("--sampler", choices=list(SAMPLERS), default="nuts")
+    p.add_argument("--chains", type=int, default=32)
+    p.add_argument("--warmup", type=int, default=300)
+    p.add_argument("--draws", type=int, default=300)
+    p.add_argument("--target-accept", type=float, default=0.8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
+    p.add_argument("--float32", action="store_true", help="single precision (default double)")
+    p.add_argument("--out", default=None, help="folder for draws.npz, summary.json, trace.png")
+    return p
+
+
+def load_target(spec: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The function ``NAME`` of ``FILE.py:NAME``, from the user's own file."""
+    path_text, sep, name = spec.rpartition(":")
+    if not sep or not path_text or not name:
+        raise ArgumentError(f"target must be FILE.py:NAME, got {spec!r}")
+    path = Path(path_text)
+    if not path.is_file():
+        raise FileNotFoundError(f"target file {path} does not exist")
+    module_spec = importlib.util.spec_from_file_location(f"ebmlab_target_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise ArgumentError(f"target file {path} is not a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ArgumentError(f"{path} has no function {name!r}")
+    return fn
+
+
+def chain_moments(draws: torch.Tensor) -> dict[str, list[float]]:
+    """Each coordinate's mean and sd over draws (T, C, D), with the mean's Monte Carlo
+    standard error sd / sqrt(bulk ESS)."""
+    flat = draws.reshape(-1, draws.shape[-1])
+    sd = flat.std(0)
+    mcse = sd / effective_sample_size(draws).clamp(min=1).sqrt()
+    return {"mean": flat.mean(0).tolist(), "sd": sd.tolist(), "mcse_mean": mcse.tolist()}
+
+
+def trace_plot(draws: np.ndarray, path: Path) -> None:
+    """The first coordinates' chains against the step, one panel each."""
+    shown = min(TRACED, draws.shape[-1])
+    fig, axes = subplots(shown, 1, figsize=(8, 1.8 * shown), squeeze=False, sharex=True)
+    for d in range(shown):
+        ax = axes[d, 0]
+        ax.plot(draws[:, :, d], linewidth=0.4, alpha=0.6)
+        ax.set_ylabel(f"x[{d}]")
+    axes[-1, 0].set_xlabel("kept step")
+    save_figure(fig, path)
+
+
+def cmd_mcmc(args: argparse.Namespace) -> int:
+    """Run the command (exit status 0 once it ran; ``passed`` in the summary says
+    whether every check did)."""
+    for name in ("dim", "chains", "draws"):
+        _checks.positive_int(f"--{name}", getattr(args, name))
+    _checks.positive_int("--warmup", args.warmup, allow_zero=True)
+    fn = load_target(args.target)
+    device = resolve_device(args.device)
+    dtype = torch.float32 if args.float32 else torch.float64
+    sign = -1.0 if args.log_density else 1.0
+
+    def energy(x: torch.Tensor) -> torch.Tensor:
+        return sign * fn(x)
+
+    generator = torch.Generator(device).manual_seed(args.seed)
+    x0 = torch.rand(args.chains, args.dim, generator=generator, dtype=dtype, device=device)
+    x0 = 4 * x0 - 2
+    probe = energy(x0)
+    if not isinstance(probe, torch.Tensor) or probe.shape != (args.chains,):
+        got = tuple(probe.shape) if isinstance(probe, torch.Tensor) else type(probe).__name__
+        raise ArgumentError(
+            f"{args.target} must map chains ({args.chains}, {args.dim}) to one value per "
+            f"chain, shape ({args.chains},); got {got}"
+        )
+    sampler = SAMPLERS[args.sampler](target_accept=args.target_accept)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SamplingWarning)
+        run = sampler.run(energy, x0, args.draws, burn_in=args.warmup, thin=1,
+                          generator=generator)  # fmt: skip
+    seconds = time.perf_counter() - start
+    diagnostics = summarize(run, warn=False)
+    said = [str(w.message) for w in caught if issubclass(w.category, SamplingWarning)]
+    summary = summary_of(run, args, seconds, diagnostics, said)
+    print(json.dumps(summary, indent=2))
+    for line in said + diagnostics.problems:
+        print(f"ebmlab: warning: {line}", file=sys.stderr)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        draws = run.samples.double().cpu().numpy()
+        np.savez_compressed(out / "draws.npz", draws=draws)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        trace_plot(draws, out / "trace.png")
+    return 0
+
+
+def summary_of(
+    run: SampleRun,
+    args: argparse.Namespace,
+    seconds: float,
+    diagnostics: Diagnostics,
+    said: list[str],
+) -> dict:
+    """The printed summary of a run: its settings, the checks (``diagnostics``, and the
+    sampler's own warnings ``said``) and the moments."""
+    draws = run.samples.double().cpu()
+    return {
+        "target": args.target,
+        "sampler": args.sampler,
+        "chains": args.chains,
+        "warmup": args.warmup,
+        "draws": args.draws,
+        "seconds": round(seconds, 3),
+        "max_rhat": diagnostics.max_rhat,
+        "min_bulk_ess": diagnostics.min_ess,
+        "divergent": run.info["n_divergent"],
+        "acceptance_rate": run.info["acceptance_rate"],
+        "stuck_chains": run.info["stuck_chains"],
+        "n_grad_evals": run.info["n_grad_evals"],
+        "n_grad_evals_used": run.info["n_grad_evals_used"],
+        "passed": not diagnostics.problems,
+        "problems": diagnostics.problems + said,
+        **chain_moments(draws),
+    }
