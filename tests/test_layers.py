@@ -15,7 +15,7 @@ LAYERS = [
     {"partition", "transport"},
     {"losses"},
     {"learning", "evaluation", "conformance"},
-    {"training", "sklearn"},
+    {"training", "sklearn", "mcmc_command"},
     {"cli"},
     {"__main__"},
 ]

@@ -55,7 +55,7 @@ import torch
 from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, EnergyFunction, energy_and_grad
 from ebmlab.samplers.adaptation import DualAveraging, TunedState, WarmupTuning
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, where_rows
 from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
 
 
@@ -104,11 +104,6 @@ class _FlatEnergy(EnergyFunction):
     def value_and_grad(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         e, g = energy_and_grad(self.inner, z.view(-1, *self.event))
         return e, g.flatten(1)
-
-
-def _select(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """Rows of ``new`` where ``mask`` (B,), else of ``old``."""
-    return torch.where(mask.view(-1, *([1] * (new.ndim - 1))), new, old)
 
 
 def _halves_turning(
@@ -381,16 +376,16 @@ class NUTS(Sampler[NUTSState]):
             fresh = T.pack(tip, step=trees.next_step, h0=h0, left=tip, right=tip, proposal=tip,
                            log_weight=0.0, rho=p0, depth=0.0, moved=0.0, divergent=0.0,
                            accept_sum=0.0, n_points=0.0)  # fmt: skip
-            tree = _select(start, fresh, tree)
+            tree = where_rows(start, fresh, tree)
             live = live | start
         # new doublings, from an end of the tree in a random direction
         begin = start | trees.pending
         if needed(begin):
-            edge = _select(forward, T(tree, "right"), T(tree, "left"))
+            edge = where_rows(forward, T(tree, "right"), T(tree, "left"))
             begun = S.pack(tip, forward=forward, i=0.0, point=edge, first_p=P(edge, "p"),
                            rho=0.0, log_weight=-math.inf, proposal=edge, valid=1.0,
                            divergent=0.0, accept_sum=0.0, n_points=0.0)  # fmt: skip
-            dbl = _select(begin, begun, dbl)
+            dbl = where_rows(begin, begun, dbl)
         # one leapfrog step each
         step, forward = T(tree, "step"), S(dbl, "forward") > 0
         point = S(dbl, "point")
@@ -423,13 +418,13 @@ class NUTS(Sampler[NUTSState]):
             first_p=torch.where((i == 0).unsqueeze(-1), p1, S(dbl, "first_p")),
             rho=rho,
             log_weight=total,
-            proposal=_select(take, new_point, S(dbl, "proposal")),
+            proposal=where_rows(take, new_point, S(dbl, "proposal")),
             valid=(S(dbl, "valid") > 0) & ~diverged & ~turned.any(1),
             divergent=(S(dbl, "divergent") > 0) | diverged,
             accept_sum=S(dbl, "accept_sum") + log_w.clamp(max=0).exp(),
             n_points=S(dbl, "n_points") + 1,
         )
-        dbl = _select(live, stepped, dbl)
+        dbl = where_rows(live, stepped, dbl)
         # doublings that end join their tree if valid (in time order A then B going
         # forwards, else B then A)
         valid = S(dbl, "valid") > 0
@@ -479,18 +474,18 @@ class NUTS(Sampler[NUTSState]):
             tree,
             step=T(tree, "step"),
             h0=T(tree, "h0"),
-            left=_select(join & ~forward, end, left),
-            right=_select(join & forward, end, right),
-            proposal=_select(wins, S(dbl, "proposal"), T(tree, "proposal")),
+            left=where_rows(join & ~forward, end, left),
+            right=where_rows(join & forward, end, right),
+            proposal=where_rows(wins, S(dbl, "proposal"), T(tree, "proposal")),
             log_weight=torch.where(join, torch.logaddexp(tree_weight, sub_weight), tree_weight),
-            rho=_select(join, tree_rho + sub_rho, tree_rho),
+            rho=where_rows(join, tree_rho + sub_rho, tree_rho),
             depth=depth + 1,
             moved=(T(tree, "moved") > 0) | wins,
             divergent=(T(tree, "divergent") > 0) | (S(dbl, "divergent") > 0),
             accept_sum=T(tree, "accept_sum") + S(dbl, "accept_sum"),
             n_points=T(tree, "n_points") + S(dbl, "n_points"),
         )
-        tree = _select(ended, merged, tree)
+        tree = where_rows(ended, merged, tree)
         trees = dataclasses.replace(trees, tree=tree, building=trees.building & ~finished,
                                     pending=ended & ~finished)  # fmt: skip
         if not needed(finished):
@@ -504,7 +499,7 @@ class NUTS(Sampler[NUTSState]):
         into = finished[:, None] & (torch.arange(capacity, device=slot.device) == slot[:, None])
         draws = torch.where(into.unsqueeze(-1), draw.unsqueeze(1), trees.draws)
         trees = dataclasses.replace(trees, draws=draws, count=trees.count + finished,
-                                    tip=_select(finished, proposal, trees.tip))  # fmt: skip
+                                    tip=where_rows(finished, proposal, trees.tip))  # fmt: skip
         if trees.dual is not None:
             accept = T(tree, "accept_sum") / T(tree, "n_points").clamp(min=1)
             dual, adapted = trees.dual.update(accept, finished)
