@@ -328,16 +328,19 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         in the input's precision."""
         check_is_fitted(self)
         data, dtype = self._validated(X, reset=False)
-        features = self.rbm_.hidden_probs
         if self.wide_transform:  # a row's features then do not depend on its batch
-            wide = wide_dtype(self.rbm_.W.device)
-            model = copy.deepcopy(self.rbm_).to(wide)
-
-            def features(rows: torch.Tensor) -> torch.Tensor:
-                return model.hidden_probs(rows.to(wide))
-
+            return _numpy(self._map_wide(data, "hidden_probs"), dtype)
         with torch.no_grad():
-            return _numpy(_map_rows(data, features, self.sparse_products), dtype)
+            return _numpy(_map_rows(data, self.rbm_.hidden_probs, self.sparse_products), dtype)
+
+    def _map_wide(self, data: torch.Tensor, method: str) -> torch.Tensor:
+        """The model's ``method`` of every row, computed by a double-precision copy of
+        the model (float32 on a device without float64), so that a row's result does
+        not depend on the batch it comes in."""
+        wide = wide_dtype(data.device)
+        fn = getattr(copy.deepcopy(self.rbm_).to(wide), method)
+        with torch.no_grad():
+            return _map_rows(data, lambda rows: fn(rows.to(wide)), self.sparse_products)
 
     def gibbs(self, v: npt.ArrayLike) -> np.ndarray:
         """One block-Gibbs step v -> h -> v; returns the new visible sample, in the
@@ -357,11 +360,7 @@ class _RBMEstimator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         precision."""
         check_is_fitted(self)
         data, dtype = self._validated(X, reset=False)
-        wide = wide_dtype(data.device)  # in float64, a row's score does not depend on its batch
-        model = copy.deepcopy(self.rbm_).to(wide)
-        with torch.no_grad():
-            free = _map_rows(data, lambda rows: model.free_energy(rows.to(wide)),
-                             self.sparse_products)  # fmt: skip
+        free = self._map_wide(data, "free_energy")
         return _numpy(-free - self.log_partition().log_z, dtype)
 
     def __sklearn_tags__(self):

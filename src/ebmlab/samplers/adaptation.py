@@ -91,8 +91,7 @@ class DualAveraging:
         count = self.count + 1 if rows is None else rows.long() + self.count
         m = count if rows is None else count.to(self.h.dtype)
         h = (1 - 1 / (m + self.T0)) * self.h + (self.target - accept_rate) / (m + self.T0)
-        root = math.sqrt(m) if rows is None else m.sqrt()
-        log_step = self.mu - root / self.GAMMA * h
+        log_step = self.mu - m**0.5 / self.GAMMA * h
         eta = m**-self.KAPPA
         log_step_bar = eta * log_step + (1 - eta) * self.log_step_bar
         if rows is not None:  # the other chains keep their state (their next step: the caller's)
