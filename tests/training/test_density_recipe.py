@@ -144,3 +144,35 @@ def test_energy_matching_warms_up_by_flow_then_contrasts_and_resumes_its_phase()
     # the model is V / eps_max with V's parameters
     z = torch.randn(5, 2)
     torch.testing.assert_close(task.model(z), task.model.potential(z) / 0.5)
+
+
+def test_transport_paths_start_at_a_toy_source():
+    """--source 8gaussians carries eight Gaussians to the data: the flow's starts are
+    exact draws of the source, and a potential with no gradient leaves them there."""
+    from ebmlab.data.toys import EightGaussians
+
+    task = DensityTask(DensityConfig(data="moons", method="fm", source="8gaussians"), seed=0)
+    gen = torch.Generator().manual_seed(0)
+    starts = task.source(4000, gen)
+    toy = EightGaussians()
+    nearest = torch.cdist(starts, toy.means).min(1).values
+    assert float(nearest.max()) < 1.5 and float(nearest.mean()) < 0.35  # std 0.2 rings
+    with torch.no_grad():
+        for p in task.model.potential.parameters():
+            p.zero_()
+    generated = task.generate(100, gen)
+    gap = (generated[:, None] - task.source_pool[None]).abs().amax(-1).min(1).values
+    assert bool((gap == 0).all())
+    gaussian = DensityTask(DensityConfig(data="moons", method="fm"), seed=0)
+    assert float(torch.cdist(gaussian.source(4000, gen), toy.means).min(1).values.mean()) > 0.5
+
+
+def test_a_source_needs_a_transport_method_and_two_features(tmp_path):
+    with pytest.raises(ValueError, match="source '8gaussians' applies to the transport"):
+        DensityConfig(method="pcd", source="8gaussians")
+    with pytest.raises(ValueError, match="source must be one of"):
+        DensityConfig(method="em", source="spirals")
+    x = np.random.default_rng(0).normal(size=(100, 3))
+    with pytest.raises(ValueError, match="is a 2-D toy, the data have 3 features"):
+        DensityTask(DensityConfig(data=_features(tmp_path / "f.npy", x), method="em",
+                                  source="8gaussians"), seed=0)  # fmt: skip

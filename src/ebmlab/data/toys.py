@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ebmlab import _checks
@@ -217,8 +218,58 @@ class Pinwheel(ToyDistribution):
         return _rotate(z, self.rate * z.norm(dim=1))
 
 
+class TwoMoons(ToyDistribution):
+    """Two interleaved half circles blurred by isotropic Gaussian noise (the shape of
+    scikit-learn's ``make_moons``, centred and scaled by ``scale``).
+
+    A point is c(theta) + noise with theta ~ U(0, pi), c on one arc or the mirrored
+    other, and noise ~ N(0, std^2 I); its density
+    p(x) = 1/2 sum_arcs 1/pi int_0^pi N(x; c(theta), std^2 I) dtheta
+    is a smooth integral over theta, taken by Gauss-Legendre quadrature with enough
+    nodes that its error is below float32's resolution. The two arcs are
+    c(theta) = +-scale (cos theta - 1/2, sin theta - 1/4).
+    """
+
+    name = "moons"
+    NODES = 128
+    CHUNK = 16_384  # points per block of the (points x nodes) distances
+
+    def __init__(self, scale: float = 2.0, std: float = 0.2) -> None:
+        _checks.positive("scale", scale)
+        _checks.positive("std", std)
+        self.scale, self.std = scale, std
+        nodes, weights = np.polynomial.legendre.leggauss(self.NODES)
+        theta = torch.as_tensor(math.pi * (nodes + 1) / 2)  # [-1, 1] -> [0, pi]
+        # int_0^pi f dtheta / pi = sum_k (w_k / 2) f(theta_k)
+        self.log_weights = torch.as_tensor(weights).log() - math.log(2)
+        self.arc = self._arc(theta)
+        top = 1.5 * scale + 5 * std
+        self.bounds = ((-top, top), (-top, top))
+
+    def _arc(self, theta: torch.Tensor) -> torch.Tensor:
+        return self.scale * torch.stack([torch.cos(theta) - 0.5, torch.sin(theta) - 0.25], -1)
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        self._check(x)
+        centres = torch.cat([self.arc, -self.arc])  # (2K, 2)
+        log_w = torch.cat([self.log_weights, self.log_weights]) - math.log(2)
+        out = []
+        for block in widen(x).split(self.CHUNK):
+            sq = torch.cdist(block, centres).square()
+            log_comp = -0.5 * sq / self.std**2 - LOG_2PI - 2 * math.log(self.std)
+            out.append(torch.logsumexp(log_comp + log_w, 1))
+        return torch.cat(out).to(x.dtype)
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        _checks.positive_int("n", n)
+        theta = math.pi * torch.rand(n, generator=generator, dtype=torch.float64)
+        sign = 1 - 2 * torch.randint(2, (n, 1), generator=generator, dtype=torch.float64)
+        noise = torch.randn(n, 2, generator=generator, dtype=torch.float64)
+        return (sign * self._arc(theta) + self.std * noise).float()
+
+
 TOYS: dict[str, type[ToyDistribution]] = {
-    cls.name: cls for cls in (EightGaussians, Grid25, Checkerboard, Rings, Pinwheel)
+    cls.name: cls for cls in (EightGaussians, Grid25, Checkerboard, Rings, Pinwheel, TwoMoons)
 }
 
 

@@ -92,6 +92,8 @@ METHOD_TRAINING: dict[str, dict[str, Any]] = {
     "drl": {"epochs": 150, "lr_schedule": "cosine"},
 }
 NCE_NOISES = ("gaussian", "kde")
+SOURCES = ("gaussian", *TOYS)  # where the transport methods' paths start
+SOURCE_POOL = 100_000  # exact draws of a toy source, drawn once per run
 LOG_Z_METHODS = ("auto", "quadrature", "smc")
 Box = tuple[tuple[float, float], tuple[float, float]]  # a picture's (x range, y range)
 QUADRATURE_DIMS = 2  # the most dimensions log Z is integrated on a grid in
@@ -151,12 +153,16 @@ class DensityConfig:
         em_flow_decay: weight Energy Matching's flow term by w(t), falling from 1 at
             tau_star to 0 at the data, in its contrastive phase (em).
         eqm_momentum: Nesterov look-ahead of Equilibrium Matching's descent (eqm).
+        source: where the transport methods' paths and generation start: standard
+            normal noise, or a 2-D toy (e.g. 8gaussians, to carry eight Gaussians to two
+            moons as Balcerak et al. 2025 do).
     """
 
     CHOICES: ClassVar[dict[str, Sequence[str]]] = {
         "method": METHODS,
         "nce_noise": NCE_NOISES,
         "log_z": LOG_Z_METHODS,
+        "source": SOURCES,
     }
 
     data: str = "8gaussians"
@@ -191,6 +197,7 @@ class DensityConfig:
     em_noise_starts: float = 0.5
     em_flow_decay: bool = True
     eqm_momentum: float = 0.3
+    source: str = "gaussian"
 
     def __post_init__(self) -> None:
         _checks.choices(self)
@@ -224,6 +231,11 @@ class DensityConfig:
         _checks.positive("flow_dt", self.flow_dt)
         _checks.probability("em_noise_starts", self.em_noise_starts)
         _checks.positive("eqm_momentum", self.eqm_momentum, allow_zero=True)
+        if self.source != "gaussian" and self.method not in TRANSPORT:
+            raise _checks.ArgumentError(
+                f"source {self.source!r} applies to the transport methods {TRANSPORT}, "
+                f"not to method {self.method!r}"
+            )
 
 
 KDE_POINTS = 1000
@@ -324,9 +336,25 @@ class DensityTask(BufferTask):
         self.init = init
         self.sampler = Langevin(config.step_size)
         self.val, self.test = self.standardized(val), self.standardized(test)
+        if config.source != "gaussian":
+            if self.dim != 2:
+                raise _checks.ArgumentError(
+                    f"source {config.source!r} is a 2-D toy, the data have {self.dim} features"
+                )
+            gen = torch.Generator().manual_seed(seed)
+            self.source_pool = make_toy(config.source).sample(SOURCE_POOL, gen)
         if config.method == "nce":
             self.noise = nce_noise(config.nce_noise, self.train)
             self.model.log_normalizer = nn.Parameter(torch.zeros(()))
+
+    def source(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` starts of the transport methods' paths: standard normal draws, or
+        draws from the run's pool of exact samples of a toy source."""
+        device = generator.device
+        if self.config.source == "gaussian":
+            return torch.randn(n, self.dim, generator=generator, device=device)
+        pool = self.source_pool.to(device)
+        return pool[torch.randint(len(pool), (n,), generator=generator, device=device)]
 
     def standardized(self, x: torch.Tensor) -> torch.Tensor:
         """Stored features in the model's units."""
@@ -417,24 +445,25 @@ class DensityTask(BufferTask):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss of the potential V by the run's transport method."""
         c, potential = self.config, self.model.potential
+        x0 = self.source(len(x), generator)
         if c.method == "fm":
-            return flow_matching_loss(potential, x, coupling="ot", potential=True,
+            return flow_matching_loss(potential, x, x0=x0, coupling="ot", potential=True,
                                       generator=generator)  # fmt: skip
         if c.method == "eqm":
-            return equilibrium_matching_loss(potential, x, generator=generator)
+            return equilibrium_matching_loss(potential, x, x0=x0, generator=generator)
         phase = "flow" if self.steps_taken <= self.warmup_steps else "joint"
         return energy_matching_loss(
-            potential, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
+            potential, x, x0=x0, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
             steps=c.flow_steps, dt=c.flow_dt, noise_starts=c.em_noise_starts,
             flow_decay=c.em_flow_decay, generator=generator,
         )  # fmt: skip
 
     def generate(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """``n`` points generated from noise as the transport method does: Energy
+        """``n`` points generated from the source as the transport method does: Energy
         Matching's schedule (the flow, then as many Langevin steps at eps_max),
         Equilibrium Matching's Nesterov descent, or the flow -grad V from t = 0 to 1."""
         c, potential = self.config, self.model.potential
-        noise = torch.randn(n, self.dim, generator=generator, device=generator.device)
+        noise = self.source(n, generator)
         if c.method == "em":
             sampler = EnergyMatchingSampler(c.flow_dt, tau_star=c.tau_star, eps_max=c.eps_max,
                                             flow_steps=c.flow_steps)  # fmt: skip
@@ -551,7 +580,8 @@ def evaluate(
     if task.config.method in TRANSPORT:
         generated = task.generate(n_samples, gen)
         compared["mmd2_generated"] = generated
-        panels.append((f"generated from noise ({task.config.method})", generated))
+        start = "noise" if task.config.source == "gaussian" else task.config.source
+        panels.append((f"generated from {start} ({task.config.method})", generated))
     if task.toy is not None:
         true_nll = float(-task.toy.log_prob(test.cpu()).mean())
         result.update(true_nll=true_nll, nll_gap=result["test_nll"] - true_nll)
