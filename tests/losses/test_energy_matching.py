@@ -108,3 +108,59 @@ def test_the_flow_term_decays_to_zero_at_the_data_in_the_joint_phase():
     torch.testing.assert_close(loss(lambda t: torch.ones_like(t)), plain)
     assert float(loss(lambda t: torch.zeros_like(t))) == 0.0
     assert 0 < float(loss(w)) < float(plain)  # some pairs' times fall past tau_star
+
+
+def test_smc_negatives_take_the_potentials_mode_weights_not_the_batchs():
+    """V = -eps log p for modes of weights 0.2 and 0.8, 12 sds apart, and a batch split
+    50/50 between them: SMC negatives fall 20 % in the light mode, as exp(-V / eps) does;
+    the generation schedule started at the batch keeps its 50 %."""
+    from ebmlab.energies import GaussianMixture
+    from ebmlab.losses.energy_matching import boltzmann_negatives
+
+    means = torch.tensor([[-3.0, 0.0], [3.0, 0.0]])
+    p = GaussianMixture(torch.tensor([0.2, 0.8]), means, torch.eye(2).expand(2, 2, 2) * 0.0625)
+
+    def potential(x):
+        return EPS * p(x)
+
+    g = torch.Generator().manual_seed(0)
+    batch = means.repeat_interleave(1000, 0) + 0.25 * torch.randn(2000, 2, generator=g)
+    drawn = boltzmann_negatives(potential, batch, eps_max=EPS, generator=g)
+    share = float((drawn[:, 0] < 0).double().mean())
+    assert abs(share - 0.2) < 0.05 and drawn.shape == batch.shape
+    assert abs(float(drawn[drawn[:, 0] > 0, 1].std()) - 0.25) < 0.03
+    chains = energy_matching_negatives(potential, batch, batch[:0], tau_star=0.5, eps_max=EPS,
+                                       steps=200, dt=0.002, generator=g)  # fmt: skip
+    assert abs(float((chains[:, 0] < 0).double().mean()) - 0.5) < 0.01
+    with pytest.raises(ArgumentError, match="negatives must be one of"):
+        energy_matching_loss(potential, batch, tau_star=0.5, eps_max=EPS, negatives="pcd")
+
+
+def test_trimmed_negatives_and_the_clamp():
+    """trim drops the negatives with the highest V from their mean; clamp stops the
+    term at -clamp (the gradient is then zero)."""
+    theta = torch.tensor(1.0, requires_grad=True)
+
+    def potential(x):
+        return theta * x[:, 0]
+
+    g = torch.Generator().manual_seed(0)
+    kwargs = dict(tau_star=0.5, eps_max=EPS, flow_weight=0.0, steps=1, dt=1e-9,
+                  noise_starts=0.0, generator=g)  # fmt: skip
+    # negatives started at the data (a step of 1e-9 leaves them there), one far away
+    data = torch.cat([torch.zeros(9, 2), torch.tensor([[100.0, 0.0]])])
+    _, metrics = energy_matching_loss(potential, data, **kwargs)
+    assert metrics["contrastive_gap"] == pytest.approx(0.0, abs=1e-3)
+    _, metrics = energy_matching_loss(potential, data, trim=0.1, **kwargs)
+    # the far negative is dropped: mean V(data) = 10, mean V(kept negatives) ~ 0
+    assert metrics["contrastive_gap"] == pytest.approx(10.0, abs=1e-3)
+    # every negative started at noise placed at x = 5: V(data) - V(negatives) = -5
+    far = dict(kwargs, noise_starts=1.0, x0=torch.full((10, 2), 5.0))
+    low = energy_matching_loss(potential, torch.zeros(10, 2), **far)[0]
+    assert float(low.detach()) == pytest.approx(-5.0, abs=1e-3)
+    clamped = energy_matching_loss(potential, torch.zeros(10, 2), clamp=0.02, **far)[0]
+    assert float(clamped.detach()) == pytest.approx(-0.02)
+    clamped.backward()
+    assert float(theta.grad) == 0.0
+    with pytest.raises(ArgumentError, match="trim must be in"):
+        energy_matching_loss(potential, data, trim=1.0, **kwargs)

@@ -12,7 +12,7 @@ from ebmlab.energies import (
     GaussianMixture,
     IndependentBernoulli,
 )
-from ebmlab.partition import binary_states, exact_log_partition, smc
+from ebmlab.partition import binary_states, exact_log_partition, smc, smc_sample
 from ebmlab.samplers import HMC, MALA, GibbsWithGradients
 
 smc_module = importlib.import_module("ebmlab.partition.smc")  # the package's smc is the function
@@ -188,3 +188,32 @@ def test_box_smc_refuses_an_empty_box():
 
     with pytest.raises(ValueError, match="finite low < high"):
         box_smc(lambda x: x.sum(1), 1.0, 1.0, (2,))
+
+
+def test_smc_sample_carries_mass_between_modes_by_their_weights():
+    """Two modes 10 sds apart with weights 0.2 and 0.8: the population's share in the
+    light mode is 0.2 within sampling error, and each mode's spread is right, where
+    Langevin chains started in the heavy mode never reach the light one."""
+    from ebmlab.samplers import Langevin
+
+    weights = torch.tensor([0.2, 0.8])
+    means = torch.tensor([[-5.0, 0.0], [5.0, 0.0]])
+    target = GaussianMixture(weights, means, torch.eye(2).expand(2, 2, 2) * 0.25)
+    base = Gaussian(torch.zeros(2), torch.eye(2) * 16.0)
+    gen = torch.Generator().manual_seed(0)
+    x = smc_sample(target, base, HMC(0.2, 5), 4000, generator=gen)
+    light = x[:, 0] < 0
+    share = float(light.double().mean())
+    # resampling correlates the draws: allow 3x the independent draws' error
+    assert abs(share - 0.2) < 3 * 3 * (0.2 * 0.8 / 4000) ** 0.5
+    assert abs(float(x[light, 1].std()) - 0.5) < 0.05
+    chains = Langevin(0.05).sample(target, means[1] + torch.zeros(4000, 2), 200, generator=gen)
+    assert float((chains[:, 0] < 0).double().mean()) == 0.0
+
+
+def test_smc_sample_bad_input():
+    target, base = mixture(2), Gaussian(torch.zeros(2), torch.eye(2))
+    with pytest.raises(ValueError, match="n must be at least 2"):
+        smc_sample(target, base, MALA(0.1), 1)
+    with pytest.raises(ValueError, match="ess_fraction must be in"):
+        smc_sample(target, base, MALA(0.1), 100, ess_fraction=1.0)

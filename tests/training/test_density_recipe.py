@@ -176,3 +176,14 @@ def test_a_source_needs_a_transport_method_and_two_features(tmp_path):
     with pytest.raises(ValueError, match="is a 2-D toy, the data have 3 features"):
         DensityTask(DensityConfig(data=_features(tmp_path / "f.npy", x), method="em",
                                   source="8gaussians"), seed=0)  # fmt: skip
+
+
+def test_energy_matching_with_smc_negatives_and_no_flow_term_is_contrastive_alone():
+    config = DensityConfig(method="em", em_negatives="smc", em_flow_weight=0.0, buffer_size=64)
+    task = DensityTask(config, seed=0)
+    task.warmup_steps = 0  # straight to the contrastive phase
+    x = task.train[:256]
+    result = task.training_step((x,), torch.Generator().manual_seed(0))
+    assert float(result.loss.detach()) == pytest.approx(result.metrics["contrastive_gap"], abs=1e-6)
+    with pytest.raises(ValueError, match="em_negatives must be one of"):
+        DensityConfig(method="em", em_negatives="pcd")

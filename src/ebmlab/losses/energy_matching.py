@@ -14,6 +14,14 @@ that lead there. At its stationary point, with negatives drawn from
 exp(-V / eps_max), V = -eps_max log p_data + const (a Gaussian data set gives
 V = eps_max |x - m|^2 / (2 s^2)). Negatives started at noise reach eps_max only at the
 schedule's end, so with them the stationary point moves slightly.
+
+Chains that start at the data or at the flow's end keep the mode weights they start
+with: they hardly cross between modes, so the contrastive term corrects each mode's
+shape but not the modes' relative weights (docs/results/density.md). With
+``negatives="smc"`` the negatives are instead draws of exp(-V / eps_max) by tempered
+SMC from a Gaussian covering the batch (:func:`~ebmlab.partition.smc_sample`), whose
+population moves mass between the modes by their weights, and the contrastive term is
+the log-likelihood gradient of the Boltzmann density.
 """
 
 from __future__ import annotations
@@ -22,13 +30,20 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.energies.analytic import DiagonalGaussian
 from ebmlab.energies.base import EnergyLike, as_energy_fn
 from ebmlab.losses.flow_matching import flow_decay as decay
 from ebmlab.losses.flow_matching import flow_matching_loss
+from ebmlab.partition.smc import smc_sample
 from ebmlab.samplers.energy_matching import EnergyMatchingSampler
+from ebmlab.samplers.hmc import HMC
 from ebmlab.samplers.integrators import gaussian_noise
 
 PHASES = ("flow", "joint")
+NEGATIVES = ("generation", "smc")
+# smc negatives: the base is N(mean, (BASE_WIDTH sd)^2) of the batch, the moves HMC of
+# SMC_LEAPFROG steps of SMC_STEP_PER_SD times the batch's mean sd
+BASE_WIDTH, SMC_STEP_PER_SD, SMC_LEAPFROG = 1.5, 0.035, 5
 
 
 def energy_matching_negatives(
@@ -67,6 +82,29 @@ def energy_matching_negatives(
     return sampler.sample(potential, x, steps, generator=generator)
 
 
+def boltzmann_negatives(
+    potential: EnergyLike,
+    x_data: torch.Tensor,
+    *,
+    eps_max: float,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """As many draws of exp(-V / eps_max) as ``x_data`` has rows, by tempered SMC
+    (:func:`~ebmlab.partition.smc_sample`) from the diagonal Gaussian of the batch's
+    mean and 1.5 times its sd, with HMC moves scaled to the batch's sd; detached."""
+    flat = x_data.flatten(1)
+    sd = flat.std(0).clamp_min(1e-6)
+    base = DiagonalGaussian(flat.mean(0), BASE_WIDTH * sd)
+    fn = as_energy_fn(potential)
+
+    def energy(x: torch.Tensor) -> torch.Tensor:
+        return fn(x.view(-1, *x_data.shape[1:])) / eps_max
+
+    kernel = HMC(SMC_STEP_PER_SD * float(sd.mean()), SMC_LEAPFROG)
+    draws = smc_sample(energy, base, kernel, len(x_data), generator=generator)
+    return draws.view_as(x_data)
+
+
 def energy_matching_loss(
     potential: EnergyLike,
     x1: torch.Tensor,
@@ -80,6 +118,9 @@ def energy_matching_loss(
     steps: int = 200,
     dt: float = 0.01,
     noise_starts: float = 0.5,
+    negatives: str = "generation",
+    trim: float = 0.0,
+    clamp: float | None = None,
     coupling: str = "ot",
     flow_decay: bool = True,
     generator: torch.Generator | None = None,
@@ -89,7 +130,8 @@ def energy_matching_loss(
     ``phase="flow"`` is the warm-up: OT flow matching of -grad V. ``phase="joint"`` adds
     ``contrastive_weight`` (mean V(data) - mean V(negatives)), the negatives from
     :func:`energy_matching_negatives` started at the data and, a share ``noise_starts``
-    of them (the paper's half), at the noise.
+    of them (the paper's half), at the noise, or with ``negatives="smc"`` from
+    :func:`boltzmann_negatives`.
 
     Args:
         potential: V (B, ...) -> (B,), time-independent.
@@ -105,6 +147,12 @@ def energy_matching_loss(
         noise_starts: the share of negatives started at noise, in [0, 1]. Those started
             at the data run at eps_max throughout, so with 0 the negatives approach
             exp(-V / eps_max) and the contrastive term's stationary point is exact.
+        trim: the share of negatives with the highest V left out of their mean, in
+            [0, 1): generation chains that have not reached the data sit high and
+            would dominate the term (the paper trims 0.1).
+        clamp: if given, the weighted contrastive term is clamped from below at
+            -clamp, so that a potential already below the negatives on the data stops
+            being pushed (the paper's 0.02).
         coupling: the flow term's coupling, ``"ot"`` (the paper's) or ``"independent"``.
         flow_decay: in the joint phase, weight the flow term by w(t), 1 up to tau_star
             and falling to 0 at t = 1 (:func:`~ebmlab.losses.flow_matching.flow_decay`),
@@ -120,6 +168,11 @@ def energy_matching_loss(
     _checks.positive("flow_weight", flow_weight, allow_zero=True)
     _checks.positive("contrastive_weight", contrastive_weight, allow_zero=True)
     _checks.probability("noise_starts", noise_starts)
+    _checks.one_of("negatives", negatives, NEGATIVES)
+    if not 0 <= trim < 1:
+        raise ArgumentError(f"trim must be in [0, 1), got {trim}")
+    if clamp is not None:
+        _checks.positive("clamp", clamp, allow_zero=True)
     x0 = gaussian_noise(x1, generator) if x0 is None else x0
     weight = decay(tau_star) if flow_decay and phase == "joint" else None
     flow, metrics = flow_matching_loss(
@@ -129,12 +182,20 @@ def energy_matching_loss(
     metrics["flow_loss"] = float(flow.detach())
     if phase == "flow":
         return flow, metrics
-    split = len(x1) - round(noise_starts * len(x1))
-    negatives = energy_matching_negatives(
-        potential, x1[:split], x0[split:], tau_star=tau_star, eps_max=eps_max,
-        steps=steps, dt=dt, generator=generator,
-    )  # fmt: skip
+    if negatives == "smc":
+        drawn = boltzmann_negatives(potential, x1, eps_max=eps_max, generator=generator)
+    else:
+        split = len(x1) - round(noise_starts * len(x1))
+        drawn = energy_matching_negatives(
+            potential, x1[:split], x0[split:], tau_star=tau_star, eps_max=eps_max,
+            steps=steps, dt=dt, generator=generator,
+        )  # fmt: skip
     fn = as_energy_fn(potential)
-    gap = fn(x1).mean() - fn(negatives).mean()
+    v_neg = fn(drawn)
+    kept = len(v_neg) - int(trim * len(v_neg))
+    gap = fn(x1).mean() - torch.topk(v_neg, kept, largest=False, sorted=False).values.mean()
     metrics["contrastive_gap"] = float(gap.detach())
-    return flow_weight * flow + contrastive_weight * gap, metrics
+    contrastive = contrastive_weight * gap
+    if clamp is not None:
+        contrastive = contrastive.clamp(min=-clamp)
+    return flow_weight * flow + contrastive, metrics

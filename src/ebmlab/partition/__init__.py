@@ -27,7 +27,7 @@ from ebmlab.partition.plefka import (
 )
 from ebmlab.partition.policy import enumeration_bits, log_partition
 from ebmlab.partition.quadrature import grid_points, quadrature_log_partition, quadrature_sample
-from ebmlab.partition.smc import box_smc, smc
+from ebmlab.partition.smc import box_smc, smc, smc_sample
 from ebmlab.partition.variational import (
     bethe_log_partition,
     perturb_and_map_log_partition,
@@ -63,5 +63,6 @@ __all__ = [
     "rbm_log_partition",
     "salakhutdinov_schedule",
     "smc",
+    "smc_sample",
     "trw_log_partition",
 ]

@@ -146,10 +146,7 @@ def smc(
         max_stages: a stage limit per run; exceeding it is an error.
         generator: randomness, on the base's device.
     """
-    _checks.finite_parameters("energy", energy)
-    _checks.positive_int("n_particles", n_particles)
-    if n_particles < 2:
-        raise ArgumentError(f"n_particles must be at least 2, got {n_particles}")
+    _check_population(energy, base, kernel, n_particles, ess_fraction, steps_per_stage, max_stages)
     _checks.positive_int("n_runs", n_runs)
     _checks.one_of("variance", variance, ("runs", "genealogy"))
     if variance == "runs" and n_runs < 2:
@@ -157,10 +154,6 @@ def smc(
             f"n_runs must be at least 2 for variance='runs' (the standard error needs them), "
             f"got {n_runs}; a single run takes variance='genealogy'"
         )
-    _checks.probability("ess_fraction", ess_fraction)
-    if not 0 < ess_fraction < 1:
-        raise ArgumentError(f"ess_fraction must be in (0, 1), got {ess_fraction}")
-    _checks.positive_int("steps_per_stage", steps_per_stage)
     _checks.positive_int("chain_length", chain_length)
     if n_particles % chain_length or n_particles // chain_length < 2:
         raise ArgumentError(
@@ -172,15 +165,128 @@ def smc(
             f"variance='genealogy' needs chain_length=1 (waste-free chains have no "
             f"genealogy), got chain_length={chain_length}; use variance='runs'"
         )
+    gen = _checks.generator("generator", generator, energy_device(base))
+    start = time.perf_counter()
+    pop = _anneal(energy, base, kernel, n_particles, n_runs, variance == "genealogy",
+                  ess_fraction, steps_per_stage, chain_length, max_stages, gen)  # fmt: skip
+    f64 = pop.log_ratio.dtype
+    log_z0 = float(base.log_partition())
+    per_run = pop.log_ratio + log_z0
+    log_z = float(torch.logsumexp(per_run, 0) - math.log(n_runs))
+    z = torch.exp(per_run - per_run.max())
+    if variance == "runs":
+        stderr = float(z.std() / (math.sqrt(n_runs) * z.mean()))
+    else:
+        # Lee & Whiteley (2018) per run, pooled over the runs' mean by the delta method
+        inflation = torch.exp(pop.stages.to(f64) * math.log1p(1 / (n_particles - 1)))
+        relative = 1 - inflation * (1 - pop.concentration)
+        pooled = (relative * z.square()).sum() / z.sum().square()
+        stderr = float(pooled.clamp_min(0).sqrt())
+    cost = {
+        "n_particles": n_particles,
+        "n_runs": n_runs,
+        "variance": variance,
+        "n_stages": pop.stages.tolist(),
+        "kernel_steps_per_particle": int(pop.stages.max() - 1) * steps_per_stage,
+        "seconds": time.perf_counter() - start,
+    }
+    dof = n_runs - 1 if variance == "runs" else math.inf
+    return LogZEstimate(log_z=log_z, stderr=stderr, method="smc", cost=cost, dof=dof)
+
+
+def smc_sample(
+    energy: EnergyLike,
+    base: AnalyticEnergy,
+    kernel: Sampler,
+    n: int,
+    *,
+    ess_fraction: float = 0.5,
+    steps_per_stage: int = 2,
+    max_stages: int = 10_000,
+    generator: torch.Generator | int | None = None,
+) -> torch.Tensor:
+    """``n`` draws of exp(-``energy``) by the tempered SMC of :func:`smc` (one run of
+    ``n`` particles), resampled by their final weights, detached.
+
+    Unlike chains started near the data, the population carries mass between the
+    target's modes in proportion to their weights, because the base covers them all
+    and each stage's weights move the mass (Del Moral, Doucet & Jasra 2006).
+    The draws are consistent as ``n`` grows, not exact for a finite ``n``.
+
+    Args:
+        energy: the target's energy.
+        base: an analytic energy with ``sample`` and ``log_partition``.
+        kernel: the MCMC move, any ebmlab sampler.
+        n: draws (and particles).
+        ess_fraction: the effective sample size kept at each stage, in (0, 1).
+        steps_per_stage: kernel steps after each resampling.
+        max_stages: a stage limit; exceeding it is an error.
+        generator: randomness, on the base's device.
+    """
+    _check_population(energy, base, kernel, n, ess_fraction, steps_per_stage, max_stages, "n")
+    gen = _checks.generator("generator", generator, energy_device(base))
+    pop = _anneal(energy, base, kernel, n, 1, False, ess_fraction, steps_per_stage, 1,
+                  max_stages, gen)  # fmt: skip
+    return pop.x.index_select(0, _systematic(pop.log_w, n, gen).view(-1)).detach()
+
+
+def _check_population(
+    energy: EnergyLike,
+    base: AnalyticEnergy,
+    kernel: Sampler,
+    n_particles: int,
+    ess_fraction: float,
+    steps_per_stage: int,
+    max_stages: int,
+    count: str = "n_particles",
+) -> None:
+    """The checks :func:`smc` and :func:`smc_sample` share; ``count`` names the
+    argument that holds ``n_particles``."""
+    _checks.finite_parameters("energy", energy)
+    _checks.positive_int(count, n_particles)
+    if n_particles < 2:
+        raise ArgumentError(f"{count} must be at least 2, got {n_particles}")
+    if not 0 < ess_fraction < 1:
+        raise ArgumentError(f"ess_fraction must be in (0, 1), got {ess_fraction}")
+    _checks.positive_int("steps_per_stage", steps_per_stage)
     _checks.positive_int("max_stages", max_stages)
     if not isinstance(kernel, Sampler):
         raise ArgumentError(f"kernel must be an ebmlab Sampler, got {type(kernel).__name__}")
     for method in ("sample", "log_partition"):
         if not hasattr(base, method):
             raise ArgumentError(f"base must provide {method}() (an analytic energy), got {base!r}")
-    gen = _checks.generator("generator", generator, energy_device(base))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Population:
+    """Where :func:`_anneal` ends: the particles (runs * particles, ...), the last
+    stage's log weights (runs, particles), each run's log Z_1 / Z_0 and stage count, and
+    the concentration sum_e S_e^2 of its genealogy (1 unless tracked)."""
+
+    x: torch.Tensor
+    log_w: torch.Tensor
+    log_ratio: torch.Tensor
+    stages: torch.Tensor
+    concentration: torch.Tensor
+
+
+def _anneal(
+    energy: EnergyLike,
+    base: AnalyticEnergy,
+    kernel: Sampler,
+    n_particles: int,
+    n_runs: int,
+    genealogy: bool,
+    ess_fraction: float,
+    steps_per_stage: int,
+    chain_length: int,
+    max_stages: int,
+    gen: torch.Generator | None,
+) -> _Population:
+    """Move ``n_runs`` populations from ``base`` to ``energy`` (the stages of :func:`smc`),
+    resampling systematically, or multinomially while tracking each run's
+    ``genealogy``."""
     e1, e0 = as_energy_fn(energy), as_energy_fn(base)
-    start = time.perf_counter()
     x = base.sample(n_runs * n_particles, gen)
     device = x.device
     f64 = wide_dtype(device)
@@ -190,7 +296,7 @@ def smc(
     offsets = (torch.arange(n_runs, device=device) * n_particles)[:, None]
     n_chains = n_particles // chain_length  # per run
     stages = torch.zeros(n_runs, dtype=torch.long, device=device)
-    resample = _systematic if variance == "runs" else _multinomial
+    resample = _multinomial if genealogy else _systematic
     eve = torch.arange(n_particles, device=device).expand(n_runs, -1)
     concentration = torch.ones(n_runs, dtype=f64, device=device)  # sum_e S_e^2 at the end
     with frozen_parameters(energy):
@@ -208,14 +314,14 @@ def smc(
             log_w = inc[:, None] * diff
             log_ratio += torch.logsumexp(log_w, -1) - math.log(n_particles)
             finished = active & (inc >= room)
-            if variance == "genealogy":
+            if genealogy:
                 concentration = torch.where(finished, _eve_concentration(log_w, eve), concentration)
             beta = torch.where(finished, torch.ones_like(beta), beta + inc)
             stages += active.long()
             if not bool((beta < 1).any()):
                 break
             picks = resample(log_w, n_chains, gen)
-            if variance == "genealogy":
+            if genealogy:
                 eve = eve.gather(1, picks)
             rows = (picks + offsets).view(-1)
             path = geometric_path(e0, e1, beta.repeat_interleave(n_chains).to(x.dtype))
@@ -232,28 +338,7 @@ def smc(
                 f"smc did not reach beta = 1 within max_stages={max_stages}: raise max_stages "
                 "or lower ess_fraction"
             )
-    log_z0 = float(base.log_partition())
-    per_run = log_ratio + log_z0
-    log_z = float(torch.logsumexp(per_run, 0) - math.log(n_runs))
-    z = torch.exp(per_run - per_run.max())
-    if variance == "runs":
-        stderr = float(z.std() / (math.sqrt(n_runs) * z.mean()))
-    else:
-        # Lee & Whiteley (2018) per run, pooled over the runs' mean by the delta method
-        inflation = torch.exp(stages.to(f64) * math.log1p(1 / (n_particles - 1)))
-        relative = 1 - inflation * (1 - concentration)
-        pooled = (relative * z.square()).sum() / z.sum().square()
-        stderr = float(pooled.clamp_min(0).sqrt())
-    cost = {
-        "n_particles": n_particles,
-        "n_runs": n_runs,
-        "variance": variance,
-        "n_stages": stages.tolist(),
-        "kernel_steps_per_particle": int(stages.max() - 1) * steps_per_stage,
-        "seconds": time.perf_counter() - start,
-    }
-    dof = n_runs - 1 if variance == "runs" else math.inf
-    return LogZEstimate(log_z=log_z, stderr=stderr, method="smc", cost=cost, dof=dof)
+    return _Population(x, log_w, log_ratio, stages, concentration)
 
 
 # the standard logistic law, the image of the uniform one under the logit map: its

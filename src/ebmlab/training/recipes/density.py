@@ -66,6 +66,7 @@ from ebmlab.losses import (
     score_matching_loss,
     sliced_score_matching_loss,
 )
+from ebmlab.losses.energy_matching import NEGATIVES
 from ebmlab.losses.flow_matching import potential_velocity
 from ebmlab.partition import grid_points, quadrature_log_partition, quadrature_sample, smc
 from ebmlab.plotting import density_panels, scatter_panels
@@ -150,6 +151,11 @@ class DensityConfig:
             Energy Matching's negatives.
         flow_dt: their step size (em, eqm; fm integrates t from 0 to 1).
         em_noise_starts: share of Energy Matching's negatives started at noise (em).
+        em_negatives: Energy Matching's negatives: its generation schedule from the data
+            and the source (the paper's), or draws of exp(-V / eps_max) by tempered SMC,
+            which also correct the modes' weights (em).
+        em_flow_weight: the weight of Energy Matching's flow term in its contrastive
+            phase (em; the paper's is 1).
         em_flow_decay: weight Energy Matching's flow term by w(t), falling from 1 at
             tau_star to 0 at the data, in its contrastive phase (em).
         eqm_momentum: Nesterov look-ahead of Equilibrium Matching's descent (eqm).
@@ -163,6 +169,7 @@ class DensityConfig:
         "nce_noise": NCE_NOISES,
         "log_z": LOG_Z_METHODS,
         "source": SOURCES,
+        "em_negatives": NEGATIVES,
     }
 
     data: str = "8gaussians"
@@ -195,6 +202,8 @@ class DensityConfig:
     flow_steps: int = 50
     flow_dt: float = 0.02
     em_noise_starts: float = 0.5
+    em_negatives: str = "generation"
+    em_flow_weight: float = 1.0
     em_flow_decay: bool = True
     eqm_momentum: float = 0.3
     source: str = "gaussian"
@@ -230,6 +239,7 @@ class DensityConfig:
         _checks.positive_int("flow_steps", self.flow_steps)
         _checks.positive("flow_dt", self.flow_dt)
         _checks.probability("em_noise_starts", self.em_noise_starts)
+        _checks.positive("em_flow_weight", self.em_flow_weight, allow_zero=True)
         _checks.positive("eqm_momentum", self.eqm_momentum, allow_zero=True)
         if self.source != "gaussian" and self.method not in TRANSPORT:
             raise _checks.ArgumentError(
@@ -455,6 +465,7 @@ class DensityTask(BufferTask):
         return energy_matching_loss(
             potential, x, x0=x0, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
             steps=c.flow_steps, dt=c.flow_dt, noise_starts=c.em_noise_starts,
+            negatives=c.em_negatives, flow_weight=c.em_flow_weight,
             flow_decay=c.em_flow_decay, generator=generator,
         )  # fmt: skip
 
