@@ -1,16 +1,16 @@
 """Energy Matching on the 2-D toys against torchebm's, scored by exact likelihoods.
 
-``python -m benchmarks.energy_matching [--toys 8gaussians,moons] [--epochs 120]
-[--out energy_matching.json]`` trains, on each toy, the same potential (MLP 128-128-128)
-with the same data, batches of 256, Adam at 2e-3 and the same number of steps, the first
-30 % of them the OT flow warm-up:
+``python -m benchmarks.energy_matching [--toys 8gaussians,moons] [--out
+energy_matching.json]`` trains, on each toy, the same potential (MLP 128-128-128) with
+the same data, batches of 256 and Adam at 2e-3, for the same time, the first 30 % of it
+the OT flow warm-up:
 
-- **ebmlab**: ``ebmlab train density --method em`` with the recipe's defaults (negatives
-  by tempered SMC, no flow term in the contrastive phase), then ``ebmlab evaluate``;
+- **ebmlab**: ``ebmlab train density --method em`` with the recipe's defaults, then
+  ``ebmlab evaluate``; its training time is the budget;
 - **torchebm 0.8.9** ``EnergyMatchingLoss`` with its defaults (``lambda_cd`` 0 in the
   warm-up, then 2; ``epsilon_max`` 0.15; 200 Langevin steps of 0.01 per negative, half
-  from noise; the clamp and the trimmed mean), its negatives and its generation sweep
-  as its docstring gives them.
+  from the source; the clamp and the trimmed mean), as many steps as fit in the budget,
+  then its generation sweep as its docstring gives it.
 
 Both potentials are scored alike: the test NLL of exp(-V / eps_max) with log Z by
 quadrature on the toy's box (512^2 points), its gap to the true density's NLL, and the
@@ -44,26 +44,26 @@ BATCH, LR, WARMUP, HIDDEN = 256, 2e-3, 0.3, (128, 128, 128)
 N_GENERATED, GRID = 5000, 512
 
 
-def run_ebmlab(toy: str, epochs: int, workdir: Path) -> dict[str, Any]:
+def run_ebmlab(toy: str, workdir: Path) -> dict[str, Any]:
     out = workdir / f"ebmlab-{toy}"
     source = ["--source", SOURCES[toy]] if toy in SOURCES else []
-    start = time.perf_counter()
-    train = ["train", "density", "--data", toy, "--method", "em", "--epochs", str(epochs),
-             "--threads", "1", "--no-progress", "--out", str(out), *source]  # fmt: skip
+    train = ["train", "density", "--data", toy, "--method", "em", "--threads", "1",
+             "--no-progress", "--out", str(out), *source]  # fmt: skip
     if ebmlab_main(train) != 0:
         raise RuntimeError(f"ebmlab training failed on {toy}")
-    seconds = time.perf_counter() - start
     ebmlab_main(["evaluate", str(out)])
     result = json.loads((out / "evaluation.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
     return {
         "test_nll": result["test_nll"],
         "nll_gap": result["nll_gap"],
         "mmd2_generated": result["mmd2_generated"],
-        "seconds": seconds,
+        "seconds": summary["seconds"],
+        "steps": summary["step"],
     }
 
 
-def run_torchebm(toy: str, epochs: int) -> dict[str, Any]:
+def run_torchebm(toy: str, budget: float) -> dict[str, Any]:
     from torchebm.core import BaseModel, TemperatureScheduler
     from torchebm.losses import EnergyMatchingLoss
     from torchebm.samplers import LangevinDynamics
@@ -83,11 +83,11 @@ def run_torchebm(toy: str, epochs: int) -> dict[str, Any]:
     model = Potential()
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = EnergyMatchingLoss(model=model, lambda_cd=0.0)
-    steps = epochs * -(-len(train) // BATCH)
-    start = time.perf_counter()
-    for step in range(steps):
-        if step == round(WARMUP * steps):
+    start, steps = time.perf_counter(), 0
+    while time.perf_counter() - start < budget:
+        if time.perf_counter() - start > WARMUP * budget:
             loss_fn.lambda_cd = 2.0
+        steps += 1
         x1 = train[torch.randint(len(train), (BATCH,), generator=g)]
         x0 = torch.randn_like(x1) if source is None else source.sample(BATCH, g)
         loss = loss_fn.training_losses(x1, x0=x0)["loss"]
@@ -102,7 +102,7 @@ def run_torchebm(toy: str, epochs: int) -> dict[str, Any]:
     starts = torch.randn(N_GENERATED, 2) if source is None else source.sample(N_GENERATED, g)
     generated = sweep.sample(x=starts, n_steps=200).detach()
     scores = score(model.net, loss_fn.epsilon_max, toy, generated)
-    return {**scores, "seconds": seconds}
+    return {**scores, "seconds": seconds, "steps": steps}
 
 
 def score(potential: torch.nn.Module, eps_max: float, toy: str, generated: torch.Tensor) -> dict:
@@ -127,7 +127,6 @@ def score(potential: torch.nn.Module, eps_max: float, toy: str, generated: torch
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--toys", default=",".join(TOYS))
-    parser.add_argument("--epochs", type=int, default=120)
     parser.add_argument("--out", default="energy_matching.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -140,20 +139,21 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for toy in args.toys.split(","):
-            runs = {"ebmlab": lambda t=toy: run_ebmlab(t, args.epochs, Path(workdir))}
+            source = SOURCES.get(toy, "gaussian")
+            ours = run_ebmlab(toy, Path(workdir))
+            rows.append({"toy": toy, "source": source, "library": "ebmlab", **ours})
+            print(json.dumps(rows[-1]), flush=True)
             if peer:
-                runs["torchebm"] = lambda t=toy: run_torchebm(t, args.epochs)
-            for name, run in runs.items():
-                rows.append({"toy": toy, "source": SOURCES.get(toy, "gaussian"), "library": name,
-                             **run()})  # fmt: skip
+                theirs = run_torchebm(toy, ours["seconds"])
+                rows.append({"toy": toy, "source": source, "library": "torchebm", **theirs})
                 print(json.dumps(rows[-1]), flush=True)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / args.out).write_text(json.dumps(rows, indent=1) + "\n")
-    print("| toy | library | test NLL | gap | MMD² generated | seconds |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| toy | library | test NLL | gap | MMD² generated | steps | seconds |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['toy']} | {r['library']} | {r['test_nll']:.3f} | {r['nll_gap']:.3f} | "
-              f"{r['mmd2_generated']:.4f} | {r['seconds']:.0f} |")  # fmt: skip
+              f"{r['mmd2_generated']:.4f} | {r['steps']} | {r['seconds']:.0f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

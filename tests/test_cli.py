@@ -55,7 +55,7 @@ def test_info_lists_data_sets(capsys, mnist_dir, monkeypatch):
     ("argv", "message"),
     [
         (["train", "density", "--out", "x", "--epochs", "0"], "epochs must be an integer >= 1"),
-        (["train", "density", "--out", "x", "--data", "moons"], "data must be one of"),
+        (["train", "density", "--out", "x", "--data", "spirals"], "data must be one of"),
         (["train", "density", "--out", "x", "--lr", "fast"], "invalid float value"),
         (
             ["train", "jem", "--out", "x", "--validation-fraction", "1"],
