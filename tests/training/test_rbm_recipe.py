@@ -131,7 +131,7 @@ def test_rbm_recipe_rejects_models_it_cannot_evaluate():
     from ebmlab.training.recipes.rbm import RBMConfig
 
     with pytest.raises(ValueError, match="at most 20"):
-        RBMConfig(model="dbm", n_hidden=64)
+        RBMConfig(model="gaussian", n_hidden=64)
     with pytest.raises(ValueError, match="sparsity_target is not available"):
         RBMConfig(model="dbm", sparsity_target=0.1)
 
@@ -155,6 +155,18 @@ def test_subspace_rbm_learns_digits_and_its_log_partition_is_exact_only(
     assert result["train_log_likelihood"] > -22.0, result  # -20.7 reached
     assert (run / "filters.png").is_file() and (run / "samples" / "chains.png").is_file()
     assert main(["logz", str(run), "--method", "ais"]) == 2
+
+
+def test_a_wide_dbm_reports_its_mean_field_bound_with_log_z_by_ais(tmp_path, capsys):
+    """h1 of 24 units is too wide to enumerate: log Z comes from AIS and the
+    log-likelihoods are the mean-field lower bound, and say so."""
+    args = ["--model", "dbm", "--lr", "0.05", "--n-hidden", "24", "--n-hidden2", "4",
+            "--epochs", "1", "--ais-temperatures", "300"]  # fmt: skip
+    result = _train_and_evaluate(tmp_path / "wide", capsys, *args)
+    assert result["log_z"]["method"] == "ais" and result["log_likelihood_bound"] == "mean field"
+    assert -40 < result["test_log_likelihood"] < -20  # independent pixels: -24.9
+    narrow = ["--model", "dbm", "--n-hidden", "8", "--n-hidden2", "4", "--epochs", "1"]
+    assert "log_likelihood_bound" not in _train_and_evaluate(tmp_path / "narrow", capsys, *narrow)
 
 
 def test_greedy_pretraining_gives_the_dbm_a_head_start(tmp_path, capsys):

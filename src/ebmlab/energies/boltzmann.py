@@ -677,6 +677,29 @@ class DeepBoltzmannMachine(EnergyModel):
         """The free energy of v with h1 summed out exactly and h2 enumerated: (B, D) -> (B,)."""
         return self.free_energy(v)
 
+    @property
+    def enumerable(self) -> bool:
+        """Whether h1 is small enough for the exact free energy and log Z."""
+        return self.n_hidden1 <= ENUMERATION_LIMIT
+
+    def free_energy_bound(self, v: torch.Tensor, n_iter: int = 10) -> torch.Tensor:
+        """The mean-field upper bound on the free energy, F(v) <= E_q[E(v, h1, h2)] - H(q)
+        with q(h1) q(h2) the factorised posterior of :meth:`mean_field` (Salakhutdinov &
+        Hinton 2009, the bound behind their DBM likelihoods), so that -bound - log Z is
+        a lower bound on log p(v) for any number of hidden units; (B, D) -> (B,).
+
+        Args:
+            n_iter: fixed-point iterations of the mean field.
+        """
+        v = v.flatten(1)
+        mu1, mu2 = self.mean_field(v, n_iter)
+        expected = self.joint_energy(v, mu1, mu2)  # E is linear in each layer's mean
+
+        def entropy(mu: torch.Tensor) -> torch.Tensor:
+            return -(torch.xlogy(mu, mu) + torch.xlogy(1 - mu, 1 - mu)).sum(1)
+
+        return expected - entropy(mu1) - entropy(mu2)
+
     def log_partition(self) -> torch.Tensor:
         """Exact log Z by enumerating h1 (v and h2 summed out analytically)."""
         h1, c1, W1, b, W2, c2 = map(
