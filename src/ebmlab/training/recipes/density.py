@@ -365,11 +365,12 @@ class DensityTask(BufferTask):
     def source(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` starts of the transport methods' paths: standard normal draws, or
         draws from the run's pool of exact samples of a toy source."""
-        device = generator.device
+        device, dtype = generator.device, self.train.dtype
         if self.config.source == "gaussian":
-            return torch.randn(n, self.dim, generator=generator, device=device)
-        pool = self.source_pool.to(device)
-        return pool[torch.randint(len(pool), (n,), generator=generator, device=device)]
+            return torch.randn(n, self.dim, generator=generator, device=device, dtype=dtype)
+        self.source_pool = self.source_pool.to(device, dtype)  # moved once
+        rows = torch.randint(len(self.source_pool), (n,), generator=generator, device=device)
+        return self.source_pool[rows]
 
     def standardized(self, x: torch.Tensor) -> torch.Tensor:
         """Stored features in the model's units."""
