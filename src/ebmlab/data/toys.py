@@ -240,9 +240,11 @@ class TwoMoons(ToyDistribution):
         self.scale, self.std = scale, std
         nodes, weights = np.polynomial.legendre.leggauss(self.NODES)
         theta = torch.as_tensor(math.pi * (nodes + 1) / 2)  # [-1, 1] -> [0, pi]
-        # int_0^pi f dtheta / pi = sum_k (w_k / 2) f(theta_k)
-        self.log_weights = torch.as_tensor(weights).log() - math.log(2)
-        self.arc = self._arc(theta)
+        # int_0^pi f dtheta / pi = sum_k (w_k / 2) f(theta_k); each arc has weight 1/2
+        log_weights = torch.as_tensor(weights).log() - 2 * math.log(2)
+        arc = self._arc(theta)
+        self.centres = torch.cat([arc, -arc])  # (2K, 2)
+        self.log_weights = torch.cat([log_weights, log_weights])
         top = 1.5 * scale + 5 * std
         self.bounds = ((-top, top), (-top, top))
 
@@ -251,13 +253,11 @@ class TwoMoons(ToyDistribution):
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         self._check(x)
-        centres = torch.cat([self.arc, -self.arc])  # (2K, 2)
-        log_w = torch.cat([self.log_weights, self.log_weights]) - math.log(2)
         out = []
         for block in widen(x).split(self.CHUNK):
-            sq = torch.cdist(block, centres).square()
+            sq = torch.cdist(block, self.centres).square()
             log_comp = -0.5 * sq / self.std**2 - LOG_2PI - 2 * math.log(self.std)
-            out.append(torch.logsumexp(log_comp + log_w, 1))
+            out.append(torch.logsumexp(log_comp + self.log_weights, 1))
         return torch.cat(out).to(x.dtype)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -92,6 +92,15 @@ def register_log_sigma(module: nn.Module, n_units: int, sigma: float, learn: boo
 ENUMERATION_LIMIT = 20
 
 
+def bernoulli_entropy(m: torch.Tensor) -> torch.Tensor:
+    """S(m) = -sum_i [m_i log m_i + (1 - m_i) log(1 - m_i)] of independent Bernoulli units
+    with means m (..., n): (...). The means are kept a machine epsilon inside (0, 1),
+    which 1 - eps still resolves in float32, so that the gradient stays finite."""
+    eps = torch.finfo(m.dtype).eps
+    m = m.clamp(eps, 1 - eps)
+    return -(m * m.log() + (1 - m) * (1 - m).log()).sum(-1)
+
+
 def binary_states(
     n_bits: int,
     start: int = 0,
@@ -655,7 +664,7 @@ class DeepBoltzmannMachine(EnergyModel):
         )
 
     def _h1_states(self) -> torch.Tensor:
-        if self.n_hidden1 > ENUMERATION_LIMIT:
+        if not self.enumerable:
             raise ArgumentError(
                 f"exact DBM quantities enumerate h1; it must have <= {ENUMERATION_LIMIT} units, "
                 f"got {self.n_hidden1}"
@@ -694,11 +703,7 @@ class DeepBoltzmannMachine(EnergyModel):
         v = v.flatten(1)
         mu1, mu2 = self.mean_field(v, n_iter)
         expected = self.joint_energy(v, mu1, mu2)  # E is linear in each layer's mean
-
-        def entropy(mu: torch.Tensor) -> torch.Tensor:
-            return -(torch.xlogy(mu, mu) + torch.xlogy(1 - mu, 1 - mu)).sum(1)
-
-        return expected - entropy(mu1) - entropy(mu2)
+        return expected - bernoulli_entropy(mu1) - bernoulli_entropy(mu2)
 
     def log_partition(self) -> torch.Tensor:
         """Exact log Z by enumerating h1 (v and h2 summed out analytically)."""

@@ -193,7 +193,9 @@ def energy_matching_loss(
     fn = as_energy_fn(potential)
     v_neg = fn(drawn)
     kept = len(v_neg) - int(trim * len(v_neg))
-    gap = fn(x1).mean() - torch.topk(v_neg, kept, largest=False, sorted=False).values.mean()
+    if kept < len(v_neg):  # the lowest ``kept`` potentials
+        v_neg = torch.topk(v_neg, kept, largest=False, sorted=False).values
+    gap = fn(x1).mean() - v_neg.mean()
     metrics["contrastive_gap"] = float(gap.detach())
     contrastive = contrastive_weight * gap
     if clamp is not None:

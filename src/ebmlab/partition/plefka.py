@@ -30,6 +30,7 @@ import torch
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.convergence import warn_unconverged, working_tol
+from ebmlab.energies.boltzmann import bernoulli_entropy
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.partition.variational import pairwise_potentials
 
@@ -51,11 +52,7 @@ def plefka_free_energy(
     Args:
         edges: the couplings' index pairs (E, 2).
     """
-    # kept a machine epsilon inside (0, 1), which 1 - eps still resolves in float32
-    eps = torch.finfo(m.dtype).eps
-    clamped = m.clamp(eps, 1 - eps)
-    entropy = -(clamped * clamped.log() + (1 - clamped) * (1 - clamped).log()).sum(-1)
-    return entropy + _interaction(m, fields, couplings, edges, order)
+    return bernoulli_entropy(m) + _interaction(m, fields, couplings, edges, order)
 
 
 def _interaction(

@@ -365,13 +365,17 @@ class RBMTask(Task):
             return None if self.dbm.chains is None else torch.cat(self.dbm.chains, 1)
         return None if self.cd is None else self.cd.chains
 
+    @property
+    def mean_field_bound(self) -> bool:
+        """Whether the log-likelihoods are a DBM's mean-field lower bound (h1 too wide to
+        enumerate its free energy)."""
+        return isinstance(self.model, DeepBoltzmannMachine) and not self.model.enumerable
+
     def log_likelihood(self, part, log_z: LogZEstimate) -> tuple[float, float]:
         """Mean log-likelihood of a data split given log Z, and its standard error (the
         rows' spread and log Z's, independent of each other). A DBM too wide to
         enumerate h1 gives its mean-field lower bound instead."""
-        model = self.model
-        if isinstance(model, DeepBoltzmannMachine) and not model.enumerable:
-            model = model.free_energy_bound
+        model = self.model.free_energy_bound if self.mean_field_bound else self.model
         fit = log_likelihood(model, part.x, log_z)
         return fit.mean, fit.total_stderr
 
@@ -397,12 +401,11 @@ class RBMTask(Task):
         """Train and test log-likelihood, each with its standard error, and the partition
         function used."""
         log_z = self.log_partition("auto", self.generator(0))
-        wide_dbm = isinstance(self.model, DeepBoltzmannMachine) and not self.model.enumerable
         return {
             "n_visible": self.train.x.shape[1],
             "log_z": log_z.to_dict(),
             **self._log_likelihoods(log_z, "train", "test"),
-            **({"log_likelihood_bound": "mean field"} if wide_dbm else {}),
+            **({"log_likelihood_bound": "mean field"} if self.mean_field_bound else {}),
         }
 
     def draw(self, n: int, steps: int, generator: torch.Generator) -> torch.Tensor:
