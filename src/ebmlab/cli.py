@@ -255,6 +255,13 @@ def _build_parser() -> _Parser:
     ev.add_argument("--checkpoint", choices=["last", "best"], default="last")
     ev.add_argument("--ood-data", default=None, help="uint8 .npy images (N, H, W) as an OOD set")
     ev.add_argument(
+        "--features-from",
+        default=None,
+        metavar="RUN_DIR",
+        help="sample quality also in the penultimate features of this run's classifier "
+        "(e.g. a cross-entropy twin), so that runs compare in one feature space",
+    )
+    ev.add_argument(
         "--inception",
         default=None,
         metavar="FILE",
@@ -466,12 +473,30 @@ def load_run(
     return recipe, setup, run
 
 
+def _feature_model(args: argparse.Namespace, setup: Setup) -> torch.nn.Module | None:
+    """The classifier of the run ``--features-from`` names (None without), checked to
+    read the evaluated run's inputs: the same row shape and value range."""
+    if args.features_from is None:
+        return None
+    RunDirectory(args.features_from).read_config()
+    _, other, _ = load_run(args.features_from, "last", args.device, args.weights)
+    mine, theirs = setup.task.train, other.task.train  # type: ignore[attr-defined]
+    if mine.x.shape[1:] != theirs.x.shape[1:] or mine.value_range != theirs.value_range:
+        raise ArgumentError(
+            f"--features-from {args.features_from}: its classifier reads rows of "
+            f"{tuple(theirs.x.shape[1:])} in {theirs.value_range}, this run's are "
+            f"{tuple(mine.x.shape[1:])} in {mine.value_range}"
+        )
+    return other.task.model
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     RunDirectory(args.run_dir).read_config()  # not a run: one line, before any other
     progress = Stages("evaluate")
     progress(f"loading {args.run_dir} ({args.checkpoint} checkpoint)")
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
     given = {
+        "feature_model": _feature_model(args, setup),
         "ood_data": args.ood_data,
         "inception": args.inception,
         "inception_samples": args.inception_samples,
@@ -482,7 +507,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     accepted = inspect.signature(recipe.evaluate).parameters
     for name in options:
         if name not in accepted:
-            flag = "--" + name.replace("_", "-")
+            flag = "--features-from" if name == "feature_model" else "--" + name.replace("_", "-")
             raise ArgumentError(f"recipe {recipe.name!r} does not take {flag}")
     if "progress" in accepted:
         options["progress"] = progress

@@ -164,3 +164,24 @@ def test_trimmed_negatives_and_the_clamp():
     assert float(theta.grad) == 0.0
     with pytest.raises(ArgumentError, match="trim must be in"):
         energy_matching_loss(potential, data, trim=1.0, **kwargs)
+
+
+def test_given_negatives_enter_the_contrastive_term_as_drawn():
+    """A tensor of negatives (the caller's chains) is used as it is, detached: the gap
+    is mean V(data) - mean V(negatives) and the potential's gradient is the gap's;
+    negatives of another row shape are refused."""
+    theta = torch.tensor(1.0, requires_grad=True)
+
+    def potential(x):
+        return theta * x[:, 0]
+
+    data, drawn = torch.zeros(6, 2), torch.full((4, 2), 3.0, requires_grad=True)
+    loss, metrics = energy_matching_loss(
+        potential, data, tau_star=0.5, eps_max=EPS, flow_weight=0.0, negatives=drawn
+    )
+    assert metrics["contrastive_gap"] == pytest.approx(-3.0)
+    loss.backward()
+    assert float(theta.grad) == pytest.approx(-3.0) and drawn.grad is None
+    with pytest.raises(ArgumentError, match="negatives must be rows shaped like"):
+        energy_matching_loss(potential, data, tau_star=0.5, eps_max=EPS,
+                             negatives=torch.zeros(4, 3))  # fmt: skip

@@ -169,6 +169,50 @@ def test_recovery_likelihood_objective_trains_on_recovered_images(tmp_path):
         JEMConfig(gen_objective="drl", drl_sigma=1.5)
 
 
+def test_energy_matching_objective_warms_up_on_the_flow_then_contrasts(tmp_path, capsys):
+    """--gen-objective em: the first half of the steps regress -grad E on the OT flow
+    alone, the rest add the contrastive term against buffer chains, and the evaluation's
+    samples are the generation from noise, inside the data's range. A run resumed in
+    its joint phase stays there (the step count is checkpointed)."""
+    run = tmp_path / "em"
+    args = ["--gen-objective", "em", "--gen-weight", "0.01", "--em-warmup", "0.5"]
+    assert main(["train", "jem", "--out", str(run), *TINY, *args]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "gen" in r]
+    warm = [r for r in steps if "contrastive_gap" not in r]
+    assert steps and all(np.isfinite(r["gen"]) and np.isfinite(r["flow_loss"]) for r in steps)
+    assert 0 < len(warm) < len(steps) and steps[: len(warm)] == warm
+    _, setup, _ = load_run(run)
+    task = setup.task
+    assert task.steps_taken > task.warmup_steps > 0
+    assert task.em_phase() == "joint"
+    x = task.generate(20, torch.Generator().manual_seed(0))
+    assert x.shape == (20, 64) and float(x.min()) >= -1 and float(x.max()) <= 1
+    assert float(x.std(0).mean()) > 0.05  # generated from noise, not one point
+
+def test_features_from_another_run_put_samples_in_its_feature_space(
+    jem_run, tmp_path, capsys, assert_keys_documented
+):
+    """--features-from: the samples' FD, KID, precision and recall in another run's
+    classifier features; in the run's own, those equal the run's own block. A run on
+    other inputs is refused, naming both shapes."""
+    capsys.readouterr()
+    args = ["evaluate", str(jem_run), "--features-from", str(jem_run)]
+    assert main([*args, "--weights", "raw"]) == 0
+    samples = json.loads(capsys.readouterr().out)["samples"]
+    assert_keys_documented(samples)
+    other, own = samples["other_classifier_features"], samples["classifier_features"]
+    assert other["frechet_distance"] == pytest.approx(own["frechet_distance"])
+    assert other["train_test_floor"]["kid"] == pytest.approx(own["train_test_floor"]["kid"])
+    wide = tmp_path / "rgb"
+    assert main(["train", "jem", "--out", str(wide), *TINY, "--data", "digits-rgb",
+                 "--epochs", "1"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["evaluate", str(jem_run), "--features-from", str(wide)]) == 2
+    err = capsys.readouterr().err
+    assert "(64,)" in err and "(192,)" in err
+
+
 def test_conv_architecture_trains(tmp_path):
     args = ["--conv-width", "4", "--arch", "conv", "--sampler-steps", "2", "--buffer-size", "100"]
     assert (

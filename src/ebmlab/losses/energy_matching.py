@@ -118,7 +118,7 @@ def energy_matching_loss(
     steps: int = 200,
     dt: float = 0.01,
     noise_starts: float = 0.5,
-    negatives: str = "generation",
+    negatives: str | torch.Tensor = "generation",
     trim: float = 0.0,
     clamp: float | None = None,
     coupling: str = "ot",
@@ -131,7 +131,9 @@ def energy_matching_loss(
     ``contrastive_weight`` (mean V(data) - mean V(negatives)), the negatives from
     :func:`energy_matching_negatives` started at the data and, a share ``noise_starts``
     of them (the paper's half), at the noise, or with ``negatives="smc"`` from
-    :func:`boltzmann_negatives`.
+    :func:`boltzmann_negatives`, or the caller's own draws (a tensor: e.g. persistent
+    chains of Langevin dynamics at eps_max, which images need where every step of the
+    generation schedule costs a pass of the network).
 
     Args:
         potential: V (B, ...) -> (B,), time-independent.
@@ -168,7 +170,14 @@ def energy_matching_loss(
     _checks.positive("flow_weight", flow_weight, allow_zero=True)
     _checks.positive("contrastive_weight", contrastive_weight, allow_zero=True)
     _checks.probability("noise_starts", noise_starts)
-    _checks.one_of("negatives", negatives, NEGATIVES)
+    if isinstance(negatives, torch.Tensor):
+        if negatives.shape[1:] != x1.shape[1:] or not len(negatives):
+            raise ArgumentError(
+                f"negatives must be rows shaped like x1's {tuple(x1.shape[1:])}, got "
+                f"{tuple(negatives.shape)}"
+            )
+    else:
+        _checks.one_of("negatives", negatives, NEGATIVES)
     if not 0 <= trim < 1:
         raise ArgumentError(f"trim must be in [0, 1), got {trim}")
     if clamp is not None:
@@ -182,7 +191,9 @@ def energy_matching_loss(
     metrics["flow_loss"] = float(flow.detach())
     if phase == "flow":
         return flow, metrics
-    if negatives == "smc":
+    if isinstance(negatives, torch.Tensor):
+        drawn = negatives.detach()
+    elif negatives == "smc":
         drawn = boltzmann_negatives(potential, x1, eps_max=eps_max, generator=generator)
     else:
         split = len(x1) - round(noise_starts * len(x1))

@@ -30,9 +30,27 @@ class BufferTask(Task):
     """A task whose negatives live in a replay buffer, this rank's share of the chains;
     the buffer is the task's checkpointed state. ``data_extent`` is the largest magnitude
     of the data; after a divergence restart, chains beyond ``RUNAWAY`` times it (or
-    non-finite) are redrawn."""
+    non-finite) are redrawn. The task also counts its training steps, which decide
+    Energy Matching's phase (:meth:`em_phase`): its flow warm-up lasts ``warmup_steps``
+    (:meth:`plan_warmup`)."""
 
     data_extent: float | None = None
+    steps_taken = 0
+    warmup_steps = 0
+
+    def plan_warmup(self, share: float, trainer: TrainerConfig, rows: int) -> None:
+        """Spend the share ``share`` of the run's training steps (its epochs over
+        ``rows`` training rows, or ``max_steps`` if fewer) in the flow warm-up."""
+        steps = trainer.epochs * -(-rows // trainer.batch_size)
+        if trainer.max_steps:
+            steps = min(steps, trainer.max_steps)
+        self.warmup_steps = round(share * steps)
+
+    def em_phase(self) -> str:
+        """Count one training step and name its Energy Matching phase: ``"flow"`` during
+        the warm-up, ``"joint"`` after it."""
+        self.steps_taken += 1
+        return "flow" if self.steps_taken <= self.warmup_steps else "joint"
 
     def _replay_buffer(
         self, size: int, init: Callable[..., torch.Tensor], reinit_prob: float, seed: int
@@ -49,10 +67,11 @@ class BufferTask(Task):
         return {"chains_reset": self.buffer.reset_diverged(generator, bound)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"buffer": self.buffer.state_dict()}
+        return {"buffer": self.buffer.state_dict(), "steps_taken": self.steps_taken}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
+        self.steps_taken = state.get("steps_taken", 0)
 
 
 def data_splits(config: Any, **options: Any) -> tuple[Dataset, Dataset, Dataset]:

@@ -343,8 +343,6 @@ class DensityTask(BufferTask):
             self.model = TemperedEnergy(MLPEnergy(self.dim, hidden=hidden), config.eps_max)
         else:
             self.model = MLPEnergy(self.dim, hidden=hidden)
-        self.steps_taken = 0  # training steps so far (Energy Matching's phase)
-        self.warmup_steps = 0  # set by build from the run's length
         init = uniform_init((self.dim,), [b[0] for b in self.bounds], [b[1] for b in self.bounds])
         self.buffer = self._replay_buffer(config.buffer_size, init, config.reinit_prob, seed)
         self.data_extent = max(abs(b) for bounds in self.bounds for b in bounds)
@@ -404,9 +402,9 @@ class DensityTask(BufferTask):
     ) -> StepResult:
         (x,) = batch
         c = self.config
-        self.steps_taken += 1
+        phase = self.em_phase()
         if c.method in TRANSPORT:
-            return StepResult(*self._transport_loss(x, generator))
+            return StepResult(*self._transport_loss(x, phase, generator))
         if c.method == "sm":
             return StepResult(*score_matching_loss(self.model, x))
         if c.method == "ssm":
@@ -457,9 +455,10 @@ class DensityTask(BufferTask):
         return StepResult(*contrastive_divergence_loss(self.model, x, negatives, l2=c.l2))
 
     def _transport_loss(
-        self, x: torch.Tensor, generator: torch.Generator
+        self, x: torch.Tensor, phase: str, generator: torch.Generator
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The loss of the potential V by the run's transport method."""
+        """The loss of the potential V by the run's transport method (``phase``: Energy
+        Matching's)."""
         c, potential = self.config, self.model.potential
         x0 = self.source(len(x), generator)
         if c.method == "fm":
@@ -467,7 +466,6 @@ class DensityTask(BufferTask):
                                       generator=generator)  # fmt: skip
         if c.method == "eqm":
             return equilibrium_matching_loss(potential, x, x0=x0, generator=generator)
-        phase = "flow" if self.steps_taken <= self.warmup_steps else "joint"
         return energy_matching_loss(
             potential, x, x0=x0, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
             steps=c.flow_steps, dt=c.flow_dt, noise_starts=c.em_noise_starts,
@@ -489,13 +487,6 @@ class DensityTask(BufferTask):
             descent = EquilibriumDescent(c.flow_dt, c.eqm_momentum)
             return descent.sample(potential, noise, c.flow_steps, generator=generator)
         return odeint(potential_velocity(potential), noise, method="euler", n_steps=c.flow_steps)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "steps_taken": self.steps_taken}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.steps_taken = state.get("steps_taken", 0)
 
     @property
     def quadrature(self) -> bool:
@@ -548,8 +539,7 @@ class DensityTask(BufferTask):
 
 def build(config: DensityConfig, trainer: TrainerConfig) -> Setup:
     task = DensityTask(config, trainer.seed)
-    steps = trainer.epochs * -(-len(task.train) // trainer.batch_size)
-    task.warmup_steps = round(config.em_warmup * steps)
+    task.plan_warmup(config.em_warmup, trainer, len(task.train))
     return Setup(task, (task.train,))
 
 

@@ -11,7 +11,14 @@ for f = -E).
 ``gen_objective`` can replace those SGLD negatives: ``"drl"`` draws them from the
 recovery likelihood's conditional p(x | x~) of blurred training images x~ (Gao et al.
 2021, with one noise level, ``drl_sigma``), ``"ed"`` drops them for energy discrepancy
-(Schröder et al. 2023).
+(Schröder et al. 2023), and ``"em"`` trains the energy as Energy Matching's potential V
+(Balcerak et al. 2025): first, for the share ``em_warmup`` of the run, -grad E regresses
+the optimal-transport flow from standard normal noise to the images (their eq. 5), then
+the contrastive term joins it, with negatives from the replay buffer moved by Langevin
+dynamics at the temperature ``eps_max`` (the density exp(-E / eps_max), their eq. 7).
+Its samples are generated as the paper does: the flow down E from noise for
+``flow_steps`` steps of 1 / ``flow_steps``, the temperature rising from ``tau_star``,
+then as many Langevin steps at ``eps_max``.
 
 Negatives start either from uniform noise in the data range (the book's variant,
 ``init="uniform"``) or from a replay buffer of persistent chains with
@@ -93,9 +100,16 @@ from ebmlab.evaluation import (
 from ebmlab.evaluation.progress import quiet
 from ebmlab.hardware import autocast
 from ebmlab.losses.discrepancy import energy_discrepancy_loss
+from ebmlab.losses.energy_matching import energy_matching_loss
 from ebmlab.partition import LogZEstimate, box_smc
 from ebmlab.plotting import image_grid
-from ebmlab.samplers import Langevin, gaussian_init, mixture_init, uniform_init
+from ebmlab.samplers import (
+    EnergyMatchingSampler,
+    Langevin,
+    gaussian_init,
+    mixture_init,
+    uniform_init,
+)
 from ebmlab.samplers.recovery import OneLevel, blur, recover
 from ebmlab.samplers.replay_buffer import InitFn
 from ebmlab.training.recipes import BufferTask, Recipe, Setup, data_splits, register
@@ -152,6 +166,12 @@ class JEMConfig:
         drl_sigma: recovery likelihood's noise level (standard deviation of the blur).
         drl_step_scale: the recovery's Langevin step as a fraction of the conditional
             variance (sigma / alpha)^2; it runs ``sampler_steps`` steps.
+        eps_max: Energy Matching's temperature: the density exp(-E / eps_max) its
+            Langevin steps sample (em).
+        tau_star: where its generation temperature starts to rise, in [0, 1) (em).
+        flow_steps: its generation steps from noise to the images, each of 1 /
+            flow_steps; also the step of its Langevin dynamics (em).
+        em_warmup: the share of the training steps spent in its flow warm-up (em).
         max_energy: stop as diverged when an energy's magnitude exceeds this.
         calibrate: fit p(y | x)'s inverse temperature on the validation split each epoch.
     """
@@ -164,7 +184,7 @@ class JEMConfig:
         "start": ("uniform", "gaussian"),
         "sampler_dtype": PRECISIONS,
         "train_dtype": TRAIN_PRECISIONS,
-        "gen_objective": ("pcd", "drl", "ed"),
+        "gen_objective": ("pcd", "drl", "ed", "em"),
     }
 
     data: str = "digits"
@@ -204,6 +224,10 @@ class JEMConfig:
     ed_negatives: int = 8
     drl_sigma: float = 0.6
     drl_step_scale: float = 0.1
+    eps_max: float = 0.01
+    tau_star: float = 0.9
+    flow_steps: int = 100
+    em_warmup: float = 0.5
     max_energy: float = 1e4
     calibrate: bool = True
 
@@ -234,6 +258,12 @@ class JEMConfig:
         if not 0 < self.drl_sigma < 1:
             raise ArgumentError(f"drl_sigma must be in (0, 1), got {self.drl_sigma}")
         _checks.positive("drl_step_scale", self.drl_step_scale)
+        _checks.positive("eps_max", self.eps_max)
+        _checks.probability("tau_star", self.tau_star)
+        if self.tau_star >= 1:
+            raise ArgumentError(f"tau_star must be < 1, got {self.tau_star}")
+        _checks.positive_int("flow_steps", self.flow_steps)
+        _checks.probability("em_warmup", self.em_warmup)
         _checks.positive("max_energy", self.max_energy)
 
 
@@ -284,9 +314,13 @@ class JEMTask(BufferTask):
             config.buffer_size, self.init_fn, config.reinit_prob, seed
         )
         self.data_extent = max(abs(v) for v in self.train.value_range)
+        step, noise = config.step_size, config.noise
+        if config.gen_objective == "em":  # Langevin at eps_max: noise sqrt(2 eps_max h)
+            step = 1 / config.flow_steps
+            noise = (2 * config.eps_max * step) ** 0.5
         self.sampler = Langevin(
-            config.step_size,
-            config.noise,
+            step,
+            noise,
             grad_clip=config.sampler_grad_clip or None,
             clamp=self.train.value_range if config.clamp else None,
         )
@@ -333,6 +367,20 @@ class JEMTask(BufferTask):
         self.buffer.push(x, slots)
         return x
 
+    def generate(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` samples of p(x) as the generative term draws them: Energy Matching's
+        generation from standard normal noise (the flow, then as many Langevin steps at
+        eps_max), projected onto the data range, or SGLD chains from the replay buffer."""
+        c = self.config
+        if c.gen_objective != "em":
+            return self.negatives(n, generator)
+        sampler = EnergyMatchingSampler(
+            1 / c.flow_steps, tau_star=c.tau_star, eps_max=c.eps_max, flow_steps=c.flow_steps
+        )
+        noise = torch.randn(n, self.train.x.shape[1], generator=generator, device=generator.device)
+        x = sampler.sample(self.model, noise, 2 * c.flow_steps, generator=generator)
+        return x.clamp(*self.train.value_range)
+
     def recovered(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Draws from the recovery likelihood's conditional p(x | x~) of the blurred images
         x~ = alpha x + sigma eps (Gao et al. 2021, eq. 6, one noise level: the network's
@@ -365,7 +413,7 @@ class JEMTask(BufferTask):
                 r + c.data_noise * torch.randn(r.shape, generator=generator, device=r.device)
                 for r in rows
             ]
-        sampled = c.gen_objective != "ed"
+        sampled = c.gen_objective in ("pcd", "drl")
         if c.gen_objective == "pcd":
             x_neg = self.negatives(n, generator)
         elif c.gen_objective == "drl":
@@ -380,15 +428,16 @@ class JEMTask(BufferTask):
         y = y.repeat(len(rows))
         ce = F.cross_entropy(logits, y)
         e_data = -torch.logsumexp(out[:n], 1)
+        extra: dict[str, float] = {}
+
+        def energy(z: torch.Tensor) -> torch.Tensor:
+            with autocast(x.device, low):
+                return -torch.logsumexp(self.model.logits(z).float(), 1)
+
         if sampled:
             e_neg = -torch.logsumexp(out[-n:], 1)
             gen = e_data.mean() - e_neg.mean()
-        else:
-
-            def energy(z: torch.Tensor) -> torch.Tensor:
-                with autocast(x.device, low):
-                    return -torch.logsumexp(self.model.logits(z).float(), 1)
-
+        elif c.gen_objective == "ed":
             gen, gap = energy_discrepancy_loss(
                 energy,
                 rows[0],
@@ -397,6 +446,9 @@ class JEMTask(BufferTask):
                 generator=generator,
             )
             e_neg = e_data.detach() + gap["energy_gap"]
+        else:
+            gen, extra = self.energy_matching(energy, rows[0], generator)
+            e_neg = e_data.detach() - extra.get("contrastive_gap", 0.0)
         magnitude = float(torch.maximum(e_data.detach().abs().max(), e_neg.detach().abs().max()))
         if magnitude > c.max_energy:
             raise DivergenceError(
@@ -413,10 +465,28 @@ class JEMTask(BufferTask):
             "gen": float(gen.detach()),
             "energy_data": float(e_data.detach().mean()),
             "energy_sample": float(e_neg.detach().mean()),
+            **extra,
         }
         if sampled:
             metrics["sample_out_of_range"] = self.out_of_range(x_neg)
         return StepResult(loss, metrics)
+
+    def energy_matching(
+        self,
+        energy: Callable[[torch.Tensor], torch.Tensor],
+        x: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Energy Matching's loss of the energy on the images ``x``: the OT flow term in
+        the warm-up, then with the contrastive term against replay-buffer chains moved
+        by Langevin dynamics at eps_max."""
+        c = self.config
+        phase = self.em_phase()
+        drawn = self.negatives(len(x), generator) if phase == "joint" else "generation"
+        return energy_matching_loss(
+            energy, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
+            negatives=drawn, generator=generator,
+        )  # fmt: skip
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
         """Error and NLL at beta = 1, then (``calibrate``) beta refitted on this split."""
@@ -444,7 +514,15 @@ class JEMTask(BufferTask):
     def on_epoch_end(
         self, run: RunDirectory | None, epoch: int, generator: torch.Generator
     ) -> None:
-        if run is not None and self.config.init == "buffer" and self.config.gen_objective == "pcd":
+        if (
+            run is not None
+            and self.config.init == "buffer"
+            and self.config.gen_objective
+            in (
+                "pcd",
+                "em",
+            )
+        ):
             self.grid(
                 self.buffer.buffer[:100],
                 run.samples / "buffer.png",
@@ -457,6 +535,7 @@ def build(config: JEMConfig, trainer: TrainerConfig) -> Setup:
         raise ArgumentError("train_dtype float16 needs grad_scaler (--grad-scaler): float16 "
                          "gradients underflow without loss scaling")  # fmt: skip
     task = JEMTask(config, trainer.seed)
+    task.plan_warmup(config.em_warmup, trainer, len(task.train))
     return Setup(task, (task.train.x, task.train.y))
 
 
@@ -532,7 +611,7 @@ def _inception_quality(
     more = torch.Generator(x.device).manual_seed(2025)  # the evaluation's other draws stay
     samples = itertools.chain(
         [x[:wanted]],
-        (task.negatives(min(MAX_EVAL_SAMPLES, wanted - done), more)
+        (task.generate(min(MAX_EVAL_SAMPLES, wanted - done), more)
          for done in range(len(x), wanted, MAX_EVAL_SAMPLES)),
     )  # fmt: skip
     m = min(len(split), wanted)
@@ -564,6 +643,21 @@ def _inception_quality(
     }
 
 
+def _feature_quality(
+    model: torch.nn.Module, x: torch.Tensor, train_rows: torch.Tensor, reference: torch.Tensor
+) -> dict[str, Any]:
+    """FD, KID, precision and recall of ``x`` against ``reference`` in ``model``'s
+    penultimate features, beside the same of as many training rows: the floor that
+    gives their scale a meaning."""
+    reference_features = penultimate_features(model, reference)
+    return {
+        **sample_quality(penultimate_features(model, x), reference_features),
+        "train_test_floor": sample_quality(
+            penultimate_features(model, train_rows), reference_features
+        ),
+    }
+
+
 def evaluate(
     setup: Setup,
     run: RunDirectory,
@@ -573,6 +667,7 @@ def evaluate(
     inception_samples: int | None = None,
     inception_reference: str = "test",
     inception_preprocessing: str = "tensorflow",
+    feature_model: torch.nn.Module | None = None,
     progress: Callable[[str], None] = quiet,
 ) -> dict[str, Any]:
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
@@ -589,6 +684,8 @@ def evaluate(
             ``train`` (papers' FID on CIFAR-10: the 50 000 training images).
         inception_preprocessing: ``tensorflow`` (the original FID and IS code's,
             and torch-fidelity's) or ``pytorch-fid`` (see :mod:`ebmlab.evaluation.inception`).
+        feature_model: another classifier (say, the cross-entropy twin's): the sample
+            quality in its penultimate features too, one feature space for several runs.
         progress: called with each stage's name as it starts (the CLI prints it).
     """
     if long_run_steps <= 200:
@@ -632,24 +729,22 @@ def evaluate(
     gen = torch.Generator(test.x.device).manual_seed(2024)
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
-    progress(f"{n} samples from the replay buffer and their quality")
-    x = task.negatives(n, gen)
+    progress(f"{n} samples of p(x) and their quality")
+    x = task.generate(n, gen)
     train_rows = task.train.x[:n].to(reference.device)
     floor, floor_stderr = mmd2(train_rows, reference, return_stderr=True)
     # FD, KID, precision and recall in the classifier's penultimate features, beside the
     # same of as many training images: the floor that gives their scale a meaning
-    reference_features = penultimate_features(task.model, reference)
     quality = {
         "train_test_floor_mmd2": floor,
         "train_test_floor_mmd2_stderr": floor_stderr,
         "after_training_steps": _sample_metrics(task, x, reference),
-        "classifier_features": {
-            **sample_quality(penultimate_features(task.model, x), reference_features),
-            "train_test_floor": sample_quality(
-                penultimate_features(task.model, train_rows), reference_features
-            ),
-        },
+        "classifier_features": _feature_quality(task.model, x, train_rows, reference),
     }
+    if feature_model is not None:
+        quality["other_classifier_features"] = _feature_quality(
+            feature_model, x, train_rows, reference
+        )
     if network is not None:
         split = test if inception_reference == "test" else task.train
         with open(str(inception), "rb") as fh:
@@ -687,10 +782,14 @@ def evaluate(
 
 
 def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed: int = 0) -> Path:
-    """``n`` samples after ``steps`` SGLD steps from the run's chains, as a PNG grid."""
+    """``n`` samples after ``steps`` SGLD steps from the run's chains (Energy Matching:
+    its generation from noise, then ``steps`` Langevin steps), as a PNG grid."""
     task: JEMTask = setup.task  # type: ignore[assignment]
     gen = torch.Generator(task.test.x.device).manual_seed(seed)
-    x = task.negatives(n, gen, steps)
+    if task.config.gen_objective == "em":
+        x = task.sampler.sample(task.model, task.generate(n, gen), steps, generator=gen)
+    else:
+        x = task.negatives(n, gen, steps)
     task.grid(x, out, f"{n} samples, {steps} SGLD steps", ncol=max(1, int(n**0.5)))
     return out
 
