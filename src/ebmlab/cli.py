@@ -255,6 +255,14 @@ def _build_parser() -> _Parser:
     ev.add_argument("--checkpoint", choices=["last", "best"], default="last")
     ev.add_argument("--ood-data", default=None, help="uint8 .npy images (N, H, W) as an OOD set")
     ev.add_argument(
+        "--nll",
+        action="store_const",
+        const=True,
+        default=None,
+        help="the test split's log-likelihood and bits per dimension, with log Z by "
+        "tempered SMC (slow on images)",
+    )
+    ev.add_argument(
         "--features-from",
         default=None,
         metavar="RUN_DIR",
@@ -498,6 +506,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     given = {
         "feature_model": _feature_model(args, setup),
         "ood_data": args.ood_data,
+        "nll": args.nll,
         "inception": args.inception,
         "inception_samples": args.inception_samples,
         "inception_reference": args.inception_reference,

@@ -1,11 +1,13 @@
 import hashlib
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from ebmlab.cli import load_run, main
+from ebmlab.energies import ClassifierEnergy
 from ebmlab.training.recipes.jem import JEMConfig, JEMTask, evaluate
 
 TINY = [
@@ -190,6 +192,7 @@ def test_energy_matching_objective_warms_up_on_the_flow_then_contrasts(tmp_path,
     assert x.shape == (20, 64) and float(x.min()) >= -1 and float(x.max()) <= 1
     assert float(x.std(0).mean()) > 0.05  # generated from noise, not one point
 
+
 def test_features_from_another_run_put_samples_in_its_feature_space(
     jem_run, tmp_path, capsys, assert_keys_documented
 ):
@@ -333,3 +336,35 @@ def test_logz_estimates_the_energy_over_the_pixel_box(jem_run, capsys):
     assert np.isfinite(est["log_z"]) and 0 < est["stderr"] < 1
     assert main(["logz", str(jem_run), "--method", "ais"]) == 2
     assert "method must be one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("objective", ["pcd", "em"])
+def test_test_nll_in_bits_per_dimension_has_the_known_answer(objective, assert_keys_documented):
+    """A classifier whose logits are a x_0 + b in every class has the density
+    p(x) ∝ exp(LSE) = K e^(b + a x_0) / T on the box [-1, 1]^D (T = eps_max for Energy
+    Matching, 1 else): log Z = (D - 1) log 2 + log int exp((log K + b + a x_0) / T) dx_0
+    exactly. The SMC estimate and the test NLL match it, and bits per dimension add
+    the scaling's log-Jacobian D log(17 / 2) (the digits' 17 levels) to the NLL."""
+    from ebmlab.training.recipes import Setup
+    from ebmlab.training.recipes.jem import _test_log_likelihood
+
+    config = JEMConfig(arch="mlp", hidden=(8,), buffer_size=10, gen_objective=objective)
+    task = JEMTask(config, seed=0)
+    d, k, a, b = task.train.x.shape[1], 10, 0.8, 0.3
+    head = torch.nn.Linear(d, k)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.weight[:, 0] = a
+        head.bias.fill_(b)
+    task.model = ClassifierEnergy(head, k)
+    t = config.eps_max if objective == "em" else 1.0
+    c, s = (math.log(k) + b) / t, a / t
+    log_z = (d - 1) * math.log(2) + c + math.log((math.exp(s) - math.exp(-s)) / s)
+    result = _test_log_likelihood(Setup(task, ()))
+    assert_keys_documented({"test_log_likelihood": result})
+    assert abs(result["log_z"] - log_z) < 4 * result["log_z_stderr"] + 0.05
+    mean = float((c + s * task.test.x[:, 0]).mean()) - log_z
+    assert result["mean"] == pytest.approx(mean, abs=4 * result["stderr"] + 0.05)
+    bits = (d * math.log(17 / 2) - result["mean"]) / (d * math.log(2))
+    assert result["bits_per_dim"] == pytest.approx(bits)
+    assert 0 < result["bits_per_dim_stderr"] < 0.01

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,15 @@ from ebmlab.data import (
 )
 from ebmlab.data.augment import random_affine, random_crop_flip
 from ebmlab.devices import widen
-from ebmlab.energies import ClassifierEnergy, ConvNet, FeedForward, SNResNet, WideResNet
+from ebmlab.energies import (
+    ClassifierEnergy,
+    ConvNet,
+    EnergyModel,
+    FeedForward,
+    SNResNet,
+    TemperedEnergy,
+    WideResNet,
+)
 from ebmlab.energies.base import in_chunks
 from ebmlab.energies.mlp import ACTIVATIONS
 from ebmlab.energies.resnet import NORMS
@@ -89,6 +98,7 @@ from ebmlab.evaluation import (
     inception_score,
     load_inception,
     load_ood_file,
+    log_likelihood,
     mmd2,
     nll,
     penultimate_features,
@@ -367,6 +377,14 @@ class JEMTask(BufferTask):
         self.buffer.push(x, slots)
         return x
 
+    @property
+    def density(self) -> EnergyModel:
+        """The energy of the run's density p(x) on the pixel box: E, or E / eps_max for
+        Energy Matching, whose density is exp(-E / eps_max)."""
+        if self.config.gen_objective == "em":
+            return TemperedEnergy(self.model, self.config.eps_max)
+        return self.model
+
     def generate(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` samples of p(x) as the generative term draws them: Energy Matching's
         generation from standard normal noise (the flow, then as many Langevin steps at
@@ -643,6 +661,28 @@ def _inception_quality(
     }
 
 
+def _test_log_likelihood(setup: Setup) -> dict[str, Any]:
+    """Mean log p(x) of the test split with log Z by :func:`log_partition`, and the NLL
+    in bits per dimension: for pixels scaled to [-1, 1] by x = 2 (v - low) / d - 1 in
+    the pixels' units (-log p(x) + D log(d / 2), over D log 2; the density at the
+    stored values, without dequantisation), else in the model's units."""
+    task: JEMTask = setup.task  # type: ignore[assignment]
+    test = task.test
+    estimate = log_partition(setup, "auto")
+    ll = log_likelihood(task.density, test.x, estimate)
+    d = test.x.shape[1]
+    encoding = test.encoding
+    jacobian = d * math.log(encoding.divisor / 2) if encoding.transform == "scaled" else 0.0
+    per_bit = d * math.log(2)
+    return {
+        **ll.to_dict(),
+        "log_z": estimate.log_z,
+        "log_z_stderr": estimate.stderr,
+        "bits_per_dim": (jacobian - ll.mean) / per_bit,
+        "bits_per_dim_stderr": ll.total_stderr / per_bit,
+    }
+
+
 def _feature_quality(
     model: torch.nn.Module, x: torch.Tensor, train_rows: torch.Tensor, reference: torch.Tensor
 ) -> dict[str, Any]:
@@ -668,6 +708,7 @@ def evaluate(
     inception_reference: str = "test",
     inception_preprocessing: str = "tensorflow",
     feature_model: torch.nn.Module | None = None,
+    nll: bool = False,
     progress: Callable[[str], None] = quiet,
 ) -> dict[str, Any]:
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
@@ -686,6 +727,8 @@ def evaluate(
             and torch-fidelity's) or ``pytorch-fid`` (see :mod:`ebmlab.evaluation.inception`).
         feature_model: another classifier (say, the cross-entropy twin's): the sample
             quality in its penultimate features too, one feature space for several runs.
+        nll: the test split's log-likelihood under p(x), with log Z by tempered SMC over
+            the pixel box (:func:`log_partition`), and in bits per dimension.
         progress: called with each stage's name as it starts (the CLI prints it).
     """
     if long_run_steps <= 200:
@@ -718,6 +761,9 @@ def evaluate(
         "beta": float(task.model.beta),
         "ece_at_beta_1": expected_calibration_error(torch.softmax(logits, 1), test.y, 15),
     }
+    if nll:
+        progress("test log-likelihood: log Z by tempered SMC over the pixel box")
+        result["test_log_likelihood"] = _test_log_likelihood(setup)
     progress("OOD scores: log p(x), max p(y|x), gradient norm")
     in_scores = _ood_scores(task, test.x)
     result["ood_auroc"], result["ood_auroc_stderr"] = {}, {}
@@ -795,14 +841,15 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
 
 
 def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
-    """log Z of the energy E(x) = -logsumexp_y f(x)[y] over the data's pixel box, by
+    """log Z of the density's energy (:attr:`JEMTask.density`: E(x) = -logsumexp_y f(x)[y],
+    over eps_max for Energy Matching) over the data's pixel box, by
     tempered SMC in logit coordinates (:func:`ebmlab.partition.box_smc`); ``method``
     auto or smc."""
     _checks.one_of("method", method, ("auto", "smc"))
     task: JEMTask = setup.task  # type: ignore[assignment]
     gen = torch.Generator(task.test.x.device).manual_seed(seed)
     lo, hi = task.train.value_range
-    return box_smc(task.model, lo, hi, tuple(task.train.x.shape[1:]), generator=gen)
+    return box_smc(task.density, lo, hi, tuple(task.train.x.shape[1:]), generator=gen)
 
 
 register(
