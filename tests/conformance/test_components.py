@@ -43,6 +43,7 @@ from ebmlab.energies import (
     NoiseConditionalEnergy,
     SNResNet,
     SubspaceRBM,
+    UNetViT,
     WideResNet,
     energy_and_grad,
 )
@@ -208,6 +209,10 @@ ENERGIES = {
     ),
     "image_energy_wide_resnet": lambda put: energy_and_grad(
         put(ImageEnergy(seeded(WideResNet, (3, 8, 8), 1, depth=10, widen=1, norm="group"))),
+        put(COLOUR),
+    ),
+    "image_energy_unet_vit": lambda put: energy_and_grad(
+        put(ImageEnergy(seeded(UNetViT, (3, 8, 8), 1, width=8, mults=(1, 2), embed=16, heads=2))),
         put(COLOUR),
     ),
     "image_energy_sn_resnet": lambda put: energy_and_grad(

@@ -34,6 +34,8 @@ def test_shipped_config_loads_and_takes_a_step(path, tmp_path):
     small = ["--buffer-size", "8", "--sampler-steps", "1", "--batch-size", "4", "--max-steps", "1"]
     if getattr(config, "arch", "") == "wrn":
         small += ["--wrn-depth", "10", "--wrn-widen", "1"]  # the architecture, scaled down
+    if getattr(config, "arch", "") == "unet":
+        small += ["--conv-width", "8", "--vit-embed", "16", "--flow-steps", "2"]
     run = str(tmp_path / "run")
     args = ["train", recipe_name, "--config", str(path), "--data", str(data), "--warmup-steps",
             "0", "--out", run, "--no-progress", "--device", "cpu", *small]  # fmt: skip

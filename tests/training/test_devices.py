@@ -82,6 +82,21 @@ def test_compiled_training_gives_the_eager_result(monkeypatch):
 
 
 @pytest.mark.parametrize(
+    "recipe, args",
+    [("density", ["--method", "fm"]), ("density", ["--method", "dsm"]),
+     ("jem", ["--gen-objective", "em", "--arch", "mlp"])],
+)  # fmt: skip
+def test_compile_is_refused_where_the_loss_differentiates_twice(recipe, args, tmp_path, capsys):
+    """Losses that hold input gradients (flow matching of -grad V, score matching)
+    differentiate the network twice, which torch.compile cannot: one clear line before
+    any training step, where it would otherwise fail inside the first backward pass."""
+    run = tmp_path / "run"
+    assert main(["train", recipe, *args, "--compile", "--out", str(run), "--no-progress"]) == 2
+    assert "differentiates the network twice" in capsys.readouterr().err
+    assert not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
     "make",
     [
         lambda: ConvNet((3, 8, 8), 5, width=4),

@@ -175,9 +175,12 @@ def test_energy_matching_objective_warms_up_on_the_flow_then_contrasts(tmp_path,
     """--gen-objective em: the first half of the steps regress -grad E on the OT flow
     alone, the rest add the contrastive term against buffer chains, and the evaluation's
     samples are the generation from noise, inside the data's range. A run resumed in
-    its joint phase stays there (the step count is checkpointed)."""
+    its joint phase stays there (the step count is checkpointed). The network is
+    Energy Matching's: a U-Net with a patch-transformer head."""
     run = tmp_path / "em"
     args = ["--gen-objective", "em", "--gen-weight", "0.01", "--em-warmup", "0.5"]
+    args += ["--arch", "unet", "--conv-width", "8", "--unet-mults", "1", "2", "--vit-embed",
+             "16", "--vit-heads", "2", "--vit-layers", "1"]  # fmt: skip
     assert main(["train", "jem", "--out", str(run), *TINY, *args]) == 0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "gen" in r]

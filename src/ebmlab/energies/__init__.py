@@ -43,6 +43,7 @@ from ebmlab.energies.structured import (
 )
 from ebmlab.energies.tempered import TemperedEnergy
 from ebmlab.energies.temporal import ConditionalRBM
+from ebmlab.energies.unet import UNetViT
 
 __all__ = [
     "AnalyticEnergy",
@@ -82,6 +83,7 @@ __all__ = [
     "SpikeSlabRBM",
     "SubspaceRBM",
     "TemperedEnergy",
+    "UNetViT",
     "WideResNet",
     "as_energy_fn",
     "energy_and_grad",

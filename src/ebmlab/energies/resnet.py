@@ -27,7 +27,8 @@ NORMS = ("none", "batch", "group", "layer")
 GROUPS = 16  # channels per group of group normalisation (fewer groups for narrow layers)
 
 
-def _norm(kind: str, channels: int) -> nn.Module:
+def norm_layer(kind: str, channels: int) -> nn.Module:
+    """A normalisation layer of ``kind`` (one of NORMS) for ``channels`` channels."""
     if kind == "batch":
         return nn.BatchNorm2d(channels)
     if kind == "group":
@@ -43,11 +44,11 @@ class _WideBlock(nn.Module):
 
     def __init__(self, c_in: int, c_out: int, stride: int, norm: str, act, dropout: float):
         super().__init__()
-        self.pre = nn.Sequential(_norm(norm, c_in), act())
+        self.pre = nn.Sequential(norm_layer(norm, c_in), act())
         self.body = nn.Sequential(
             nn.Conv2d(c_in, c_out, 3, stride, 1),
             nn.Dropout(dropout),
-            _norm(norm, c_out),
+            norm_layer(norm, c_out),
             act(),
             nn.Conv2d(c_out, c_out, 3, 1, 1),
         )
@@ -101,7 +102,7 @@ class WideResNet(nn.Module):
                 c_in = widths[stage] if i == 0 else widths[stage + 1]
                 stride = 2 if stage > 0 and i == 0 else 1
                 layers.append(_WideBlock(c_in, widths[stage + 1], stride, norm, act, dropout))
-        layers += [_norm(norm, widths[3]), act(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        layers += [norm_layer(norm, widths[3]), act(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
         self.features = nn.Sequential(*layers)
         self.head = nn.Linear(widths[3], num_outputs)
 

@@ -230,9 +230,13 @@ class Task:
     ``validate`` returns validation metrics (the monitored one among them),
     ``on_epoch_end`` may write pictures into the run directory, and
     ``state_dict``/``load_state_dict`` carry extra state such as replay buffers.
+    ``differentiates_twice`` says that the loss holds input gradients of the model
+    (score matching, flow matching of -grad V), so its backward pass differentiates
+    the network twice, which ``torch.compile`` cannot do.
     """
 
     model: nn.Module
+    differentiates_twice = False
 
     def training_step(
         self, batch: tuple[torch.Tensor, ...], generator: torch.Generator
@@ -362,6 +366,11 @@ class Trainer:
         if self.config.channels_last:
             task.model.to(memory_format=torch.channels_last)
         if self.config.compile:
+            if task.differentiates_twice:
+                raise ArgumentError(
+                    "compile: this loss differentiates the network twice (it holds input "
+                    "gradients), which torch.compile does not support; train without it"
+                )
             compile_networks(task.model, self.config.compile_mode)
         # rows kept on disk are read by a DataLoader (workers, pinned memory) together
         # with the arrays beside them, which stay on the host; in-memory tensors move to

@@ -87,6 +87,7 @@ from ebmlab.transport import odeint
 
 METHODS = ("pcd", "cd", "sm", "ssm", "dsm", "nce", "ed", "drl", "em", "eqm", "fm")
 TRANSPORT = ("em", "eqm", "fm")  # the methods that learn a potential V, density exp(-V/eps)
+SECOND_ORDER = ("sm", "ssm", "dsm", *TRANSPORT)  # losses that hold input gradients of E
 # Trainer settings that differ by method (Recipe.config_defaults). NCE's, one-level
 # recovery likelihood's and SMC-negative Energy Matching's gradients are noisy (a fresh
 # noise sample, one recovery per data point, a few hundred resampled particles): they
@@ -487,6 +488,10 @@ class DensityTask(BufferTask):
             descent = EquilibriumDescent(c.flow_dt, c.eqm_momentum)
             return descent.sample(potential, noise, c.flow_steps, generator=generator)
         return odeint(potential_velocity(potential), noise, method="euler", n_steps=c.flow_steps)
+
+    @property
+    def differentiates_twice(self) -> bool:  # type: ignore[override]
+        return self.config.method in SECOND_ORDER
 
     @property
     def quadrature(self) -> bool:

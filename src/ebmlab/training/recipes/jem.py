@@ -84,6 +84,7 @@ from ebmlab.energies import (
     FeedForward,
     SNResNet,
     TemperedEnergy,
+    UNetViT,
     WideResNet,
 )
 from ebmlab.energies.base import in_chunks
@@ -127,7 +128,7 @@ from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
 
 PRECISIONS = ["float32", "bfloat16"]  # of SGLD gradients
-ARCHS = ["mlp", "conv", "wrn", "resnet"]
+ARCHS = ["mlp", "conv", "wrn", "resnet", "unet"]
 TRAIN_PRECISIONS = [*PRECISIONS, "float16"]  # of the training step (float16: --grad-scaler)
 
 
@@ -141,12 +142,20 @@ class JEMConfig:
         resize: (height, width) for image folders of mixed sizes.
         validation_fraction: share of the training split held out for validation where
             the data set has no validation split (0: validate on the test split).
-        arch: the network: MLP, small conv net, WideResNet or IGEBM's SN ResNet.
+        arch: the network: MLP, small conv net, WideResNet, IGEBM's SN ResNet, or
+            Energy Matching's U-Net with a patch-transformer head (``unet``).
         hidden: hidden widths of the MLP.
         activation: the networks' nonlinearity.
-        conv_width: channels of the conv net's first layer (resnet: its first stage).
+        conv_width: channels of the conv net's first layer (resnet: its first stage;
+            unet: its first level).
         wrn_depth: WideResNet depth (6n + 4).
         wrn_widen: WideResNet widening factor.
+        unet_mults: the U-Net levels' channels as multiples of conv_width (unet).
+        unet_blocks: residual blocks per U-Net level and direction (unet).
+        vit_patch: the transformer head's patch size (unet).
+        vit_embed: its tokens' width (unet).
+        vit_heads: its attention heads (unet).
+        vit_layers: its layers (unet).
         norm: WideResNet normalisation layers.
         dropout: WideResNet dropout rate.
         sampler_steps: SGLD steps per training step.
@@ -207,6 +216,12 @@ class JEMConfig:
     conv_width: int = 48
     wrn_depth: int = 28
     wrn_widen: int = 10
+    unet_mults: tuple[int, ...] = (1, 2, 2)
+    unet_blocks: int = 1
+    vit_patch: int = 4
+    vit_embed: int = 128
+    vit_heads: int = 4
+    vit_layers: int = 2
     norm: str = "none"
     dropout: float = 0.0
     sampler_steps: int = 20
@@ -293,6 +308,11 @@ def network(
         return ConvNet(image_shape, k, c.conv_width, c.activation)
     if c.arch == "resnet":
         return SNResNet(image_shape, k, c.conv_width, activation=c.activation)
+    if c.arch == "unet":
+        return UNetViT(
+            image_shape, k, c.conv_width, c.unet_mults, c.unet_blocks, c.vit_patch,
+            c.vit_embed, c.vit_heads, c.vit_layers, c.activation,
+        )  # fmt: skip
     return WideResNet(image_shape, k, c.wrn_depth, c.wrn_widen, c.dropout, c.norm, c.activation)
 
 
@@ -376,6 +396,10 @@ class JEMTask(BufferTask):
         x = self.sampler.sample(self.model, starts, steps, generator=generator)
         self.buffer.push(x, slots)
         return x
+
+    @property
+    def differentiates_twice(self) -> bool:  # type: ignore[override]
+        return self.config.gen_objective == "em"
 
     @property
     def density(self) -> EnergyModel:
