@@ -22,6 +22,11 @@ nothing: a check that the benchmark itself runs, not a measurement.
 3. RBM CD-1, 784 x 500, one epoch of mnist10k (batch 128), against learnergy's RBM.
 4. AIS log Z of a 784 x 500 RBM, 14,500 temperatures x 100 chains: seconds.
 5. Scaling: the JEM step with one and with two processes, where two GPUs exist.
+7. Energy Matching's training step (Balcerak et al. 2025) on 1x28x28 images with the
+   U-Net/ViT potential of ``configs/jem_fashion_em_gpu.toml``, batch 128: the OT flow
+   warm-up alone and the joint step (with 20-step generation negatives, half started at
+   the data), against a plain transcription of the reference loop in float32; ebmlab
+   in float32 and in bfloat16 (``torch.compile`` cannot differentiate twice).
 6. The CIFAR-10 configuration's full training step (``configs/jem_cifar10.toml``) on
    CIFAR-shaped data memory-mapped from an ``.npz``, read by the trainer's loader with
    no and with several workers, against the same step with the data already in GPU
@@ -56,12 +61,14 @@ from torch.nn import functional as F
 from benchmarks.data_loading import write_image_npz
 from benchmarks.roofline import count_flops, peak_bandwidth, peak_flops, peak_name, roofline
 from ebmlab.data import load_dataset
-from ebmlab.energies import BernoulliRBM, ClassifierEnergy, MLPEnergy
+from ebmlab.energies import BernoulliRBM, ClassifierEnergy, ImageEnergy, MLPEnergy, UNetViT
 from ebmlab.energies import WideResNet as EbmlabWideResNet
 from ebmlab.learning.rbm import ContrastiveDivergence
+from ebmlab.losses import energy_matching_loss
 from ebmlab.partition import rbm_ais, salakhutdinov_schedule
 from ebmlab.samplers import HMC, MALA, Langevin, ReplayBuffer, uniform_init
 from ebmlab.training import Trainer
+from ebmlab.training.ema import WeightAverage
 from ebmlab.training.recipes import data_splits, get_recipe
 from ebmlab.training.trainer import compile_networks
 
@@ -93,12 +100,17 @@ class Sizes:
     workers: int = 4
     repeats: int = 3
     compile: bool = True
+    em_width: int = 128
+    em_embed: int = 256
+    em_batch: int = 128
+    em_steps: int = 20
 
 
 SMOKE = Sizes(depth=10, widen=1, batch=4, sgld_steps=2, buffer=32, chains=16, dim=8,
               langevin_steps=5, hidden=16, rbm_hidden=8, rbm_rows=64, ais_temperatures=20,
               ais_chains=4, images=48, loader_steps=2, fashion_steps=2, workers=1, repeats=1,
-              compile=False)  # fmt: skip
+              compile=False, em_width=8, em_embed=16, em_batch=4, em_steps=2)  # fmt: skip
+EM_EPS, EM_TAU, EM_DT, EM_TRIM, EM_CLAMP = 0.01, 0.9, 0.01, 0.1, 0.02  # the paper's CIFAR-10
 
 
 class WideBlock(nn.Module):
@@ -466,6 +478,113 @@ def fashion_rows(device: torch.device, s: Sizes, root: str | None) -> list[dict]
     return rows
 
 
+def _em_network(device: torch.device, s: Sizes) -> nn.Module:
+    """The GPU configuration's potential (U-Net with a patch-transformer head), seeded."""
+    torch.manual_seed(0)
+    net = UNetViT((1, 28, 28), 1, s.em_width, (1, 2, 2), 2, 4, s.em_embed, 4, 2)
+    return net.to(device)
+
+
+def reference_em_step(device: torch.device, s: Sizes, joint: bool) -> Callable[[], None]:
+    """The reference loop's update, transcribed: standard normal noise paired with the
+    images by an exact OT assignment on the host, the linear path at uniform times,
+    -grad V by autograd with the graph kept, the flow MSE (weighted by the time cutoff
+    in the joint phase); in the joint phase V(data) minus the trimmed mean V of
+    negatives from a time sweep of Langevin steps (half started at the data, at
+    t = 1), scaled and clamped; Adam, gradient clipping at 1 and an EMA, in float32."""
+    from scipy.optimize import linear_sum_assignment
+
+    net = _em_network(device, s)
+    optimizer = torch.optim.Adam(net.parameters(), lr=8e-4, betas=(0.9, 0.95))
+    ema = [p.detach().clone() for p in net.parameters()]
+    x = torch.rand(s.em_batch, 1, 28, 28, device=device) * 2 - 1
+    half = s.em_batch // 2
+
+    def potential(z: torch.Tensor) -> torch.Tensor:
+        return net(z)[:, 0]
+
+    def grad_v(z: torch.Tensor, keep: bool) -> torch.Tensor:
+        z = z if z.requires_grad else z.detach().requires_grad_(True)
+        return torch.autograd.grad(potential(z).sum(), z, create_graph=keep)[0]
+
+    def step() -> None:
+        x0 = torch.randn_like(x)
+        cost = torch.cdist(x0.flatten(1), x.flatten(1)).square().cpu().numpy()
+        rows, cols = linear_sum_assignment(cost)
+        x0 = x0[torch.as_tensor(rows[cols.argsort()], device=device)]
+        t = torch.rand(s.em_batch, 1, 1, 1, device=device)
+        xt = ((1 - t) * x0 + t * x).requires_grad_(True)
+        weight = ((1 - t) / (1 - EM_TAU)).clamp(max=1).flatten() if joint else 1.0
+        loss = (weight * (-grad_v(xt, True) - (x - x0)).square().mean((1, 2, 3))).mean()
+        if joint:
+            z = torch.cat([x[:half], torch.randn_like(x[half:])])
+            time = torch.cat([torch.ones(half, device=device),
+                              torch.zeros(s.em_batch - half, device=device)])  # fmt: skip
+            for _ in range(s.em_steps):
+                eps = EM_EPS * ((time - EM_TAU) / (1 - EM_TAU)).clamp(0, 1)
+                noise = (2 * eps * EM_DT).sqrt()[:, None, None, None] * torch.randn_like(z)
+                z = (z - EM_DT * grad_v(z, False) + noise).detach()
+                time = time + EM_DT
+            negative = potential(z).sort().values[: s.em_batch - int(EM_TRIM * s.em_batch)]
+            loss = loss + (potential(x).mean() - negative.mean()).clamp(min=-EM_CLAMP)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        optimizer.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(ema, list(net.parameters()), 1e-4)
+
+    return step
+
+
+def ebmlab_em_step(
+    device: torch.device, s: Sizes, joint: bool, precision: str
+) -> Callable[[], None]:
+    """The same update with ebmlab's parts: :func:`~ebmlab.losses.energy_matching_loss`
+    on the same network (channels-last, under autocast), the fused Adam, the trainer's
+    clipping and :class:`~ebmlab.training.ema.WeightAverage`."""
+    model = ImageEnergy(_em_network(device, s)).to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=8e-4, betas=(0.9, 0.95), fused=device.type == "cuda"
+    )
+    ema = WeightAverage(model, 0.9999)
+    gen = torch.Generator(device).manual_seed(0)
+    x = torch.rand(s.em_batch, 1, 28, 28, device=device) * 2 - 1
+    low = precision == "bfloat16"
+
+    def step() -> None:
+        with torch.autocast(device.type, torch.bfloat16, enabled=low):
+            loss, _ = energy_matching_loss(
+                model, x, tau_star=EM_TAU, eps_max=EM_EPS, phase="joint" if joint else "flow",
+                steps=s.em_steps, dt=EM_DT, trim=EM_TRIM, clamp=EM_CLAMP, generator=gen,
+            )  # fmt: skip
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        ema.update()
+
+    return step
+
+
+def em_rows(device: torch.device, s: Sizes) -> list[dict]:
+    rows = []
+    for joint in (False, True):
+        phase = f"joint, {s.em_steps} negative steps" if joint else "flow warm-up"
+        what = f"Energy Matching step, U-Net/ViT width {s.em_width}, batch {s.em_batch}, {phase}"
+        reference_step = reference_em_step(device, s, joint)
+        flops = count_flops(reference_step)
+        reference = _timed(reference_step, device, s.repeats)
+        for precision in ("float32", "bfloat16"):
+            ours = _timed(ebmlab_em_step(device, s, joint, precision), device, s.repeats)
+            rows.append(_row(f"{what}, {precision}", "s", ours, "reference loop, float32",
+                             reference))  # fmt: skip
+            rows[-1]["images_per_s"] = s.em_batch / ours
+            rows[-1].update(roofline(flops, ours, device, getattr(torch, precision),
+                                     tf32=torch.backends.cudnn.allow_tf32))  # fmt: skip
+    return rows
+
+
 def _toy_images(s: Sizes) -> Path:
     """A folder of random 1x28x28 images with ten labels, for the smoke run."""
     folder = Path(tempfile.mkdtemp())
@@ -493,7 +612,7 @@ def scaling_rows() -> list[dict]:
     return [row]
 
 
-GROUPS = ("jem", "langevin", "rbm", "loader", "fashion", "scaling")
+GROUPS = ("jem", "langevin", "rbm", "loader", "fashion", "em", "scaling")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -529,6 +648,7 @@ def main(argv: list[str] | None = None) -> None:
                "rbm": lambda: rbm_rows(device, sizes, mnist),
                "loader": lambda: loader_rows(device, sizes),
                "fashion": lambda: fashion_rows(device, sizes, args.fashion_root),
+               "em": lambda: em_rows(device, sizes),
                "scaling": lambda: scaling_rows() if not args.smoke else []}  # fmt: skip
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     out = Path(args.out)
