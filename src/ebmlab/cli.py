@@ -481,6 +481,9 @@ def load_run(
     return recipe, setup, run
 
 
+FLAGS = {"feature_model": "--features-from", "likelihood": "--nll"}  # evaluate's, by option
+
+
 def _feature_model(args: argparse.Namespace, setup: Setup) -> torch.nn.Module | None:
     """The classifier of the run ``--features-from`` names (None without), checked to
     read the evaluated run's inputs: the same row shape and value range."""
@@ -506,7 +509,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     given = {
         "feature_model": _feature_model(args, setup),
         "ood_data": args.ood_data,
-        "nll": args.nll,
+        "likelihood": args.nll,
         "inception": args.inception,
         "inception_samples": args.inception_samples,
         "inception_reference": args.inception_reference,
@@ -516,7 +519,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     accepted = inspect.signature(recipe.evaluate).parameters
     for name in options:
         if name not in accepted:
-            flag = "--features-from" if name == "feature_model" else "--" + name.replace("_", "-")
+            flag = FLAGS.get(name, "--" + name.replace("_", "-"))
             raise ArgumentError(f"recipe {recipe.name!r} does not take {flag}")
     if "progress" in accepted:
         options["progress"] = progress

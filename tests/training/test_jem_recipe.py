@@ -201,11 +201,13 @@ def test_features_from_another_run_put_samples_in_its_feature_space(
 ):
     """--features-from: the samples' FD, KID, precision and recall in another run's
     classifier features; in the run's own, those equal the run's own block. A run on
-    other inputs is refused, naming both shapes."""
+    other inputs is refused, naming both shapes. --nll adds the test log-likelihood."""
     capsys.readouterr()
-    args = ["evaluate", str(jem_run), "--features-from", str(jem_run)]
+    args = ["evaluate", str(jem_run), "--features-from", str(jem_run), "--nll"]
     assert main([*args, "--weights", "raw"]) == 0
-    samples = json.loads(capsys.readouterr().out)["samples"]
+    result = json.loads(capsys.readouterr().out)
+    assert np.isfinite(result["test_log_likelihood"]["bits_per_dim"])
+    samples = result["samples"]
     assert_keys_documented(samples)
     other, own = samples["other_classifier_features"], samples["classifier_features"]
     assert other["frechet_distance"] == pytest.approx(own["frechet_distance"])

@@ -732,7 +732,7 @@ def evaluate(
     inception_reference: str = "test",
     inception_preprocessing: str = "tensorflow",
     feature_model: torch.nn.Module | None = None,
-    nll: bool = False,
+    likelihood: bool = False,
     progress: Callable[[str], None] = quiet,
 ) -> dict[str, Any]:
     """Accuracy, NLL, ECE with reliability diagram, OOD AUROC, sample quality and stability
@@ -751,8 +751,8 @@ def evaluate(
             and torch-fidelity's) or ``pytorch-fid`` (see :mod:`ebmlab.evaluation.inception`).
         feature_model: another classifier (say, the cross-entropy twin's): the sample
             quality in its penultimate features too, one feature space for several runs.
-        nll: the test split's log-likelihood under p(x), with log Z by tempered SMC over
-            the pixel box (:func:`log_partition`), and in bits per dimension.
+        likelihood: the test split's log-likelihood under p(x), with log Z by tempered
+            SMC over the pixel box (:func:`log_partition`), and in bits per dimension.
         progress: called with each stage's name as it starts (the CLI prints it).
     """
     if long_run_steps <= 200:
@@ -785,7 +785,7 @@ def evaluate(
         "beta": float(task.model.beta),
         "ece_at_beta_1": expected_calibration_error(torch.softmax(logits, 1), test.y, 15),
     }
-    if nll:
+    if likelihood:
         progress("test log-likelihood: log Z by tempered SMC over the pixel box")
         result["test_log_likelihood"] = _test_log_likelihood(setup)
     progress("OOD scores: log p(x), max p(y|x), gradient norm")
@@ -858,9 +858,11 @@ def sample(setup: Setup, run: RunDirectory, n: int, steps: int, out: Path, seed:
     gen = torch.Generator(task.test.x.device).manual_seed(seed)
     if task.config.gen_objective == "em":
         x = task.sampler.sample(task.model, task.generate(n, gen), steps, generator=gen)
+        title = f"{n} samples: Energy Matching's generation, then {steps} Langevin steps"
     else:
         x = task.negatives(n, gen, steps)
-    task.grid(x, out, f"{n} samples, {steps} SGLD steps", ncol=max(1, int(n**0.5)))
+        title = f"{n} samples, {steps} SGLD steps"
+    task.grid(x, out, title, ncol=max(1, int(n**0.5)))
     return out
 
 
