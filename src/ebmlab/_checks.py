@@ -58,6 +58,14 @@ def probability(name: str, value: float) -> float:
     return value
 
 
+def below_one(name: str, value: float) -> float:
+    """Return ``value`` if it lies in [0, 1)."""
+    probability(name, value)
+    if value >= 1:
+        raise ArgumentError(f"{name} must be < 1, got {value!r}")
+    return value
+
+
 def image_shape(name: str, value: Any) -> tuple[int, int, int]:
     """``value`` as an image shape (channels, height, width) of positive integers."""
     if value is None or len(value) != 3 or any(int(v) < 1 for v in value):

@@ -163,9 +163,7 @@ def energy_matching_loss(
     """
     if phase not in PHASES:
         raise ArgumentError(f"phase must be one of {PHASES}, got {phase!r}")
-    _checks.probability("tau_star", tau_star)
-    if tau_star >= 1:
-        raise ArgumentError(f"tau_star must be < 1, got {tau_star}")
+    _checks.below_one("tau_star", tau_star)
     _checks.positive("eps_max", eps_max)
     _checks.positive("flow_weight", flow_weight, allow_zero=True)
     _checks.positive("contrastive_weight", contrastive_weight, allow_zero=True)

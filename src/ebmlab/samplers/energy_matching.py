@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import torch
 
 from ebmlab import _checks
-from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.base import Sampler, SamplerState
 from ebmlab.samplers.integrators import euler_maruyama, gaussian_noise
@@ -57,9 +56,7 @@ class EnergyMatchingSampler(Sampler[TimedState]):
         start_time: float | torch.Tensor = 0.0,
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
-        _checks.probability("tau_star", tau_star)
-        if tau_star >= 1:
-            raise ArgumentError(f"tau_star must be < 1, got {tau_star}")
+        _checks.below_one("tau_star", tau_star)
         self.tau_star = tau_star
         self.eps_max = _checks.positive("eps_max", eps_max)
         self.flow_steps = _checks.positive_int("flow_steps", flow_steps)

@@ -239,9 +239,7 @@ class DensityConfig:
         _checks.positive_int("quadrature_points", self.quadrature_points)
         _checks.positive("eps_max", self.eps_max)
         _checks.probability("em_warmup", self.em_warmup)
-        _checks.probability("tau_star", self.tau_star)
-        if self.tau_star >= 1:
-            raise _checks.ArgumentError(f"tau_star must be < 1, got {self.tau_star}")
+        _checks.below_one("tau_star", self.tau_star)
         _checks.positive_int("flow_steps", self.flow_steps)
         _checks.positive("flow_dt", self.flow_dt)
         _checks.probability("em_noise_starts", self.em_noise_starts)

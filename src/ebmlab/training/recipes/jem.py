@@ -284,9 +284,7 @@ class JEMConfig:
             raise ArgumentError(f"drl_sigma must be in (0, 1), got {self.drl_sigma}")
         _checks.positive("drl_step_scale", self.drl_step_scale)
         _checks.positive("eps_max", self.eps_max)
-        _checks.probability("tau_star", self.tau_star)
-        if self.tau_star >= 1:
-            raise ArgumentError(f"tau_star must be < 1, got {self.tau_star}")
+        _checks.below_one("tau_star", self.tau_star)
         _checks.positive_int("flow_steps", self.flow_steps)
         _checks.probability("em_warmup", self.em_warmup)
         _checks.positive("max_energy", self.max_energy)
