@@ -210,6 +210,7 @@ def test_features_from_another_run_put_samples_in_its_feature_space(
     samples = result["samples"]
     assert_keys_documented(samples)
     other, own = samples["other_classifier_features"], samples["classifier_features"]
+    assert "frechet_distance" in samples["after_1000_more_steps"]["other_classifier_features"]
     assert other["frechet_distance"] == pytest.approx(own["frechet_distance"])
     assert other["train_test_floor"]["kid"] == pytest.approx(own["train_test_floor"]["kid"])
     wide = tmp_path / "rgb"

@@ -826,7 +826,11 @@ def evaluate(
     x200 = task.sampler.sample(task.model, x, 200, generator=gen)
     quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
     x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
-    quality[f"after_{long_run_steps}_more_steps"] = _sample_metrics(task, x_long, reference)
+    long = quality[f"after_{long_run_steps}_more_steps"] = _sample_metrics(task, x_long, reference)
+    if feature_model is not None:  # one feature space for the runs' long-run samples too
+        long["other_classifier_features"] = _feature_quality(
+            feature_model, x_long, train_rows, reference
+        )
     result["samples"] = quality
     task.grid(x[:100], run.path / "samples_unconditional.png", "unconditional samples")
     task.grid(
