@@ -39,6 +39,6 @@ def test_a_row_gets_its_rate_and_fraction_of_the_probe_peak():
     assert row["flops"] == 2 * 256**3 and 0 < row["fraction_of_peak"] < 1
     result = measure(Case("a product", lambda: a @ b, lambda: b @ a, "the other", repeats=2))
     assert result.flops == 2 * 256**3
-    assert 0 < result.fraction_of_peak < 2  # timing noise can exceed the probe slightly
+    assert result.fraction_of_peak > 0  # a ratio of timings: a loaded machine moves either
     none = measure(Case("elementwise", lambda: a + 1, lambda: b + 1, "the other", repeats=2))
     assert none.flops == 0 and none.fraction_of_peak is None

@@ -143,7 +143,7 @@ class JEMConfig:
         validation_fraction: share of the training split held out for validation where
             the data set has no validation split (0: validate on the test split).
         arch: the network: MLP, small conv net, WideResNet, IGEBM's SN ResNet, or
-            Energy Matching's U-Net with a patch-transformer head (``unet``).
+            Energy Matching's U-Net with a patch-transformer head.
         hidden: hidden widths of the MLP.
         activation: the networks' nonlinearity.
         conv_width: channels of the conv net's first layer (resnet: its first stage;
