@@ -146,14 +146,13 @@ class UNetViT(nn.Module):
         self.stem = nn.Conv2d(c, widths[0], 3, padding=1)
         self.down = nn.ModuleList()
         c_prev = widths[0]
-        for level, c_out in enumerate(widths):
+        for c_out in widths:
             stage = [
                 _ResBlock(c_prev if i == 0 else c_out, c_out, activation) for i in range(blocks)
             ]
-            if level < len(widths) - 1:
-                stage.append(nn.AvgPool2d(2))
             self.down.append(nn.Sequential(*stage))
             c_prev = c_out
+        self.pools = nn.ModuleList(nn.AvgPool2d(2) for _ in widths[1:])
         self.middle = _ResBlock(c_prev, c_prev, activation)
         self.up = nn.ModuleList()
         for level in reversed(range(len(widths))):
@@ -182,13 +181,11 @@ class UNetViT(nn.Module):
         x = as_images(x, self.image_shape, self.stem)
         z = self.stem(x)
         skips = []
-        for stage in self.down:
-            # the skip is taken before the level's downsampling
-            for layer in stage:
-                if isinstance(layer, nn.AvgPool2d):
-                    skips.append(z)
-                z = layer(z)
-        skips.append(z)
+        for level, stage in enumerate(self.down):
+            z = stage(z)
+            skips.append(z)  # each level's skip, before its downsampling
+            if level < len(self.pools):
+                z = self.pools[level](z)
         z = self.middle(z)
         for stage in self.up:
             z = stage(torch.cat([z, skips.pop()], 1))

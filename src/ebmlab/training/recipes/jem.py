@@ -522,10 +522,10 @@ class JEMTask(BufferTask):
         by Langevin dynamics at eps_max."""
         c = self.config
         phase = self.em_phase()
-        drawn = self.negatives(len(x), generator) if phase == "joint" else "generation"
+        given = {"negatives": self.negatives(len(x), generator)} if phase == "joint" else {}
         return energy_matching_loss(
-            energy, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase,
-            negatives=drawn, generator=generator,
+            energy, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase, generator=generator,
+            **given,
         )  # fmt: skip
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
