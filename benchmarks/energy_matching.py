@@ -1,9 +1,10 @@
-"""Energy Matching on the 2-D toys against torchebm's, scored by exact likelihoods.
+"""Energy Matching and flow matching on the 2-D toys against torchebm's, scored by
+exact likelihoods.
 
-``python -m benchmarks.energy_matching [--toys 8gaussians,moons] [--out
-energy_matching.json]`` trains, on each toy, the same potential (MLP 128-128-128) with
-the same data, batches of 256 and Adam at 2e-3, for the same time, the first 30 % of it
-the OT flow warm-up:
+``python -m benchmarks.energy_matching [--method em|fm] [--toys 8gaussians,moons]
+[--out energy_matching.json]`` trains, on each toy, the same network (MLP 128-128-128)
+with the same data, batches of 256 and Adam at 2e-3, for the same time. With ``--method
+em`` (the default) the first 30 % of it is the OT flow warm-up:
 
 - **ebmlab**: ``ebmlab train density --method em`` with the recipe's defaults, then
   ``ebmlab evaluate``; its training time is the budget;
@@ -12,7 +13,14 @@ the OT flow warm-up:
   from the source; the clamp and the trimmed mean), as many steps as fit in the budget,
   then its generation sweep as its docstring gives it.
 
-Both potentials are scored alike: the test NLL of exp(-V / eps_max) with log Z by
+With ``--method fm`` both libraries regress OT-coupled flow-matching velocities (Lipman
+et al. 2023, eq. 23; Tong et al. 2024): ebmlab's ``--method fm`` with -grad V of a
+potential, torchebm's ``FlowMatchingLoss`` (its defaults, with the OT coupling) once on
+the same -grad V and once on its usual time-conditioned velocity network v(x, t) (an MLP
+of the same widths on (x, t)). Generation is 50 Euler steps of the field from the
+source for all three; the velocity network has no density, so its row has no NLL.
+
+Potentials are scored alike: the test NLL of exp(-V / eps_max) with log Z by
 quadrature on the toy's box (512^2 points), its gap to the true density's NLL, and the
 MMD^2 of 5000 points generated from the source against the test split. ``moons`` is
 carried from ``8gaussians``, as in Balcerak et al. (2025), the other toys from standard
@@ -26,6 +34,7 @@ import argparse
 import json
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +43,22 @@ import torch
 from ebmlab.cli import main as ebmlab_main
 from ebmlab.data import load_dataset, make_toy
 from ebmlab.energies import MLPEnergy
+from ebmlab.energies.mlp import FeedForward
 from ebmlab.evaluation.metrics import mmd2
+from ebmlab.losses.flow_matching import potential_velocity
 from ebmlab.partition import quadrature_log_partition
 
 RESULTS = Path(__file__).parent / "results"
 TOYS = ("8gaussians", "25gaussians", "checkerboard", "rings", "pinwheel", "moons")
 SOURCES = {"moons": "8gaussians"}  # the paper's 8 Gaussians -> two moons
 BATCH, LR, WARMUP, HIDDEN = 256, 2e-3, 0.3, (128, 128, 128)
-N_GENERATED, GRID = 5000, 512
+N_GENERATED, GRID, FLOW_STEPS = 5000, 512, 50
 
 
-def run_ebmlab(toy: str, workdir: Path) -> dict[str, Any]:
-    out = workdir / f"ebmlab-{toy}"
+def run_ebmlab(toy: str, workdir: Path, method: str) -> dict[str, Any]:
+    out = workdir / f"ebmlab-{method}-{toy}"
     source = ["--source", SOURCES[toy]] if toy in SOURCES else []
-    train = ["train", "density", "--data", toy, "--method", "em", "--threads", "1",
+    train = ["train", "density", "--data", toy, "--method", method, "--threads", "1",
              "--no-progress", "--out", str(out), *source]  # fmt: skip
     if ebmlab_main(train) != 0:
         raise RuntimeError(f"ebmlab training failed on {toy}")
@@ -60,10 +71,11 @@ def run_ebmlab(toy: str, workdir: Path) -> dict[str, Any]:
         "mmd2_generated": result["mmd2_generated"],
         "seconds": summary["seconds"],
         "steps": summary["step"],
+        "eps_max": json.loads((out / "config.json").read_text())["config"]["eps_max"],
     }
 
 
-def run_torchebm(toy: str, budget: float) -> dict[str, Any]:
+def run_torchebm_em(toy: str, budget: float, eps_max: float) -> dict[str, Any]:
     from torchebm.core import BaseModel, TemperatureScheduler
     from torchebm.losses import EnergyMatchingLoss
     from torchebm.samplers import LangevinDynamics
@@ -105,6 +117,74 @@ def run_torchebm(toy: str, budget: float) -> dict[str, Any]:
     return {**scores, "seconds": seconds, "steps": steps}
 
 
+class GradientField(torch.nn.Module):
+    """The velocity -grad V(x) of a potential, called as ``model(x, t)`` (t unused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.potential = MLPEnergy(2, hidden=HIDDEN)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return potential_velocity(self.potential)(x, t)
+
+
+class TimeVelocity(torch.nn.Module):
+    """A velocity network v(x, t): an MLP of the potential's widths on (x, t)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = FeedForward([3, *HIDDEN, 2], "silu")
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([x, t.reshape(-1, 1).to(x.dtype)], dim=1))
+
+
+def run_torchebm_fm(toy: str, budget: float, eps_max: float, field: str) -> dict[str, Any]:
+    """torchebm's ``FlowMatchingLoss`` (OT coupling) on ``field`` ("potential": -grad V,
+    "velocity": v(x, t)) for ``budget`` seconds, then 50 Euler steps of its
+    ``FlowSampler`` from the source; the potential is scored at ``eps_max``."""
+    from torchebm.losses import FlowMatchingLoss
+    from torchebm.samplers import FlowSampler
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    train = load_dataset(toy, "train").x
+    source = make_toy(SOURCES[toy]) if toy in SOURCES else None
+    model = GradientField() if field == "potential" else TimeVelocity()
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    loss_fn = FlowMatchingLoss(model=model, coupling="ot")
+    start, steps = time.perf_counter(), 0
+    while time.perf_counter() - start < budget:
+        steps += 1
+        x1 = train[torch.randint(len(train), (BATCH,), generator=g)]
+        x0 = torch.randn_like(x1) if source is None else source.sample(BATCH, g)
+        loss = loss_fn(x1, x0=x0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    seconds = time.perf_counter() - start
+    model.eval()
+    sampler = FlowSampler(model, integrator="euler")
+    starts = torch.randn(N_GENERATED, 2) if source is None else source.sample(N_GENERATED, g)
+    generated = sampler.sample(x=starts, n_steps=FLOW_STEPS).detach()
+    if field == "potential":
+        scores = score(model.potential, eps_max, toy, generated)
+    else:
+        test = load_dataset(toy, "test").x
+        scores = {"test_nll": None, "nll_gap": None,
+                  "mmd2_generated": float(mmd2(generated, test[:N_GENERATED]))}  # fmt: skip
+    return {**scores, "seconds": seconds, "steps": steps}
+
+
+PEERS = {
+    "em": {"torchebm": run_torchebm_em},
+    "fm": {
+        "torchebm, -grad V": partial(run_torchebm_fm, field="potential"),
+        "torchebm, v(x, t)": partial(run_torchebm_fm, field="velocity"),
+    },
+}
+
+
 def score(potential: torch.nn.Module, eps_max: float, toy: str, generated: torch.Tensor) -> dict:
     """Test NLL of exp(-V / eps_max) by quadrature, its gap to the truth, and MMD^2 of
     the generated points against the test split."""
@@ -126,8 +206,9 @@ def score(potential: torch.nn.Module, eps_max: float, toy: str, generated: torch
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--method", choices=tuple(PEERS), default="em")
     parser.add_argument("--toys", default=",".join(TOYS))
-    parser.add_argument("--out", default="energy_matching.json")
+    parser.add_argument("--out", help="file under benchmarks/results (default: by method)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     try:
@@ -140,20 +221,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         for toy in args.toys.split(","):
             source = SOURCES.get(toy, "gaussian")
-            ours = run_ebmlab(toy, Path(workdir))
+            ours = run_ebmlab(toy, Path(workdir), args.method)
             rows.append({"toy": toy, "source": source, "library": "ebmlab", **ours})
             print(json.dumps(rows[-1]), flush=True)
-            if peer:
-                theirs = run_torchebm(toy, ours["seconds"])
-                rows.append({"toy": toy, "source": source, "library": "torchebm", **theirs})
+            for library, run in PEERS[args.method].items() if peer else ():
+                theirs = run(toy, ours["seconds"], ours["eps_max"])
+                rows.append({"toy": toy, "source": source, "library": library, **theirs})
                 print(json.dumps(rows[-1]), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    out = args.out or ("energy_matching.json" if args.method == "em" else "flow_matching.json")
+    (RESULTS / out).write_text(json.dumps(rows, indent=1) + "\n")
     print("| toy | library | test NLL | gap | MMD² generated | steps | seconds |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['toy']} | {r['library']} | {r['test_nll']:.3f} | {r['nll_gap']:.3f} | "
-              f"{r['mmd2_generated']:.4f} | {r['steps']} | {r['seconds']:.0f} |")  # fmt: skip
+        nll = "— | —" if r["test_nll"] is None else f"{r['test_nll']:.3f} | {r['nll_gap']:.3f}"
+        print(f"| {r['toy']} | {r['library']} | {nll} | {r['mmd2_generated']:.4f} | "
+              f"{r['steps']} | {r['seconds']:.0f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

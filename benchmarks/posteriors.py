@@ -112,6 +112,8 @@ def main() -> None:
     args = run_arguments(__doc__, chains=32, warmup=300, draws=300)
     torch.set_default_dtype(torch.float64)
     try:
+        import blackjax  # noqa: F401
+
         from benchmarks.blackjax_runner import run_nuts
     except ImportError:  # pragma: no cover - the peer is optional
         run_nuts = None
