@@ -42,6 +42,11 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
         action="store_true",
         help="add ebmlab NUTS with run_ahead=1 (every chain waits for the deepest tree)",
     )
+    parser.add_argument(
+        "--dense",
+        action="store_true",
+        help="add ebmlab NUTS and AdaptiveHMC with dense_mass=True",
+    )
     parser.add_argument("--out", default="posteriors.json", help="file under benchmarks/results")
     return parser.parse_args()
 

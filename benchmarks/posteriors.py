@@ -5,7 +5,8 @@ ebmlab's ``NUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax`` are ins
 BlackJAX's window-adapted NUTS on every posterior of
 :mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
 unconstrained scale, default settings but ``target_accept`` where the posterior names
-one. Each row gives the worst split R-hat, the divergent share of kept transitions, the
+one (``--dense`` adds both with ``dense_mass=True``, ``--lockstep`` NUTS with
+``run_ahead=1``). Each row gives the worst split R-hat, the divergent share of kept transitions, the
 chains stuck after warm-up, the min bulk ESS per 1000 gradient evaluations (warm-up
 included) and per second, and the worst |z| of the means and sds against the reference
 (closed forms, or long BlackJAX runs in ``results/posterior_references.json``, made by
@@ -128,6 +129,10 @@ def main() -> None:
         }
         if args.lockstep:
             samplers["ebmlab NUTS, lockstep"] = NUTS(target_accept=accept, run_ahead=1)
+        if args.dense:
+            samplers["ebmlab NUTS, dense mass"] = NUTS(target_accept=accept, dense_mass=True)
+            samplers["ebmlab AdaptiveHMC, dense mass"] = AdaptiveHMC(target_accept=accept,
+                                                                     dense_mass=True)  # fmt: skip
         for name, sampler in samplers.items():
             out = run_ebmlab(sampler, posterior, args.chains, args.warmup, args.draws,
                              args.device)  # fmt: skip

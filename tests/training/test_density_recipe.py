@@ -178,6 +178,19 @@ def test_a_source_needs_a_transport_method_and_two_features(tmp_path):
                                   source="8gaussians"), seed=0)  # fmt: skip
 
 
+def test_energy_matching_trained_as_a_density_generates_draws_of_it():
+    """With SMC negatives, generation draws exp(-V / eps_max): for V = eps |x - m|^2 /
+    (2 s^2) the draws are N(m, s^2); exp(-V) (sd s / sqrt(eps) = 0.42) or the noise
+    (sd 1) would fail."""
+    eps, m, s = 0.5, torch.tensor([1.0, -0.5]), 0.3
+    task = DensityTask(DensityConfig(method="em", em_negatives="smc", eps_max=eps), seed=0)
+    task.model.potential = DiagonalGaussian(m, torch.full((2,), s / math.sqrt(eps)))
+    x = task.generate(2000, torch.Generator().manual_seed(0))
+    assert x.shape == (2000, 2)
+    torch.testing.assert_close(x.mean(0), m, atol=0.05, rtol=0)
+    torch.testing.assert_close(x.std(0), torch.full((2,), s), atol=0.05, rtol=0)
+
+
 def test_energy_matching_with_smc_negatives_and_no_flow_term_is_contrastive_alone():
     config = DensityConfig(method="em", em_negatives="smc", em_flow_weight=0.0, buffer_size=64)
     task = DensityTask(config, seed=0)

@@ -9,8 +9,7 @@ the chains:
   ``AdaptiveHMC``, ``NUTS`` and ``MALA(target_accept=...)``;
 - :class:`WarmupWindows`: Stan's windowed schedule (Stan Reference Manual, "HMC
   algorithm parameters"): a fast initial buffer for the step size, slow windows of
-  doubling length at whose ends the diagonal mass is re-estimated, and a fast final
-  buffer;
+  doubling length at whose ends the mass is re-estimated, and a fast final buffer;
 - :class:`WindowStats`: per-chain Welford moments and move counts over the current
   window, for the mass estimate and for finding chains that are stuck;
 - :class:`ChEESAdam`: the trajectory length, by Adam ascent on the ChEES criterion per
@@ -20,9 +19,10 @@ the chains:
 ``MALA`` each hold one and keep its products (step size, inverse mass, adapter) in a
 :class:`TunedState`. Before the first warm-up step and after each mass update a
 Hamiltonian sampler searches each chain's step size as Stan does (double or halve until
-one leapfrog step's acceptance crosses 0.8). The mass is the variance of the window's
-draws pooled over the chains that moved (per group of chains of equal inverse
-temperature when the kernel runs inside parallel tempering), regularised as in Stan. At
+one leapfrog step's acceptance crosses 0.8). The inverse mass is the variance of the
+window's draws pooled over the chains that moved (per group of chains of equal inverse
+temperature when the kernel runs inside parallel tempering), or their covariance for a
+dense mass, regularised as in Stan. At
 the end of the initial buffer and of every window, a chain that never moved or diverged
 on every step since the last check is restarted at the position of a chain that moves
 (Stan re-draws such inits; here the many chains supply them).
@@ -43,7 +43,14 @@ from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import SamplerState, per_chain
 from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
-from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
+from ebmlab.samplers.integrators import (
+    DenseMass,
+    Mass,
+    gaussian_noise,
+    kinetic_energy,
+    leapfrog,
+    momentum,
+)
 
 
 @dataclass(frozen=True)
@@ -156,8 +163,9 @@ class WarmupWindows:
 
 @dataclass(frozen=True)
 class WindowStats:
-    """Per-chain moments of the draws since the last check (Welford), and the chains'
-    accepted and divergent counts when it began."""
+    """Per-chain moments of the draws since the last check (Welford: the mean and the
+    sums of squared deviations, or of their outer products for a dense mass), and the
+    chains' accepted and divergent counts when it began."""
 
     count: int
     mean: torch.Tensor
@@ -166,9 +174,12 @@ class WindowStats:
     divergent0: torch.Tensor
 
     @classmethod
-    def begin(cls, state: SamplerState) -> WindowStats:
-        zeros = torch.zeros_like(state.x)
-        return cls(0, zeros, zeros.clone(), state.accepted.clone(), state.divergent.clone())
+    def begin(cls, state: SamplerState, dense: bool = False) -> WindowStats:
+        """An empty window from ``state``; ``dense`` keeps outer products (B, D, D)
+        of flat chains (B, D)."""
+        x = state.x
+        m2 = x.new_zeros((*x.shape, x.shape[1])) if dense else torch.zeros_like(x)
+        return cls(0, torch.zeros_like(x), m2, state.accepted.clone(), state.divergent.clone())
 
     def add(self, x: torch.Tensor, moments: bool = True) -> WindowStats:
         """The window after one more step at ``x``; without ``moments`` only the step
@@ -178,7 +189,11 @@ class WindowStats:
         count = self.count + 1
         delta = x - self.mean
         mean = self.mean + delta / count
-        return replace(self, count=count, mean=mean, m2=self.m2 + delta * (x - mean))
+        after = x - mean
+        if self.m2.ndim > x.ndim:  # dense: outer products
+            return replace(self, count=count, mean=mean,
+                           m2=self.m2 + delta.unsqueeze(-1) * after.unsqueeze(-2))  # fmt: skip
+        return replace(self, count=count, mean=mean, m2=self.m2 + delta * after)
 
     def stuck(self, state: SamplerState) -> torch.Tensor:
         """Chains that never moved, or diverged on every step, in the window (B,)."""
@@ -208,6 +223,22 @@ class WindowStats:
         var = total / (n - 1).clamp(min=1)
         var = (n / (n + 5)) * var + 1e-3 * (5 / (n + 5))
         return var[0] if groups is None else var[index]
+
+    def covariance(self, keep: torch.Tensor) -> DenseMass:
+        """The covariance (D, D) of the window's draws of the ``keep`` chains (B,), pooled
+        within and between chains, regularised as in Stan's ``dense_e``: (n / (n + 5))
+        cov + 1e-3 (5 / (n + 5)) I over n draws."""
+        w = keep.to(self.mean.dtype)
+        chains = w.sum().clamp(min=1)
+        grand = (w[:, None] * self.mean).sum(0) / chains
+        spread = self.mean - grand
+        outer = spread.unsqueeze(-1) * spread.unsqueeze(-2)
+        total = (w[:, None, None] * (self.m2 + self.count * outer)).sum(0)
+        n = chains * self.count
+        cov = total / (n - 1).clamp(min=1)
+        eye = torch.eye(len(grand), dtype=cov.dtype, device=cov.device)
+        cov = (n / (n + 5)) * (cov + cov.T) / 2 + 1e-3 * (5 / (n + 5)) * eye
+        return DenseMass(cov)
 
 
 @dataclass(frozen=True)
@@ -262,12 +293,13 @@ class ChainGroups:
 @dataclass(frozen=True)
 class TunedState(SamplerState):
     """A chain state with the step size (a float, or a tensor: (B,) per chain, 0-d
-    pooled) and diagonal inverse mass a sampler tunes, the number of warm-up steps, and
-    while warm-up runs: the step-size adapter, the window schedule and statistics, and
-    whether a step-size search is due before the next step."""
+    pooled) and inverse mass (diagonal, or a :class:`DenseMass`) a sampler tunes, the
+    number of warm-up steps, and while warm-up runs: the step-size adapter, the window
+    schedule and statistics, and whether a step-size search is due before the next
+    step."""
 
     step_size: float | torch.Tensor = 0.1
-    inv_mass: torch.Tensor | None = None
+    inv_mass: Mass | None = None
     warmup_steps: int = 0
     dual: DualAveraging | None = None
     windows: WarmupWindows | None = None
@@ -294,14 +326,23 @@ class WarmupTuning:
         adapt_mass: also tune the inverse mass (pooled over the chains that move).
         pool_step_size: one step size for all chains (per group of the lowest
             acceptance when tempered), tuned on the mean acceptance; else one per chain.
+        dense_mass: tune a dense inverse mass, the draws' covariance, for chains of
+            flat rows (B, D); else a diagonal one.
     """
 
     MAX_PROBES: ClassVar[int] = 100  # one-step trials of a step-size search (2^99 range)
 
-    def __init__(self, target_accept: float, adapt_mass: bool, pool_step_size: bool = False):
+    def __init__(
+        self,
+        target_accept: float,
+        adapt_mass: bool,
+        pool_step_size: bool = False,
+        dense_mass: bool = False,
+    ):
         self.target_accept = _checks.probability("target_accept", target_accept)
         self.adapt_mass = adapt_mass
         self.pool_step_size = pool_step_size
+        self.dense_mass = dense_mass
         # per-chain inverse temperatures and their groups when tempered, else None
         self.chain_betas: torch.Tensor | None = None
         self.groups: ChainGroups | None = None
@@ -310,6 +351,8 @@ class WarmupTuning:
         """This tuning for per-chain tempered energies beta E (B,): chains of one beta
         form a group with its own mass, 1 / beta at first, then its own variance; a
         pooled step size follows the group with the lowest acceptance."""
+        if self.dense_mass:
+            raise ArgumentError("a dense mass cannot be tempered: use dense_mass=False")
         tuning = copy.copy(self)
         tuning.chain_betas, tuning.groups = beta, ChainGroups.of(beta)
         return tuning
@@ -318,6 +361,10 @@ class WarmupTuning:
         """``state`` as a ``kind`` state with ``step_size``, unit inverse mass (1 / beta
         per chain when tempered) and the further ``fields``."""
         x = state.x
+        if self.dense_mass and x.ndim != 2:
+            raise ArgumentError(
+                f"dense_mass needs chains of flat rows (B, D), got x0 of shape {tuple(x.shape)}"
+            )
         inv_mass = torch.ones(x.shape[1:], dtype=x.dtype, device=x.device)
         if self.chain_betas is not None:
             if len(self.chain_betas) != len(x):
@@ -341,7 +388,7 @@ class WarmupTuning:
             warmup_steps=n_steps,
             dual=DualAveraging.start(step, self.target_accept),
             windows=WarmupWindows.plan(n_steps),
-            window=WindowStats.begin(state),
+            window=WindowStats.begin(state, self.dense_mass),
             search_due=search,
         )
 
@@ -374,9 +421,11 @@ class WarmupTuning:
                             f"since step {new.t - new.window.count}")  # fmt: skip
         if self.adapt_mass and new.t in new.windows.mass_updates:
             moving = ~stuck if bool((~stuck).any()) else torch.ones_like(stuck)
-            new = new.replace(inv_mass=new.window.variance(moving, self.groups), search_due=True)
+            mass = (new.window.covariance(moving) if self.dense_mass
+                    else new.window.variance(moving, self.groups))  # fmt: skip
+            new = new.replace(inv_mass=mass, search_due=True)
         restart = DualAveraging.start(new.step_size, self.target_accept)
-        return new.replace(dual=restart, window=WindowStats.begin(new))
+        return new.replace(dual=restart, window=WindowStats.begin(new, self.dense_mass))
 
     def _restart(self, state: T, stuck: torch.Tensor, why: str) -> T:
         """``state`` with each ``stuck`` chain moved to the position (and step size) of
@@ -459,7 +508,7 @@ class WarmupTuning:
         eps = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device).expand(len(x))
 
         def one_step_log_accept(eps: torch.Tensor) -> torch.Tensor:
-            p = gaussian_noise(x, generator) / inv_mass.sqrt()
+            p = momentum(gaussian_noise(x, generator), inv_mass)
             _, p1, e1, _ = leapfrog(energy, x, p, state.grad, eps, 1, inv_mass)
             delta = state.energy + kinetic_energy(p, inv_mass) - e1 - kinetic_energy(p1, inv_mass)
             return delta.nan_to_num(nan=-math.inf)

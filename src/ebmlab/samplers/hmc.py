@@ -14,8 +14,9 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
 - the step size by Stan's search, then dual averaging (Hoffman & Gelman 2014, Alg. 5)
   towards a target mean acceptance probability, averaged over chains (one step size
   for all: the chains take the same number of leapfrog steps);
-- the diagonal inverse mass at the ends of Stan's doubling windows, from the variance
-  of the window's draws pooled over the chains that moved, regularised as in Stan;
+- the diagonal inverse mass (or with ``dense_mass`` the full one, Stan's ``dense_e``)
+  at the ends of Stan's doubling windows, from the variance (covariance) of the
+  window's draws pooled over the chains that moved, regularised as in Stan;
   chains stuck over a window are restarted at the positions of moving ones
   (:class:`~ebmlab.samplers.adaptation.WarmupTuning`);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
@@ -47,7 +48,14 @@ from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.adaptation import ChEESAdam, TunedState, WarmupTuning
 from ebmlab.samplers.base import S, Sampler, SamplerState, metropolis_update
-from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
+from ebmlab.samplers.integrators import (
+    Mass,
+    gaussian_noise,
+    kinetic_energy,
+    leapfrog,
+    momentum,
+    velocity,
+)
 
 
 @dataclass(frozen=True)
@@ -151,14 +159,15 @@ class HMC(Sampler[SamplerState]):
         energy: EnergyFn,
         step_size: torch.Tensor,
         n_steps: int,
-        inv_mass: torch.Tensor,
+        inv_mass: Mass,
         generator: torch.Generator | None,
     ) -> Trajectory:
         """Draw a momentum p ~ N(0, M) from ``generator`` and integrate ``n_steps``
         leapfrog steps of size ``step_size`` (B,) from ``state`` under ``energy`` with
-        diagonal ``inv_mass``; returns the proposal with its log acceptance ratio."""
+        ``inv_mass`` (diagonal, or dense); returns the proposal with its log acceptance
+        ratio."""
         x0 = state.x
-        p0 = gaussian_noise(x0, generator) / inv_mass.sqrt()
+        p0 = momentum(gaussian_noise(x0, generator), inv_mass)
         x, p, e, g = leapfrog(energy, x0, p0, state.grad, step_size, n_steps, inv_mass)
         h0 = state.energy + kinetic_energy(p0, inv_mass)
         h1 = e + kinetic_energy(p, inv_mass)
@@ -192,7 +201,7 @@ class AdaptiveState(TunedState):
 
 
 class AdaptiveHMC(HMC):
-    """HMC whose step size, diagonal mass and trajectory length are tuned during burn-in.
+    """HMC whose step size, mass and trajectory length are tuned during burn-in.
 
     Use with ``burn_in`` (a few hundred steps): ``sampler.sample(energy, x0, n, burn_in=500)``.
     Adaptation pools statistics across chains, so it works best with many chains
@@ -208,6 +217,8 @@ class AdaptiveHMC(HMC):
         adapt_mass: False switches off mass-matrix adaptation.
         adapt_length: False switches off trajectory-length adaptation.
         divergence_threshold: energy error beyond which a trajectory is divergent.
+        dense_mass: adapt a dense inverse mass (the draws' covariance) for chains of
+            flat rows (B, D), for posteriors whose coordinates are strongly correlated.
     """
 
     def __init__(
@@ -220,12 +231,14 @@ class AdaptiveHMC(HMC):
         adapt_mass: bool = True,
         adapt_length: bool = True,
         divergence_threshold: float = 1000.0,
+        dense_mass: bool = False,
     ) -> None:
         super().__init__(step_size, 1, jitter=0.0, divergence_threshold=divergence_threshold)
         self.trajectory_length = _checks.positive("trajectory_length", trajectory_length)
         self.max_leapfrog = _checks.positive_int("max_leapfrog", max_leapfrog)
         # one step size for all chains: they take the same number of leapfrog steps
-        self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size=True)
+        self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size=True,
+                                   dense_mass=dense_mass)  # fmt: skip
         self.adapt_length = adapt_length
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> AdaptiveState:
@@ -288,8 +301,8 @@ class AdaptiveHMC(HMC):
         """
         x0c, x1c = self.tuning.centred(old.x), self.tuning.centred(traj.x)
         diff = (x1c.flatten(1) ** 2).sum(1) - (x0c.flatten(1) ** 2).sum(1)
-        velocity = (x1c * (old.inv_mass * traj.p)).flatten(1).sum(1)
-        per_chain = diff * velocity * u * new.trajectory_length  # d (diff^2 / 4) / d log T
+        speed = (x1c * velocity(traj.p, old.inv_mass)).flatten(1).sum(1)
+        per_chain = diff * speed * u * new.trajectory_length  # d (diff^2 / 4) / d log T
         ok = torch.isfinite(per_chain) & ~traj.divergent
         weight = new.info.accept_prob * ok
         chees = float((torch.where(ok, diff * diff / 4, 0) * weight).sum())

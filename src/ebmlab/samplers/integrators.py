@@ -7,7 +7,8 @@ or per-chain ``(B,)`` tensors, and draws its noise from the generator it is give
 - :func:`euler_maruyama`: x' = x - h grad E(x) + sigma eps, the overdamped Langevin
   step (Roberts & Tweedie 1996; Tomczak 2024, eq. 6.24 with sigma free);
 - :func:`leapfrog`: the symplectic integrator of H(x, p) = E(x) + p^T M^{-1} p / 2
-  (Neal 2011, eqs. 5.18-5.20), with :func:`kinetic_energy`;
+  (Neal 2011, eqs. 5.18-5.20), with :func:`kinetic_energy`, :func:`velocity` and
+  :func:`momentum` for a diagonal inverse mass (a tensor) or a :class:`DenseMass`;
 - :func:`underdamped_step`: the BAOAB and OBABO splittings of underdamped Langevin
   dynamics into kicks (B), drifts (A) and an exact Ornstein-Uhlenbeck update of the
   momentum (O) (Leimkuhler & Matthews 2013).
@@ -23,6 +24,48 @@ from ebmlab.energies.base import EnergyFn, energy_and_grad
 from ebmlab.samplers.base import add_scaled, per_chain
 
 Step = float | torch.Tensor  # a step size: one float, or one per chain (B,)
+
+
+class DenseMass:
+    """A dense inverse mass M^{-1} (D, D), symmetric positive definite, for chains of
+    flat rows (B, D): Stan's ``dense_e`` metric (Betancourt 2017, §4.2). It whitens a
+    posterior whose coordinates are strongly correlated, which no diagonal mass can
+    do. Kept with its Cholesky factor L (M^{-1} = L L^T) for drawing momenta.
+
+    Args:
+        inv_mass: M^{-1} (D, D).
+    """
+
+    def __init__(self, inv_mass: torch.Tensor) -> None:
+        self.matrix = inv_mass
+        self.chol = torch.linalg.cholesky(inv_mass)
+
+    def velocity(self, p: torch.Tensor) -> torch.Tensor:
+        """M^{-1} p for momenta p (..., D)."""
+        return p @ self.matrix
+
+    def momentum(self, noise: torch.Tensor) -> torch.Tensor:
+        """p ~ N(0, M) from standard normal rows (B, D): noise L^{-1}, whose covariance
+        is L^{-T} L^{-1} = M."""
+        return torch.linalg.solve_triangular(self.chol, noise, upper=False, left=False)
+
+    def diagonal(self) -> torch.Tensor:
+        """The diagonal of M^{-1} (D,)."""
+        return self.matrix.diagonal()
+
+
+Mass = torch.Tensor | DenseMass  # a diagonal inverse mass broadcastable to x, or dense
+
+
+def velocity(p: torch.Tensor, inv_mass: Mass) -> torch.Tensor:
+    """M^{-1} p for momenta p (B, ...), or for stacks of flat momenta (..., D) when the
+    mass is dense."""
+    return inv_mass.velocity(p) if isinstance(inv_mass, DenseMass) else inv_mass * p
+
+
+def momentum(noise: torch.Tensor, inv_mass: Mass) -> torch.Tensor:
+    """Momenta p ~ N(0, M) from standard normal ``noise`` of the chains' shape."""
+    return inv_mass.momentum(noise) if isinstance(inv_mass, DenseMass) else noise / inv_mass.sqrt()
 
 
 def gaussian_noise(like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -54,13 +97,15 @@ def euler_maruyama(
     return add_scaled(add_scaled(x, -h, grad), sigma, noise, inplace=True)
 
 
-def kinetic_energy(p: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
-    """p^T M^{-1} p / 2 per chain (B,), for momenta p (B, ...) and a diagonal inverse
-    mass broadcastable to them.
+def kinetic_energy(p: torch.Tensor, inv_mass: Mass) -> torch.Tensor:
+    """p^T M^{-1} p / 2 per chain (B,), for momenta p (B, ...).
 
     Args:
-        inv_mass: diagonal inverse mass M^{-1}, broadcastable to p.
+        inv_mass: diagonal inverse mass M^{-1}, broadcastable to p, or a
+            :class:`DenseMass` (p flat, (B, D)).
     """
+    if isinstance(inv_mass, DenseMass):
+        return 0.5 * (p * inv_mass.velocity(p)).sum(1)
     return 0.5 * (p * p * inv_mass).flatten(1).sum(1)
 
 
@@ -71,7 +116,7 @@ def leapfrog(
     grad: torch.Tensor,
     step_size: Step,
     n_steps: int,
-    inv_mass: torch.Tensor,
+    inv_mass: Mass,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``n_steps`` leapfrog steps from (x, p), reusing the gradient at x.
 
@@ -82,17 +127,19 @@ def leapfrog(
         grad: grad E(x), x's shape (cached from the previous step).
         step_size: epsilon, a float or per chain (B,); negative integrates backwards.
         n_steps: leapfrog steps L >= 1.
-        inv_mass: diagonal inverse mass M^{-1}, broadcastable to x.
+        inv_mass: diagonal inverse mass M^{-1}, broadcastable to x, or a
+            :class:`DenseMass` (x flat, (B, D)).
 
     Returns:
         (x, p, E(x), grad E(x)) at the end point, after exactly ``n_steps`` gradient
         evaluations.
     """
     eps = per_chain(step_size, x)
+    dense = isinstance(inv_mass, DenseMass)
     p = p - 0.5 * eps * grad
     e = None
     for i in range(n_steps):
-        x = x + eps * inv_mass * p
+        x = x + eps * inv_mass.velocity(p) if dense else x + eps * inv_mass * p
         e, grad = energy_and_grad(energy, x)
         p = p - (eps if i < n_steps - 1 else 0.5 * eps) * grad
     return x, p, e, grad

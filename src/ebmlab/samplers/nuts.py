@@ -56,7 +56,15 @@ from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn, EnergyFunction, energy_and_grad
 from ebmlab.samplers.adaptation import DualAveraging, TunedState, WarmupTuning
 from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, where_rows
-from ebmlab.samplers.integrators import gaussian_noise, kinetic_energy, leapfrog
+from ebmlab.samplers.integrators import (
+    DenseMass,
+    Mass,
+    gaussian_noise,
+    kinetic_energy,
+    leapfrog,
+    momentum,
+    velocity,
+)
 
 
 class _Layout:
@@ -113,7 +121,7 @@ def _halves_turning(
     b_first: torch.Tensor,
     b_last: torch.Tensor,
     rho_b: torch.Tensor,
-    inv_mass: torch.Tensor,
+    inv_mass: Mass,
 ) -> torch.Tensor:
     """The generalised no-U-turn criterion (Betancourt 2013) for stretch A then B of a
     trajectory, given the first and last momenta and summed momentum of each half
@@ -126,7 +134,7 @@ def _halves_turning(
     firsts = torch.stack([a_first, a_first, a_last])
     lasts = torch.stack([b_last, b_first, b_last])
     rhos = torch.stack([rho_a + rho_b, rho_a + b_first, rho_b + a_last])
-    dots = (inv_mass * torch.stack([firsts, lasts]) * rhos).sum(-1)
+    dots = (velocity(torch.stack([firsts, lasts]), inv_mass) * rhos).sum(-1)
     return (dots <= 0).flatten(0, 1).any(0)
 
 
@@ -213,7 +221,7 @@ class NUTS(Sampler[NUTSState]):
         max_depth: most tree doublings per step (at most 2^max_depth - 1 gradients).
         target_accept: mean acceptance statistic the step size is tuned to (0.95 for
             posteriors with strong curvature, such as hierarchical models).
-        adapt_mass: tune the diagonal inverse mass during burn-in.
+        adapt_mass: tune the inverse mass during burn-in.
         pool_step_size: one step size for all chains, tuned on their mean acceptance;
             by default each chain tunes its own, so that a chain in a region of
             strong curvature does not set (or take) the others' step.
@@ -222,6 +230,9 @@ class NUTS(Sampler[NUTSState]):
             being returned, so that it need not wait for deeper trees (1: every chain
             waits for the deepest tree of the batch, as in lockstep). Large batches
             gain from more (each queued transition holds 3D + 5 numbers per chain).
+        dense_mass: adapt a dense inverse mass (the draws' covariance, Stan's
+            ``dense_e``) for chains of flat rows (B, D), for posteriors whose
+            coordinates are strongly correlated; by default a diagonal one.
     """
 
     def __init__(
@@ -234,10 +245,11 @@ class NUTS(Sampler[NUTSState]):
         pool_step_size: bool = False,
         divergence_threshold: float = 1000.0,
         run_ahead: int = 4,
+        dense_mass: bool = False,
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
         self.max_depth = _checks.positive_int("max_depth", max_depth)
-        self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size)
+        self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size, dense_mass)
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
         self.run_ahead = _checks.positive_int("run_ahead", run_ahead)
 
@@ -298,8 +310,13 @@ class NUTS(Sampler[NUTSState]):
         if trees is None or trees.anchor is not state.x:
             trees = self._start(state, state.dual if warming and not lockstep else None)
         flat_energy = energy if state.x.ndim == 2 else _FlatEnergy(energy, state.x.shape[1:])
-        mass = state.inv_mass  # flat: (D,), or (B, D) per chain when tempered
-        inv_mass = mass.reshape(len(mass), -1) if mass.ndim == state.x.ndim else mass.flatten()
+        mass = state.inv_mass  # flat: (D,), (B, D) per chain when tempered, or dense
+        if isinstance(mass, DenseMass):
+            inv_mass: Mass = mass
+        elif mass.ndim == state.x.ndim:
+            inv_mass = mass.reshape(len(mass), -1)
+        else:
+            inv_mass = mass.flatten()
         n_leapfrogs = 0
         while not bool((trees.count > 0).all()):
             trees = self._leapfrog_step(trees, flat_energy, inv_mass, capacity, generator)
@@ -344,7 +361,7 @@ class NUTS(Sampler[NUTSState]):
         self,
         trees: _Trees,
         energy: EnergyFn,
-        inv_mass: torch.Tensor,
+        inv_mass: Mass,
         capacity: int,
         generator: torch.Generator | None,
     ) -> _Trees:
@@ -371,7 +388,7 @@ class NUTS(Sampler[NUTSState]):
         # new trees, from the tip with a fresh momentum
         start = ~trees.building & (trees.count < capacity)
         if needed(start):
-            p0 = noise / inv_mass.sqrt()
+            p0 = momentum(noise, inv_mass)
             tip = P.pack(tip, x=P(tip, "x"), p=p0, grad=P(tip, "grad"), energy=P(tip, "energy"))
             h0 = P(tip, "energy") + kinetic_energy(p0, inv_mass)
             fresh = T.pack(tip, step=trees.next_step, h0=h0, left=tip, right=tip, proposal=tip,
@@ -406,7 +423,8 @@ class NUTS(Sampler[NUTSState]):
         # U-turns of the aligned stretches that end at this point
         ends = (powers[1:] <= size[:, None]) & ((i[:, None] + 1) % powers[1:] == 0)
         first_p, prev_p, rho_before = slots[..., :d], slots[..., d : 2 * d], slots[..., 2 * d :]
-        slot_mass = inv_mass.unsqueeze(1) if inv_mass.ndim > 1 else inv_mass
+        per_chain_mass = isinstance(inv_mass, torch.Tensor) and inv_mass.ndim > 1
+        slot_mass = inv_mass.unsqueeze(1) if per_chain_mass else inv_mass
         turned = ends & _halves_turning(first_p[:, 1:], prev_p[:, :-1],
                                         rho_before[:, :-1] - rho_before[:, 1:], first_p[:, :-1],
                                         p1.unsqueeze(1), rho.unsqueeze(1) - rho_before[:, :-1],
@@ -444,7 +462,7 @@ class NUTS(Sampler[NUTSState]):
         P: _Layout,
         T: _Layout,
         S: _Layout,
-        inv_mass: torch.Tensor,
+        inv_mass: Mass,
         log_u: torch.Tensor,
         needed: Callable[[torch.Tensor], bool],
     ) -> _Trees:

@@ -1,0 +1,98 @@
+"""A dense inverse mass (Stan's dense_e): its momentum, velocity and kinetic energy, the
+pooled and regularised covariance the warm-up estimates, NUTS and AdaptiveHMC whitening
+a strongly correlated Gaussian, and the starts it refuses."""
+
+import pytest
+import torch
+
+from ebmlab._checks import ArgumentError
+from ebmlab.samplers import NUTS, AdaptiveHMC, ParallelTempering
+from ebmlab.samplers.adaptation import WindowStats
+from ebmlab.samplers.base import SamplerState
+from ebmlab.samplers.diagnostics import effective_sample_size
+from ebmlab.samplers.integrators import DenseMass, kinetic_energy, momentum, velocity
+
+
+def correlated_gaussian(dim: int = 3, rho: float = 0.99):
+    """N(mu, C) with unit variances and correlations rho^|i - j|, whose condition
+    number (about 400 for rho 0.99) no diagonal mass reduces."""
+    idx = torch.arange(dim, dtype=torch.float64)
+    cov = rho ** (idx[:, None] - idx[None]).abs()
+    mu = idx + 1.0
+    prec = torch.linalg.inv(cov)
+
+    def energy(x: torch.Tensor) -> torch.Tensor:
+        d = x - mu
+        return 0.5 * ((d @ prec) * d).sum(1)
+
+    return energy, mu, cov
+
+
+def test_momenta_velocity_and_kinetic_energy_follow_the_matrix():
+    m_inv = torch.tensor([[2.0, 0.6], [0.6, 0.5]], dtype=torch.float64)
+    mass = DenseMass(m_inv)
+    p = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)
+    torch.testing.assert_close(velocity(p, mass), p @ m_inv)
+    quadratic = torch.einsum("bi,ij,bj->b", p, m_inv, p)
+    torch.testing.assert_close(kinetic_energy(p, mass), 0.5 * quadratic)
+    noise = torch.randn(200_000, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    draws = momentum(noise, mass)  # N(0, M), M = m_inv^-1
+    torch.testing.assert_close(draws.T.cov(), torch.linalg.inv(m_inv), rtol=0.02, atol=0.02)
+    # a diagonal mass is unchanged: p / sqrt(m) and m p
+    diag = torch.tensor([4.0, 0.25], dtype=torch.float64)
+    torch.testing.assert_close(momentum(noise[:2], diag), noise[:2] / 2 * torch.tensor([1.0, 4.0]))
+    torch.testing.assert_close(velocity(p, diag), p * diag)
+
+
+def test_the_window_covariance_pools_chains_and_is_regularised_as_in_stan():
+    g = torch.Generator().manual_seed(1)
+    draws = torch.randn(40, 4, 3, generator=g, dtype=torch.float64) + torch.arange(4.0)[:, None]
+    start = SamplerState.start(draws[0], torch.zeros(4), torch.zeros(4, 3), 0)
+    window = WindowStats.begin(start, dense=True)
+    for x in draws:
+        window = window.add(x)
+    keep = torch.tensor([True, True, False, True])
+    pooled = draws[:, keep].reshape(-1, 3)
+    n = len(pooled)
+    expected = (n / (n + 5)) * pooled.T.cov() + 1e-3 * (5 / (n + 5)) * torch.eye(3)
+    torch.testing.assert_close(window.covariance(keep).matrix, expected.to(torch.float64))
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        lambda dense: NUTS(max_depth=6, dense_mass=dense),
+        lambda dense: AdaptiveHMC(dense_mass=dense),
+    ],
+    ids=["nuts", "adaptive-hmc"],
+)
+def test_a_dense_mass_whitens_a_correlated_gaussian(sampler):
+    """After warm-up the inverse mass is the target's covariance (within 0.25), the
+    moments come out within Monte Carlo error, and the chains need several times fewer
+    gradients per effective draw than with a diagonal mass (5-20x measured)."""
+    energy, mu, cov = correlated_gaussian()
+    x0 = torch.rand(32, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4 - 2
+    efficiency = {}
+    for dense in (False, True):
+        run = sampler(dense).run(energy, x0, 150, burn_in=200, thin=1, generator=0)
+        ess = effective_sample_size(run.samples)
+        efficiency[dense] = float(ess.min()) / run.info["n_grad_evals_used"]
+    flat = run.samples.flatten(0, 1)
+    err = (cov.diagonal() / ess).sqrt()
+    assert bool(((flat.mean(0) - mu).abs() < 5 * err).all())
+    torch.testing.assert_close(flat.T.cov(), cov, rtol=0, atol=0.15)
+    mass = run.final.inv_mass
+    assert isinstance(mass, DenseMass)
+    torch.testing.assert_close(mass.matrix, cov, rtol=0, atol=0.25)
+    assert efficiency[True] > 3 * efficiency[False]
+
+
+def test_a_dense_mass_needs_flat_untempered_chains():
+    energy, _, _ = correlated_gaussian()
+    with pytest.raises(ArgumentError, match=r"dense_mass needs chains of flat rows \(B, D\)"):
+        images = torch.zeros(8, 1, 3)
+        NUTS(dense_mass=True).run(lambda x: energy(x.flatten(1)), images, 5, burn_in=5)
+    with pytest.raises(ArgumentError, match="a dense mass cannot be tempered"):
+        ParallelTempering(AdaptiveHMC(dense_mass=True), [1.0, 0.5]).run(
+            energy, torch.zeros(8, 3), 5, burn_in=5
+        )
