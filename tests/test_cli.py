@@ -360,6 +360,24 @@ def test_mcmc_samples_a_posterior_from_a_file(capsys, tmp_path):
     assert json.loads(again)["mean"] == summary["mean"]
 
 
+def test_mcmc_with_a_dense_mass_learns_the_correlation(capsys, tmp_path):
+    """x0 and x1 above have correlation 1 / sqrt(1.25) = 0.89: --dense-mass draws them
+    with the right sds, and the draws keep that correlation."""
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    out = tmp_path / "mcmc"
+    code, printed, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--dense-mass",
+                               "--chains", "16", "--warmup", "150", "--draws", "150",
+                               "--out", str(out))  # fmt: skip
+    assert code == 0
+    summary = json.loads(printed)
+    for d, sd in enumerate([1.0, math.sqrt(1.25)]):
+        assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
+        assert abs(summary["sd"][d] - sd) < 0.1
+    draws = np.load(out / "draws.npz")["draws"].reshape(-1, 2)
+    assert abs(np.corrcoef(draws.T)[0, 1] - 1 / math.sqrt(1.25)) < 0.03
+
+
 def test_mcmc_warns_of_failed_checks(capsys, tmp_path):
     model = tmp_path / "model.py"
     model.write_text(MODEL)

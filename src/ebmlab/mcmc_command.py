@@ -4,7 +4,8 @@ does for a model, and say whether to trust the draws.
 The target is ``FILE.py:NAME``, a function of chains x (B, D) returning the energy
 E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in
 (-2, 2) on every coordinate, as Stan starts them on the unconstrained scale; NUTS (or
-AdaptiveHMC) warms up as Stan does and keeps ``--draws`` steps. The command prints a
+AdaptiveHMC) warms up as Stan does, with a diagonal mass or with ``--dense-mass`` a dense
+one, and keeps ``--draws`` steps. The command prints a
 JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS, divergences, stuck
 chains) with every failed one also printed as a warning, and each coordinate's mean and
 sd with its Monte Carlo error. With ``--out`` it also writes the draws (``draws.npz``,
@@ -57,6 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--draws", type=int, default=300)
     p.add_argument("--target-accept", type=float, default=0.8)
+    p.add_argument("--dense-mass", action="store_true",
+                   help="adapt a dense mass (Stan's dense_e), for correlated coordinates")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
     p.add_argument("--float32", action="store_true", help="single precision (default double)")
@@ -128,7 +131,8 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
             f"{args.target} must map chains ({args.chains}, {args.dim}) to one value per "
             f"chain, shape ({args.chains},); got {got}"
         )
-    sampler = SAMPLERS[args.sampler](target_accept=args.target_accept)
+    sampler = SAMPLERS[args.sampler](target_accept=args.target_accept,
+                                     dense_mass=args.dense_mass)  # fmt: skip
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SamplingWarning)
