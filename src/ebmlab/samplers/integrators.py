@@ -49,10 +49,6 @@ class DenseMass:
         is L^{-T} L^{-1} = M."""
         return torch.linalg.solve_triangular(self.chol, noise, upper=False, left=False)
 
-    def diagonal(self) -> torch.Tensor:
-        """The diagonal of M^{-1} (D,)."""
-        return self.matrix.diagonal()
-
 
 Mass = torch.Tensor | DenseMass  # a diagonal inverse mass broadcastable to x, or dense
 
@@ -139,6 +135,7 @@ def leapfrog(
     p = p - 0.5 * eps * grad
     e = None
     for i in range(n_steps):
+        # (eps M^{-1}) p for a diagonal mass, the order its results were fixed in
         x = x + eps * inv_mass.velocity(p) if dense else x + eps * inv_mass * p
         e, grad = energy_and_grad(energy, x)
         p = p - (eps if i < n_steps - 1 else 0.5 * eps) * grad
