@@ -205,7 +205,7 @@ class AdaptiveHMC(HMC):
 
     Use with ``burn_in`` (a few hundred steps): ``sampler.sample(energy, x0, n, burn_in=500)``.
     Adaptation pools statistics across chains, so it works best with many chains
-    (the mass matrix is adapted only with at least 16 chains). The step size and mass
+    (16 or more: the mass is estimated from their draws together). The step size and mass
     are tuned by a :class:`~ebmlab.samplers.adaptation.WarmupTuning` (``tuning``), the
     trajectory length by ChEES here.
 

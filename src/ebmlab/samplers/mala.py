@@ -50,7 +50,8 @@ class MALA(Sampler[TunedState]):
         target_accept: tune h during burn-in towards this mean acceptance probability
             (None: keep h).
         adapt_mass: also tune a diagonal inverse mass during burn-in (needs
-            ``target_accept``, and at least 16 chains).
+            ``target_accept``; estimated from all chains' draws together, so best with
+            16 or more).
     """
 
     def __init__(
