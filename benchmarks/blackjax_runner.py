@@ -31,11 +31,12 @@ def run_nuts(
     n_draws: int,
     seed: int,
     target_accept: float | None = None,
+    dense: bool = False,
 ) -> dict[str, Any]:
-    """``n_chains`` chains of BlackJAX NUTS (window adaptation per chain, as Stan) from
-    uniform(-2, 2) starts: the draws (n_draws, n_chains, D), the gradient evaluations
-    of warm-up and sampling together, the divergent kept steps, and the seconds of a
-    second, compiled run."""
+    """``n_chains`` chains of BlackJAX NUTS (window adaptation per chain, as Stan; a
+    dense mass with ``dense``) from uniform(-2, 2) starts: the draws (n_draws,
+    n_chains, D), the gradient evaluations of warm-up and sampling together, the
+    divergent kept steps, and the seconds of a second, compiled run."""
     import blackjax
     import jax
     import jax.numpy as jnp
@@ -47,7 +48,10 @@ def run_nuts(
 
     accept = posterior.target_accept if target_accept is None else target_accept
     warmup = blackjax.window_adaptation(
-        blackjax.nuts, logdensity, target_acceptance_rate=accept
+        blackjax.nuts,
+        logdensity,
+        is_mass_matrix_diagonal=not dense,
+        target_acceptance_rate=accept,
     )
 
     def chain(key, x0):
