@@ -34,6 +34,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,36 @@ def run_ebmlab(toy: str, workdir: Path, method: str) -> dict[str, Any]:
     }
 
 
+def train_for(
+    toy: str,
+    model: torch.nn.Module,
+    budget: float,
+    loss_of: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor],
+) -> tuple[float, int, Callable[[int], torch.Tensor]]:
+    """Adam on ``loss_of(x1, x0, elapsed share of the budget)`` over batches of the toy
+    and of its source for ``budget`` seconds, from seed 0; returns the seconds, the
+    steps, and a draw of n source points for generation."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    train = load_dataset(toy, "train").x
+    source = make_toy(SOURCES[toy]) if toy in SOURCES else None
+
+    def starts(n: int) -> torch.Tensor:
+        return torch.randn(n, 2, generator=g) if source is None else source.sample(n, g)
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    start, steps = time.perf_counter(), 0
+    while (elapsed := time.perf_counter() - start) < budget:
+        steps += 1
+        x1 = train[torch.randint(len(train), (BATCH,), generator=g)]
+        loss = loss_of(x1, starts(BATCH), elapsed / budget)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    return time.perf_counter() - start, steps, starts
+
+
 def run_torchebm_em(toy: str, budget: float, eps_max: float) -> dict[str, Any]:
     from torchebm.core import BaseModel, TemperatureScheduler
     from torchebm.losses import EnergyMatchingLoss
@@ -88,31 +119,18 @@ def run_torchebm_em(toy: str, budget: float, eps_max: float) -> dict[str, Any]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.net(x)
 
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(0)
-    train = load_dataset(toy, "train").x
-    source = make_toy(SOURCES[toy]) if toy in SOURCES else None
     model = Potential()
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = EnergyMatchingLoss(model=model, lambda_cd=0.0)
-    start, steps = time.perf_counter(), 0
-    while time.perf_counter() - start < budget:
-        if time.perf_counter() - start > WARMUP * budget:
-            loss_fn.lambda_cd = 2.0
-        steps += 1
-        x1 = train[torch.randint(len(train), (BATCH,), generator=g)]
-        x0 = torch.randn_like(x1) if source is None else source.sample(BATCH, g)
-        loss = loss_fn.training_losses(x1, x0=x0)["loss"]
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    seconds = time.perf_counter() - start
-    model.eval()
+
+    def loss_of(x1: torch.Tensor, x0: torch.Tensor, share: float) -> torch.Tensor:
+        loss_fn.lambda_cd = 2.0 if share > WARMUP else 0.0
+        return loss_fn.training_losses(x1, x0=x0)["loss"]
+
+    seconds, steps, starts = train_for(toy, model, budget, loss_of)
     temperature = TemperatureScheduler(loss_fn.epsilon_max, loss_fn.tau_star, n_steps=200,
                                        t_end=1.0)  # fmt: skip
     sweep = LangevinDynamics(model=model, step_size=0.01, noise_scale=temperature)
-    starts = torch.randn(N_GENERATED, 2) if source is None else source.sample(N_GENERATED, g)
-    generated = sweep.sample(x=starts, n_steps=200).detach()
+    generated = sweep.sample(x=starts(N_GENERATED), n_steps=200).detach()
     scores = score(model.net, loss_fn.epsilon_max, toy, generated)
     return {**scores, "seconds": seconds, "steps": steps}
 
@@ -146,27 +164,12 @@ def run_torchebm_fm(toy: str, budget: float, eps_max: float, field: str) -> dict
     from torchebm.losses import FlowMatchingLoss
     from torchebm.samplers import FlowSampler
 
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(0)
-    train = load_dataset(toy, "train").x
-    source = make_toy(SOURCES[toy]) if toy in SOURCES else None
     model = GradientField() if field == "potential" else TimeVelocity()
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = FlowMatchingLoss(model=model, coupling="ot")
-    start, steps = time.perf_counter(), 0
-    while time.perf_counter() - start < budget:
-        steps += 1
-        x1 = train[torch.randint(len(train), (BATCH,), generator=g)]
-        x0 = torch.randn_like(x1) if source is None else source.sample(BATCH, g)
-        loss = loss_fn(x1, x0=x0)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    seconds = time.perf_counter() - start
-    model.eval()
+    seconds, steps, starts = train_for(toy, model, budget,
+                                       lambda x1, x0, _: loss_fn(x1, x0=x0))  # fmt: skip
     sampler = FlowSampler(model, integrator="euler")
-    starts = torch.randn(N_GENERATED, 2) if source is None else source.sample(N_GENERATED, g)
-    generated = sampler.sample(x=starts, n_steps=FLOW_STEPS).detach()
+    generated = sampler.sample(x=starts(N_GENERATED), n_steps=FLOW_STEPS).detach()
     if field == "potential":
         scores = score(model.potential, eps_max, toy, generated)
     else:
