@@ -45,8 +45,11 @@ def test_momenta_velocity_and_kinetic_energy_follow_the_matrix():
 
 
 def test_the_window_covariance_pools_chains_and_is_regularised_as_in_stan():
+    """Three moving chains pooled, and a fourth left out: a stuck chain, which stays
+    where it is (its distance from the others would inflate the estimate)."""
     g = torch.Generator().manual_seed(1)
     draws = torch.randn(40, 4, 3, generator=g, dtype=torch.float64) + torch.arange(4.0)[:, None]
+    draws[:, 2] = torch.tensor([9.0, -9.0, 9.0], dtype=torch.float64)
     start = SamplerState.start(draws[0], torch.zeros(4), torch.zeros(4, 3), 0)
     window = WindowStats.begin(start, dense=True)
     for x in draws:

@@ -164,7 +164,8 @@ class WarmupWindows:
 @dataclass(frozen=True)
 class WindowStats:
     """Per-chain moments of the draws since the last check (Welford: the mean and the
-    sums of squared deviations, or of their outer products for a dense mass), and the
+    sum of squared deviations; for a dense mass, the sum of their outer products over
+    all chains, (D, D), which a chain that never moves adds nothing to), and the
     chains' accepted and divergent counts when it began."""
 
     count: int
@@ -172,14 +173,16 @@ class WindowStats:
     m2: torch.Tensor
     accepted0: torch.Tensor
     divergent0: torch.Tensor
+    dense: bool = False
 
     @classmethod
     def begin(cls, state: SamplerState, dense: bool = False) -> WindowStats:
-        """An empty window from ``state``; ``dense`` keeps outer products (B, D, D)
-        of flat chains (B, D)."""
+        """An empty window from ``state``; ``dense`` keeps the outer products of flat
+        chains (B, D)."""
         x = state.x
-        m2 = x.new_zeros((*x.shape, x.shape[1])) if dense else torch.zeros_like(x)
-        return cls(0, torch.zeros_like(x), m2, state.accepted.clone(), state.divergent.clone())
+        m2 = x.new_zeros((x.shape[1], x.shape[1])) if dense else torch.zeros_like(x)
+        return cls(0, torch.zeros_like(x), m2, state.accepted.clone(), state.divergent.clone(),
+                   dense)  # fmt: skip
 
     def add(self, x: torch.Tensor, moments: bool = True) -> WindowStats:
         """The window after one more step at ``x``; without ``moments`` only the step
@@ -190,10 +193,8 @@ class WindowStats:
         delta = x - self.mean
         mean = self.mean + delta / count
         after = x - mean
-        if self.m2.ndim > x.ndim:  # dense: outer products
-            return replace(self, count=count, mean=mean,
-                           m2=self.m2 + delta.unsqueeze(-1) * after.unsqueeze(-2))  # fmt: skip
-        return replace(self, count=count, mean=mean, m2=self.m2 + delta * after)
+        m2 = self.m2 + delta.T @ after if self.dense else self.m2 + delta * after
+        return replace(self, count=count, mean=mean, m2=m2)
 
     def stuck(self, state: SamplerState) -> torch.Tensor:
         """Chains that never moved, or diverged on every step, in the window (B,)."""
@@ -225,15 +226,15 @@ class WindowStats:
         return var[0] if groups is None else var[index]
 
     def covariance(self, keep: torch.Tensor) -> DenseMass:
-        """The covariance (D, D) of the window's draws of the ``keep`` chains (B,), pooled
-        within and between chains, regularised as in Stan's ``dense_e``: (n / (n + 5))
-        cov + 1e-3 (5 / (n + 5)) I over n draws."""
+        """The covariance (D, D) of the window's draws of the ``keep`` chains (B,) pooled
+        within and between chains (the within-chain sums of all chains: the chains left
+        out are the stuck ones, which add nothing to them), regularised as in Stan's
+        ``dense_e``: (n / (n + 5)) cov + 1e-3 (5 / (n + 5)) I over n draws."""
         w = keep.to(self.mean.dtype)
         chains = w.sum().clamp(min=1)
         grand = (w[:, None] * self.mean).sum(0) / chains
         spread = self.mean - grand
-        outer = spread.unsqueeze(-1) * spread.unsqueeze(-2)
-        total = (w[:, None, None] * (self.m2 + self.count * outer)).sum(0)
+        total = self.m2 + self.count * (w[:, None] * spread).T @ spread
         n = chains * self.count
         cov = total / (n - 1).clamp(min=1)
         eye = torch.eye(len(grand), dtype=cov.dtype, device=cov.device)
