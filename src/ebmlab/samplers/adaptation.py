@@ -222,7 +222,7 @@ class WindowStats:
         n = per_chain(chains * self.count, self.mean[:n_groups])
         total = group_sum(w * (self.m2 + self.count * spread * spread))
         var = total / (n - 1).clamp(min=1)
-        var = (n / (n + 5)) * var + 1e-3 * (5 / (n + 5))
+        var = _shrunk(var, n, 1.0)
         return var[0] if groups is None else var[index]
 
     def covariance(self, keep: torch.Tensor) -> DenseMass:
@@ -238,8 +238,15 @@ class WindowStats:
         n = chains * self.count
         cov = total / (n - 1).clamp(min=1)
         eye = torch.eye(len(grand), dtype=cov.dtype, device=cov.device)
-        cov = (n / (n + 5)) * (cov + cov.T) / 2 + 1e-3 * (5 / (n + 5)) * eye
-        return DenseMass(cov)
+        return DenseMass(_shrunk((cov + cov.T) / 2, n, eye))
+
+
+def _shrunk(
+    estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float
+) -> torch.Tensor:
+    """Stan's regularisation of a mass estimate from n draws: (n / (n + 5)) estimate
+    + 1e-3 (5 / (n + 5)) ``unit`` (1 for a variance, the identity for a covariance)."""
+    return (n / (n + 5)) * estimate + 1e-3 * (5 / (n + 5)) * unit
 
 
 @dataclass(frozen=True)

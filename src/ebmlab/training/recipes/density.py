@@ -482,7 +482,7 @@ class DensityTask(BufferTask):
         takes Nesterov descent from the source, flow matching the flow -grad V from t = 0
         to 1."""
         c, potential = self.config, self.model.potential
-        if c.method == "em" and c.em_negatives == "smc":
+        if self.generates_by_smc:
             device = generator.device
             rows = torch.randint(len(self.train), (n,), generator=generator, device=device)
             reference = self.train[rows.to(self.train.device)]
@@ -500,6 +500,12 @@ class DensityTask(BufferTask):
     @property
     def differentiates_twice(self) -> bool:  # type: ignore[override]
         return self.config.method in SECOND_ORDER
+
+    @property
+    def generates_by_smc(self) -> bool:
+        """Whether :meth:`generate` draws the density by SMC (Energy Matching trained
+        as a density) rather than following a transport from the source."""
+        return self.config.method == "em" and self.config.em_negatives == "smc"
 
     @property
     def quadrature(self) -> bool:
@@ -602,8 +608,7 @@ def evaluate(
         compared["mmd2_generated"] = generated
         c = task.config
         start = "noise" if c.source == "gaussian" else c.source
-        how = ("drawn by SMC" if c.method == "em" and c.em_negatives == "smc"
-               else f"generated from {start}")  # fmt: skip
+        how = "drawn by SMC" if task.generates_by_smc else f"generated from {start}"
         panels.append((f"{how} ({c.method})", generated))
     if task.toy is not None:
         true_nll = float(-task.toy.log_prob(test.cpu()).mean())
