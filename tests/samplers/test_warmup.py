@@ -60,6 +60,26 @@ def test_a_chain_started_in_a_steep_region_does_not_stay_stuck(sampler):
     assert run.info["stuck_chains"] == [] and run.info["n_divergent"] == 0
 
 
+def test_adaptive_hmc_keeps_its_trajectory_length_while_the_step_is_too_small():
+    """A step too small for the trajectory within ``max_leapfrog`` steps (chains far
+    out in a steep region, early in warm-up) caps that step's trajectory, but leaves
+    the adapted length: clamping it to max_leapfrog x step forgot it, and on the
+    benchmark's badly scaled regression the length then crawled back from 0.01 at the
+    adapter's rate for the rest of warm-up (R-hat 11.5)."""
+    target = lambda x: 0.5 * (x * x).sum(1)  # noqa: E731
+    sampler = AdaptiveHMC(max_leapfrog=16)
+    x0 = torch.randn(8, 2, generator=torch.Generator().manual_seed(0))
+    state = sampler.begin_warmup(sampler.init(x0, target), 100)
+    state = state.replace(step_size=torch.tensor(1e-3), trajectory_length=2.0, search_due=False)
+    after = sampler.step(state, target, torch.Generator().manual_seed(1))
+    assert after.trajectory_length == 2.0  # the cap bound, the length is kept
+    # the first step's Halton jitter is 1/2: half the capped 16 steps of 1e-3
+    assert after.n_grad_evals - state.n_grad_evals == 8
+    state = state.replace(step_size=torch.tensor(0.25))
+    after = sampler.step(state, target, torch.Generator().manual_seed(1))
+    assert after.trajectory_length != 2.0  # within the cap it adapts
+
+
 def test_nuts_tunes_one_step_size_per_chain_or_one_for_all():
     target = lambda x: 0.5 * (x * x / torch.tensor([0.01, 1.0])).sum(1)  # noqa: E731
     x0 = torch.randn(16, 2, generator=torch.Generator().manual_seed(1))

@@ -23,7 +23,11 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
   E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T (per gradient), with
   trajectory lengths jittered in (0, T] both during and after burn-in by the base-2
   Halton sequence (quasi-random, as in ChEES-HMC), so that no random number is read
-  back from the device to set a step's number of leapfrog steps.
+  back from the device to set a step's number of leapfrog steps. While the step size
+  is too small to reach T within ``max_leapfrog`` steps (chains still far out in a
+  steep region, early in warm-up), trajectories are cut to that many steps and T is
+  kept, not adapted: shrinking it to the cap would make it crawl back at Adam's rate
+  once the step size recovers.
 
 Warm-up reads the pooled acceptance and criteria back to the host once per step (the
 step size and length are host numbers); after warm-up a step reads nothing back.
@@ -213,7 +217,8 @@ class AdaptiveHMC(HMC):
         step_size: initial step size.
         trajectory_length: initial (maximum) trajectory length T.
         target_accept: mean acceptance probability the step size is tuned to.
-        max_leapfrog: cap on leapfrog steps per trajectory.
+        max_leapfrog: cap on leapfrog steps per trajectory (a longer one is cut, and
+            its length is not adapted on that step).
         adapt_mass: False switches off mass-matrix adaptation.
         adapt_length: False switches off trajectory-length adaptation.
         divergence_threshold: energy error beyond which a trajectory is divergent.
@@ -276,13 +281,15 @@ class AdaptiveHMC(HMC):
             state = self.tuning.search_step_size(state, energy, generator)
         n_chains = state.x.shape[0]
         u = halton(state.t + 1)
-        length = u * state.trajectory_length
-        n_steps = self._n_leapfrog(length, float(state.step_size))
+        step = float(state.step_size)
+        capped = state.trajectory_length > self.max_leapfrog * step
+        length = u * min(state.trajectory_length, self.max_leapfrog * step)
+        n_steps = self._n_leapfrog(length, step)
         eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype, device=state.x.device)
         traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
         new = self._move(state, traj, n_steps, generator)
         tuned = self.tuning.update(state, new)
-        if self.adapt_length and self.tuning.warming(state):
+        if self.adapt_length and self.tuning.warming(state) and not capped:
             return self._adapt_length(state, tuned, traj, u)
         return tuned
 
@@ -311,5 +318,5 @@ class AdaptiveHMC(HMC):
         grad = float((torch.where(ok, per_chain, 0) * weight).sum()) / chees - 1.0
         adam, log_t = new.chees.update(math.log(new.trajectory_length), grad)
         step = float(new.step_size)
-        length = min(max(math.exp(log_t), step), self.max_leapfrog * step)
+        length = max(math.exp(log_t), step)
         return new.replace(trajectory_length=length, chees=adam)
