@@ -10,8 +10,8 @@ import torch
 
 from ebmlab._checks import ArgumentError
 from ebmlab.samplers import HMC, NUTS, AdaptiveHMC
-from ebmlab.samplers.adaptation import WarmupWindows
-from ebmlab.samplers.base import SampleRun
+from ebmlab.samplers.adaptation import WarmupTuning, WarmupWindows
+from ebmlab.samplers.base import SampleRun, SamplerState
 from ebmlab.samplers.diagnostics import (
     SamplingWarning,
     effective_sample_size,
@@ -58,6 +58,70 @@ def test_a_chain_started_in_a_steep_region_does_not_stay_stuck(sampler):
     assert abs(float(draws.mean()) - log_sigma_mean()) < 4 * mcse
     assert float(split_rhat(draws).max()) <= 1.01
     assert run.info["stuck_chains"] == [] and run.info["n_divergent"] == 0
+
+
+@pytest.mark.parametrize("dim", [2, 50, 784])
+def test_far_behind_flags_only_chains_far_above_the_typical_set(dim):
+    """Chains drawn from a D-dimensional Gaussian spread their energies by about
+    sqrt(D / 2): none of 4096 is far behind; chains 300 + 30 sqrt(D) above are, and
+    tempered chains are never compared."""
+    g = torch.Generator().manual_seed(dim)
+    x = torch.randn(4096, dim, generator=g, dtype=torch.float64)
+    energy = 0.5 * (x * x).sum(1)
+    tuning = WarmupTuning(0.8, adapt_mass=True)
+    state = SamplerState.start(x, energy, None, 0)
+    assert not bool(tuning.far_behind(state).any())
+    lagging = torch.zeros(4096, dtype=torch.bool)
+    lagging[[3, 700, 4000]] = True
+    far = energy + lagging * (300 + 30 * dim**0.5)
+    assert torch.equal(tuning.far_behind(state.replace(energy=far)), lagging)
+    tempered = tuning.tempered(torch.rand(4096, generator=g, dtype=torch.float64))
+    assert not bool(tempered.far_behind(state.replace(energy=far)).any())
+
+
+def badly_scaled_regression() -> tuple[torch.Tensor, torch.Tensor]:
+    """434 rows of uncentred predictors on scales 1 to 100 and an interaction (an
+    indicator, a score around 100, their product, an age around 23), y with noise of
+    sd 18: the benchmark's regression, whose posterior is strongly correlated."""
+    g = torch.Generator().manual_seed(434)
+    n = 434
+    hs = (torch.rand(n, generator=g, dtype=torch.float64) < 0.79).double()
+    iq = 100 + 15 * torch.randn(n, generator=g, dtype=torch.float64)
+    age = 17 + 12 * torch.rand(n, generator=g, dtype=torch.float64)
+    X = torch.stack([torch.ones(n, dtype=torch.float64), hs, iq, hs * iq, age], 1)
+    beta = torch.tensor([-10.0, 50.0, 0.95, -0.48, 0.2], dtype=torch.float64)
+    return X, X @ beta + 18 * torch.randn(n, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["diagonal", "dense"])
+def test_adaptive_hmc_samples_a_badly_scaled_regression_from_stans_starts(dense):
+    """Flat priors on the coefficients, sigma uniform (sampled as log sigma): the
+    posterior mean of the coefficients is the least-squares fit, and exp(-2 log sigma)
+    is Gamma((N - P - 1) / 2, rate RSS / 2). From uniform(-2, 2), most chains take 100
+    to 250 warm-up steps to come in; their draws, left in the mass estimate, made it
+    thousands of times too large (R-hat 11.5 diagonal, 10.1 dense)."""
+    X, y = badly_scaled_regression()
+    n, p = X.shape
+
+    def energy(theta: torch.Tensor) -> torch.Tensor:
+        beta, log_sigma = theta[:, :p], theta[:, p]
+        rss = ((y - beta @ X.T) ** 2).sum(1)
+        return n * log_sigma + 0.5 * rss * torch.exp(-2 * log_sigma) - log_sigma
+
+    fit = torch.linalg.lstsq(X, y[:, None]).solution[:, 0]
+    rss = float(((y - X @ fit) ** 2).sum())
+    shape = torch.tensor((n - p - 1) / 2, dtype=torch.float64)
+    log_sigma = (math.log(rss / 2) - torch.special.digamma(shape)) / 2
+    exact = torch.cat([fit, log_sigma.reshape(1)])
+    x0 = torch.rand(32, p + 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)  # the restarts are said, and allowed
+        run = AdaptiveHMC(dense_mass=dense).run(energy, x0 * 4 - 2, 300, burn_in=300, thin=1,
+                                                generator=0)  # fmt: skip
+    draws = run.samples
+    mcse = draws.flatten(0, 1).std(0) / effective_sample_size(draws).sqrt()
+    assert float(split_rhat(draws).max()) <= 1.01
+    assert bool(((draws.mean((0, 1)) - exact).abs() < 4 * mcse).all())
 
 
 def test_adaptive_hmc_keeps_its_trajectory_length_while_the_step_is_too_small():

@@ -22,10 +22,11 @@ Hamiltonian sampler searches each chain's step size as Stan does (double or halv
 one leapfrog step's acceptance crosses 0.8). The inverse mass is the variance of the
 window's draws pooled over the chains that moved (per group of chains of equal inverse
 temperature when the kernel runs inside parallel tempering), or their covariance for a
-dense mass, regularised as in Stan. At
-the end of the initial buffer and of every window, a chain that never moved or diverged
-on every step since the last check is restarted at the position of a chain that moves
-(Stan re-draws such inits; here the many chains supply them).
+dense mass, regularised as in Stan. At the end of the initial buffer and of every
+window, a chain that never moved or diverged on every step since the last check, or
+whose energy sits far above the others' (still on its way in from its start), is
+restarted at the position of a chain that moves (Stan re-draws such inits; here the
+many chains supply them) and left out of the mass estimate.
 """
 
 from __future__ import annotations
@@ -227,9 +228,11 @@ class WindowStats:
 
     def covariance(self, keep: torch.Tensor) -> DenseMass:
         """The covariance (D, D) of the window's draws of the ``keep`` chains (B,) pooled
-        within and between chains (the within-chain sums of all chains: the chains left
-        out are the stuck ones, which add nothing to them), regularised as in Stan's
-        ``dense_e``: (n / (n + 5)) cov + 1e-3 (5 / (n + 5)) I over n draws."""
+        within and between chains, regularised as in Stan's ``dense_e``: (n / (n + 5))
+        cov + 1e-3 (5 / (n + 5)) I over n draws. The within-chain part sums over all
+        chains (one D x D sum, not one per chain): a stuck chain adds nothing to it,
+        but a chain far behind adds its spread along the way in. The between-chain
+        part leaves both out. After their restart the next window is clean."""
         w = keep.to(self.mean.dtype)
         chains = w.sum().clamp(min=1)
         grand = (w[:, None] * self.mean).sum(0) / chains
@@ -326,8 +329,8 @@ LOG_TARGET_SEARCH = math.log(0.8)  # the one-step acceptance Stan's step-size se
 class WarmupTuning:
     """The step size by :class:`DualAveraging` (per chain, or pooled with
     ``pool_step_size``) and, if ``adapt_mass``, the diagonal inverse mass at the ends of
-    :class:`WarmupWindows`, tuned during warm-up; stuck chains are restarted at the
-    window ends.
+    :class:`WarmupWindows`, tuned during warm-up; chains that are stuck, or far behind
+    the others in energy, are restarted at the window ends and left out of the mass.
 
     Args:
         target_accept: mean acceptance probability the step size is tuned to.
@@ -339,6 +342,7 @@ class WarmupTuning:
     """
 
     MAX_PROBES: ClassVar[int] = 100  # one-step trials of a step-size search (2^99 range)
+    BEHIND: ClassVar[float] = 25.0  # nats per unit of energy spread a chain may lag the others
 
     def __init__(
         self,
@@ -409,8 +413,9 @@ class WarmupTuning:
         warm-up's on its acceptance probabilities (``new.info``): a dual averaging
         update (on the device; skipped if ``step_adapted``: the kernel updated
         ``new.dual`` itself, chain by chain), and at the end of the initial buffer or a
-        window the stuck chains restarted and (at a window's end) a new inverse mass,
-        after which the step size is searched again and dual averaging restarts."""
+        window the chains that were stuck or are :meth:`far_behind` restarted and (at a
+        window's end) a new inverse mass from the others, after which the step size is
+        searched again and dual averaging restarts."""
         if not self.warming(old):
             return new
         if not step_adapted:
@@ -424,9 +429,11 @@ class WarmupTuning:
         new = new.replace(window=new.window.add(new.x, moments=self.adapt_mass))
         if new.t not in new.windows.checks:
             return new
-        stuck = new.window.stuck(new)
+        stuck = new.window.stuck(new) | self.far_behind(new)
         new = self._restart(new, stuck, "they had not moved, or diverged on every step, "
-                            f"since step {new.t - new.window.count}")  # fmt: skip
+                            f"since step {new.t - new.window.count}, or their energy was "
+                            f"more than {self.behind_margin(new.x):.3g} above the lower "
+                            "quartile of the chains'")  # fmt: skip
         if self.adapt_mass and new.t in new.windows.mass_updates:
             moving = ~stuck if bool((~stuck).any()) else torch.ones_like(stuck)
             mass = (new.window.covariance(moving) if self.dense_mass
@@ -434,6 +441,31 @@ class WarmupTuning:
             new = new.replace(inv_mass=mass, search_due=True)
         restart = DualAveraging.start(new.step_size, self.target_accept)
         return new.replace(dual=restart, window=WindowStats.begin(new, self.dense_mass))
+
+    def behind_margin(self, x: torch.Tensor) -> float:
+        """BEHIND (1 + sqrt(D / 2)) for chains x (B, ...) of D numbers each: how far a
+        chain's energy may sit above the lower quartile of the chains' before it counts
+        as far behind."""
+        return self.BEHIND * (1 + math.sqrt(x[0].numel() / 2))
+
+    def far_behind(self, state: SamplerState) -> torch.Tensor:
+        """Chains whose energy exceeds the lower quartile of the chains' by more than
+        :meth:`behind_margin` (B,); none when tempered (the chains' energies are at
+        different temperatures).
+
+        In the typical set of a D-dimensional target the chains' energies spread by
+        about sqrt(D / 2) (E - min E ~ Gamma(D / 2, 1) for a Gaussian), so a chain this
+        far above a quarter of them sits where the density is e^-25 of theirs or less:
+        it is still on its way in from its start. Its draws would inflate the window's
+        variance by orders of magnitude (the benchmark regression's chains started at
+        uniform(-2, 2) take 100 to 250 warm-up steps to come in), and, restarted at a
+        chain that has arrived, it samples the target from the next window on. A mode
+        that sits this far above the others holds a negligible share of the mass unless
+        its volume is larger by a similar factor."""
+        energy = state.energy
+        if self.groups is not None or len(energy) < 4:
+            return torch.zeros_like(energy, dtype=torch.bool)
+        return energy > torch.quantile(energy, 0.25) + self.behind_margin(state.x)
 
     def _restart(self, state: T, stuck: torch.Tensor, why: str) -> T:
         """``state`` with each ``stuck`` chain moved to the position (and step size) of
