@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.posteriors [--chains 32] [--warmup 300] [--draws 300]`` runs
 ebmlab's ``NUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax`` are installed,
-BlackJAX's window-adapted NUTS on every posterior of
+BlackJAX's window-adapted NUTS and its ChEES-HMC (AdaptiveHMC's peer) on every posterior of
 :mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
 unconstrained scale, default settings but ``target_accept`` where the posterior names
 one (``--dense`` adds both with ``dense_mass=True`` and BlackJAX's NUTS with a dense
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +117,9 @@ def main() -> None:
     try:
         import blackjax  # noqa: F401
 
-        from benchmarks.blackjax_runner import run_nuts
+        from benchmarks.blackjax_runner import run_chees, run_nuts
     except ImportError:  # pragma: no cover - the peer is optional
-        run_nuts = None
+        run_nuts = run_chees = None
     rows = []
     for posterior in POSTERIORS:
         if args.only and args.only not in posterior.name:
@@ -140,13 +141,13 @@ def main() -> None:
             rows.append(row(name, posterior, out, args.chains, args.draws))
             print(json.dumps(rows[-1]), flush=True)
         if run_nuts is not None and args.device == "cpu":
-            peers = {"BlackJAX NUTS": False}
+            sizes = (posterior, args.chains, args.warmup, args.draws)
+            peers = {"BlackJAX NUTS": partial(run_nuts, *sizes, seed=0),
+                     "BlackJAX ChEES-HMC": partial(run_chees, *sizes, seed=0)}  # fmt: skip
             if args.dense:
-                peers["BlackJAX NUTS, dense mass"] = True
-            for name, dense in peers.items():
-                out = run_nuts(posterior, args.chains, args.warmup, args.draws, seed=0,
-                               dense=dense)  # fmt: skip
-                rows.append(row(name, posterior, out, args.chains, args.draws))
+                peers["BlackJAX NUTS, dense mass"] = partial(run_nuts, *sizes, seed=0, dense=True)
+            for name, peer in peers.items():
+                rows.append(row(name, posterior, peer(), args.chains, args.draws))
                 print(json.dumps(rows[-1]), flush=True)
     (RESULTS / args.out).write_text(json.dumps(rows, indent=1) + "\n")
     print(markdown(rows, args))
