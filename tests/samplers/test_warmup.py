@@ -11,7 +11,7 @@ import torch
 from ebmlab._checks import ArgumentError
 from ebmlab.samplers import HMC, NUTS, AdaptiveHMC
 from ebmlab.samplers.adaptation import WarmupTuning, WarmupWindows
-from ebmlab.samplers.base import SampleRun, SamplerState
+from ebmlab.samplers.base import SamplerState, SampleRun
 from ebmlab.samplers.diagnostics import (
     SamplingWarning,
     effective_sample_size,
