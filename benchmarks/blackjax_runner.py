@@ -68,20 +68,30 @@ def run_nuts(
         grads = info.info.num_integration_steps.sum() + steps.sum()
         return draws, grads, divergent.sum()
 
-    run = jax.jit(jax.vmap(chain))
     keys = jax.random.split(jax.random.PRNGKey(seed), n_chains)
+    (draws, grads, divergent), seconds = _timed(jax.jit(jax.vmap(chain)), keys, posterior,
+                                                n_chains, seed)  # fmt: skip
+    return {
+        "draws": draws.transpose(1, 0, 2),
+        "n_grad_evals": int(grads.sum()),
+        "n_divergent": int(divergent.sum()),
+        "seconds": seconds,
+    }
+
+
+def _timed(run: Any, keys: Any, posterior: Posterior, n_chains: int, seed: int) -> tuple:
+    """The jitted ``run(keys, x0)`` from ``n_chains`` uniform(-2, 2) starts drawn from
+    ``seed``: run once to compile, then once timed. Its outputs as NumPy arrays, and the
+    seconds of the timed run."""
+    import jax
+    import jax.numpy as jnp
+
     rng = np.random.default_rng(seed)
     x0 = jnp.asarray(rng.uniform(-2.0, 2.0, (n_chains, posterior.dim)))
     jax.block_until_ready(run(keys, x0))  # compile
     start = time.perf_counter()
-    draws, grads, divergent = jax.block_until_ready(run(keys, x0))
-    seconds = time.perf_counter() - start
-    return {
-        "draws": np.asarray(draws).transpose(1, 0, 2),
-        "n_grad_evals": int(np.asarray(grads).sum()),
-        "n_divergent": int(np.asarray(divergent).sum()),
-        "seconds": seconds,
-    }
+    out = jax.block_until_ready(run(keys, x0))
+    return tuple(np.array(o) for o in out), time.perf_counter() - start
 
 
 def run_chees(
@@ -130,18 +140,12 @@ def run_chees(
         grads = info.info.num_integration_steps.sum() + steps.sum()
         return draws, grads, divergent.sum()
 
-    run = jax.jit(ensemble)
-    key = jax.random.PRNGKey(seed)
-    rng = np.random.default_rng(seed)
-    x0 = jnp.asarray(rng.uniform(-2.0, 2.0, (n_chains, posterior.dim)))
-    jax.block_until_ready(run(key, x0))  # compile
-    start = time.perf_counter()
-    draws, grads, divergent = jax.block_until_ready(run(key, x0))
-    seconds = time.perf_counter() - start
+    (draws, grads, divergent), seconds = _timed(jax.jit(ensemble), jax.random.PRNGKey(seed),
+                                                posterior, n_chains, seed)  # fmt: skip
     return {
-        "draws": np.array(draws),  # (n_draws, n_chains, D)
-        "n_grad_evals": int(np.asarray(grads)),
-        "n_divergent": int(np.asarray(divergent)),
+        "draws": draws,  # (n_draws, n_chains, D) already
+        "n_grad_evals": int(grads),
+        "n_divergent": int(divergent),
         "seconds": seconds,
     }
 

@@ -342,7 +342,7 @@ class WarmupTuning:
     """
 
     MAX_PROBES: ClassVar[int] = 100  # one-step trials of a step-size search (2^99 range)
-    BEHIND: ClassVar[float] = 25.0  # nats per unit of energy spread a chain may lag the others
+    BEHIND: ClassVar[float] = 25.0  # a chain may lag by 25 (1 + sqrt(D / 2)) nats (far_behind)
 
     def __init__(
         self,
@@ -451,7 +451,7 @@ class WarmupTuning:
     def far_behind(self, state: SamplerState) -> torch.Tensor:
         """Chains whose energy exceeds the lower quartile of the chains' by more than
         :meth:`behind_margin` (B,); none when tempered (the chains' energies are at
-        different temperatures).
+        different temperatures) or for fewer than 4 chains (no quartile to speak of).
 
         In the typical set of a D-dimensional target the chains' energies spread by
         about sqrt(D / 2) (E - min E ~ Gamma(D / 2, 1) for a Gaussian), so a chain this
