@@ -114,8 +114,7 @@ def test_adaptive_hmc_samples_a_badly_scaled_regression_from_stans_starts(dense)
     log_sigma = (math.log(rss / 2) - torch.special.digamma(shape)) / 2
     exact = torch.cat([fit, log_sigma.reshape(1)])
     x0 = torch.rand(32, p + 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SamplingWarning)  # the restarts are said, and allowed
+    with pytest.warns(SamplingWarning, match=r"chain\(s\) \[\d.*far behind"):
         run = AdaptiveHMC(dense_mass=dense).run(energy, x0 * 4 - 2, 300, burn_in=300, thin=1,
                                                 generator=0)  # fmt: skip
     draws = run.samples

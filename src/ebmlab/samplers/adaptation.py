@@ -429,11 +429,19 @@ class WarmupTuning:
         new = new.replace(window=new.window.add(new.x, moments=self.adapt_mass))
         if new.t not in new.windows.checks:
             return new
-        stuck = new.window.stuck(new) | self.far_behind(new)
-        new = self._restart(new, stuck, "they had not moved, or diverged on every step, "
-                            f"since step {new.t - new.window.count}, or their energy was "
-                            f"more than {self.behind_margin(new.x):.3g} above the lower "
-                            "quartile of the chains'")  # fmt: skip
+        stuck, behind = new.window.stuck(new), self.far_behind(new)
+        behind = behind & ~stuck
+        reasons, since = [], new.t - new.window.count
+        if bool(stuck.any()):
+            reasons.append(f"chain(s) {stuck.nonzero().flatten().tolist()} had not moved, or "
+                           f"diverged on every step, since step {since}")  # fmt: skip
+        if bool(behind.any()):
+            rows = behind.nonzero().flatten()
+            reasons.append(f"chain(s) {rows.tolist()} had energies {_listed(new.energy, rows)}, "
+                           f"more than {self.behind_margin(new.x):.3g} above the lower "
+                           "quartile of the chains' (far behind)")  # fmt: skip
+        stuck = stuck | behind
+        new = self._restart(new, stuck, "; ".join(reasons))
         if self.adapt_mass and new.t in new.windows.mass_updates:
             moving = ~stuck if bool((~stuck).any()) else torch.ones_like(stuck)
             mass = (new.window.covariance(moving) if self.dense_mass
