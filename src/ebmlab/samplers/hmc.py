@@ -282,8 +282,9 @@ class AdaptiveHMC(HMC):
         n_chains = state.x.shape[0]
         u = halton(state.t + 1)
         step = float(state.step_size)
-        capped = state.trajectory_length > self.max_leapfrog * step
-        length = u * min(state.trajectory_length, self.max_leapfrog * step)
+        cap = self.max_leapfrog * step
+        capped = state.trajectory_length > cap
+        length = u * min(state.trajectory_length, cap)
         n_steps = self._n_leapfrog(length, step)
         eps = torch.full((n_chains,), length / n_steps, dtype=state.x.dtype, device=state.x.device)
         traj = self.trajectory(state, energy, eps, n_steps, state.inv_mass, generator)
