@@ -3,12 +3,14 @@ stuck chains, clear errors for starts no step size can leave, and the warnings o
 whose chains are stuck or that fails a convergence check."""
 
 import math
+import re
 import warnings
 
 import pytest
 import torch
 
 from ebmlab._checks import ArgumentError
+from ebmlab.energies import DiagonalGaussian
 from ebmlab.samplers import HMC, NUTS, AdaptiveHMC
 from ebmlab.samplers.adaptation import WarmupTuning, WarmupWindows
 from ebmlab.samplers.base import SamplerState, SampleRun
@@ -164,6 +166,19 @@ def test_stuck_chains_are_restarted_during_warmup_with_a_warning():
     with pytest.warns(SamplingWarning, match=r"restarted chain\(s\) \[\d+.*at the positions"):
         run = AdaptiveHMC().run(log_sigma_energy, x0, 50, burn_in=300, thin=1, generator=0)
     assert run.info["stuck_chains"] == []
+
+
+def test_a_restart_of_many_chains_is_named_in_one_short_line():
+    """Dozens of chains far behind are listed by their first few and their number, not
+    one by one."""
+    target = DiagonalGaussian(torch.zeros(20), torch.logspace(-2, 0, 20))
+    x0 = torch.randn(200, 20, generator=torch.Generator().manual_seed(1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AdaptiveHMC().run(target, x0, 1, burn_in=40, generator=0)
+    message = next(str(w.message) for w in caught if "restarted" in str(w.message))
+    assert re.search(r"restarted chain\(s\) \[(\d+, ){8}\.\.\. \(\d\d in all\)\]", message)
+    assert len(message) < 600
 
 
 def test_starts_that_no_step_size_can_leave_are_refused_naming_the_chain():

@@ -433,11 +433,11 @@ class WarmupTuning:
         behind = behind & ~stuck
         reasons, since = [], new.t - new.window.count
         if bool(stuck.any()):
-            reasons.append(f"chain(s) {stuck.nonzero().flatten().tolist()} had not moved, or "
+            reasons.append(f"chain(s) {_chains(stuck.nonzero().flatten())} had not moved, or "
                            f"diverged on every step, since step {since}")  # fmt: skip
         if bool(behind.any()):
             rows = behind.nonzero().flatten()
-            reasons.append(f"chain(s) {rows.tolist()} had energies {_listed(new.energy, rows)}, "
+            reasons.append(f"chain(s) {_chains(rows)} had energies {_listed(new.energy, rows)}, "
                            f"more than {self.behind_margin(new.x):.3g} above the lower "
                            "quartile of the chains' (far behind)")  # fmt: skip
         stuck = stuck | behind
@@ -490,8 +490,8 @@ class WarmupTuning:
         steps = state.step_size
         step_sizes = torch.as_tensor(steps).expand(len(stuck))
         warnings.warn(
-            f"warm-up step {state.t}: restarted chain(s) {rows.tolist()} at the positions of "
-            f"chain(s) {donors.tolist()}: {why} (step sizes {_listed(step_sizes, rows)})",
+            f"warm-up step {state.t}: restarted chain(s) {_chains(rows)} at the positions of "
+            f"chain(s) {_chains(donors)}: {why} (step sizes {_listed(step_sizes, rows)})",
             SamplingWarning,
             stacklevel=2,
         )
@@ -523,7 +523,7 @@ class WarmupTuning:
             if bool(poor.any()):
                 rows = poor.nonzero().flatten()
                 warnings.warn(
-                    f"after warm-up, chain(s) {rows.tolist()} mix poorly: step sizes "
+                    f"after warm-up, chain(s) {_chains(rows)} mix poorly: step sizes "
                     f"{_listed(step, rows)} (median {float(step.median()):.3g}), moved on "
                     f"{_listed(moved, rows)} of the last {state.window.count} steps",
                     SamplingWarning,
@@ -592,6 +592,12 @@ class WarmupTuning:
     def centred(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, ...) minus the mean of its group of chains."""
         return x - x.mean(0) if self.groups is None else self.groups.centred(x)
+
+
+def _chains(rows: torch.Tensor, limit: int = 8) -> str:
+    """Chain indices as a short printed list (the first ``limit``, then how many)."""
+    shown = ", ".join(str(i) for i in rows[:limit].tolist())
+    return f"[{shown}, ... ({len(rows)} in all)]" if len(rows) > limit else f"[{shown}]"
 
 
 def _listed(values: torch.Tensor, rows: torch.Tensor, limit: int = 8) -> str:
