@@ -173,10 +173,12 @@ def cases() -> list[Case | MetricCase]:
     gen = torch.Generator().manual_seed(0)
     ill = DiagonalGaussian(torch.zeros(100), torch.logspace(-2, 0, 100))
 
-    adaptive = ess_efficiency(AdaptiveHMC(), ill, 1000, 300, 300)
-    nuts = ess_efficiency(NUTS(), ill, 1000, 300, 300)
-    # plain MALA needs a step below the smallest scale (0.01^2) to accept at all
-    mala = ess_efficiency(MALA(1.5e-4), ill, 1000, 300, 300)
+    # plain MALA needs a step below the smallest scale (0.01^2) to accept at all; NUTS
+    # runs 100 chains, whose trees of up to 2^7 steps take a minute on one core
+    adaptive = (ess_efficiency(AdaptiveHMC(), ill, 1000, 300, 300),
+                ess_efficiency(MALA(1.5e-4), ill, 1000, 300, 300), 1000)  # fmt: skip
+    nuts = (ess_efficiency(NUTS(), ill, 100, 300, 300),
+            ess_efficiency(MALA(1.5e-4), ill, 100, 300, 300), 100)  # fmt: skip
     return [
         Case(
             what=f"Langevin, MLP 64-256-256-1 SiLU, 1024 chains, {LANGEVIN_STEPS} steps",
@@ -218,12 +220,12 @@ def cases() -> list[Case | MetricCase]:
         ),
         *[
             MetricCase(
-                what=f"100-d Gaussian, sd 0.01..1, 1000 chains: min {measure} ({name})",
-                run=lambda ours=ours, i=i: (ours[i], mala[i]),
+                what=f"100-d Gaussian, sd 0.01..1, {chains} chains: min {measure} ({name})",
+                run=lambda ours=ours, mala=mala, i=i: (ours[i], mala[i]),
                 anchor_name="MALA (step 1.5e-4)",
                 unit=unit,
             )
-            for name, ours in (("AdaptiveHMC", adaptive), ("NUTS", nuts))
+            for name, (ours, mala, chains) in (("AdaptiveHMC", adaptive), ("NUTS", nuts))
             for i, (measure, unit) in enumerate(
                 [("ESS / 1000 gradients", "ESS/1k grads"), ("ESS / second", "ESS/s")]
             )

@@ -255,7 +255,7 @@ def _shrunk(
 @dataclass(frozen=True)
 class ChEESAdam:
     """Adam (beta1 = 0) on log trajectory length, following the gradient of
-    log(ChEES / T) (the change in squared distance per gradient evaluation)."""
+    log(ChEES / T^c) (:attr:`~ebmlab.samplers.hmc.AdaptiveHMC.LENGTH_COST`)."""
 
     BETA2: ClassVar[float] = 0.95
     LEARNING_RATE: ClassVar[float] = 0.025

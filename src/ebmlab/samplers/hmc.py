@@ -20,7 +20,8 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
   chains stuck over a window are restarted at the positions of moving ones
   (:class:`~ebmlab.samplers.adaptation.WarmupTuning`);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
-  E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T (per gradient), with
+  E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by sqrt(T)
+  (:attr:`AdaptiveHMC.LENGTH_COST`), with
   trajectory lengths jittered in (0, T] both during and after burn-in by the base-2
   Halton sequence (quasi-random, as in ChEES-HMC), so that no random number is read
   back from the device to set a step's number of leapfrog steps. While the step size
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -226,6 +228,11 @@ class AdaptiveHMC(HMC):
             flat rows (B, D), for posteriors whose coordinates are strongly correlated.
     """
 
+    #: the power of T that the ChEES criterion is divided by: 1 rates lengths per
+    #: gradient, 0 per transition; 0.5 mixed best on the posterior benchmark
+    #: (docs/results/posteriors.md).
+    LENGTH_COST: ClassVar[float] = 0.5
+
     def __init__(
         self,
         step_size: float = 0.1,
@@ -301,11 +308,12 @@ class AdaptiveHMC(HMC):
         traj: Trajectory,
         u: float,
     ) -> AdaptiveState:
-        """One Adam step (beta1 = 0) up log(ChEES / T) in log T.
+        """One Adam step (beta1 = 0) up log(ChEES / T^LENGTH_COST) in log T.
 
-        Dividing the criterion by T (proportional to the gradient cost) makes the
-        target the change in squared distance per gradient evaluation; without it the
-        criterion is flat beyond its first maximum and T drifts to wasteful lengths.
+        ChEES alone (Hoffman et al. 2021, eq. 4) is flat beyond its first maximum, so
+        T drifts to wasteful lengths; divided by T, the gradient cost, it favours the
+        fast coordinates and leaves the slow ones mixing over too few transitions;
+        :attr:`LENGTH_COST` sits between the two.
         """
         x0c, x1c = self.tuning.centred(old.x), self.tuning.centred(traj.x)
         diff = (x1c.flatten(1) ** 2).sum(1) - (x0c.flatten(1) ** 2).sum(1)
@@ -316,7 +324,7 @@ class AdaptiveHMC(HMC):
         chees = float((torch.where(ok, diff * diff / 4, 0) * weight).sum())
         if float(weight.sum()) <= 0 or chees <= 0:
             return new
-        grad = float((torch.where(ok, per_chain, 0) * weight).sum()) / chees - 1.0
+        grad = float((torch.where(ok, per_chain, 0) * weight).sum()) / chees - self.LENGTH_COST
         adam, log_t = new.chees.update(math.log(new.trajectory_length), grad)
         step = float(new.step_size)
         length = max(math.exp(log_t), step)
