@@ -145,3 +145,17 @@ def test_bfloat16_requests_take_the_float32_path_without_bfloat16_units(monkeypa
     model.grad_dtype = torch.bfloat16
     for got, exact in zip(model.energy_and_grad(x), want, strict=True):
         assert torch.equal(got, exact)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "amx", "avx512_bf16", "pays"),
+    [
+        ("GenuineIntel", True, True, True),  # AMX tiles
+        ("GenuineIntel", False, True, False),  # AVX512-BF16 alone: half float32's rate
+        ("AuthenticAMD", False, True, True),  # Zen 4
+        ("AuthenticAMD", False, False, False),  # AVX2 only
+    ],
+)
+def test_bfloat16_is_taken_only_where_its_products_outrun_float32(vendor, amx, avx512_bf16, pays):
+    features = {"avx2": True, "avx512": avx512_bf16, "avx512_bf16": avx512_bf16, "amx": amx}
+    assert hardware.bfloat16_pays(vendor, features) is pays

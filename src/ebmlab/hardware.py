@@ -132,7 +132,7 @@ def _packed_linear(dtype: torch.dtype) -> bool:
 
 def packed_linear(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether weights on ``device`` in ``dtype`` can use oneDNN's packed layout here:
-    bfloat16 on CPUs with bfloat16 units, float32 on AVX-512 CPUs whose oneDNN is not
+    bfloat16 where it pays (:func:`bfloat16_pays`), float32 on AVX-512 CPUs whose oneDNN is not
     held below AVX-512 (``ONEDNN_MAX_CPU_ISA``): on AVX2 ones, AMD EPYC among them, the
     packed float32 product measured slower than ``addmm``."""
     if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
@@ -140,6 +140,8 @@ def packed_linear(device: torch.device, dtype: torch.dtype) -> bool:
     if dtype == torch.float32 and (
         not cpu_features()["avx512"] or _onednn_isa_limit() in _ISAS_WITHOUT_AVX512
     ):
+        return False
+    if dtype == torch.bfloat16 and not bfloat16_pays(cpu_vendor(), cpu_features()):
         return False
     return _packed_linear(dtype)
 
@@ -169,12 +171,23 @@ def packed_min_rows(device: torch.device, dtype: torch.dtype, backward: bool = F
     return None if backward else 256
 
 
+def bfloat16_pays(vendor: str, features: dict[str, bool]) -> bool:
+    """Whether a CPU of this ``vendor`` with these :func:`cpu_features` multiplies
+    bfloat16 matrices faster than float32 ones: with AMX tiles (Intel), or with
+    AVX512-BF16 on AMD (Zen 4: 1.4-1.6x float32 in the sampler and RBM benchmarks). On Intel
+    CPUs with AVX512-BF16 but no AMX (or AMX that the hypervisor hides), oneDNN's
+    AVX512-BF16 kernel ran at half float32's rate (84 against 155 GFLOP/s for 2048^3,
+    one thread of a Xeon), so bfloat16 requests take the float32 path there."""
+    return features["amx"] or (vendor == "AuthenticAMD" and features["avx512_bf16"])
+
+
 @functools.cache
 def _cpu_bfloat16() -> bool:
     return (
         cpu_fast_paths_allowed()
         and _onednn_isa_has_bf16()
         and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        and bfloat16_pays(cpu_vendor(), cpu_features())
     )
 
 
@@ -197,9 +210,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -
 
 def reduced_precision(device: torch.device, dtype: torch.dtype | None) -> torch.dtype | None:
     """``dtype`` where arithmetic in it is fast on ``device``, else None (work in the
-    inputs' precision): accelerators take any, a CPU takes bfloat16 only with bfloat16
-    units (AVX512-BF16, AMX, AVX-NE-CONVERT). Without them PyTorch emulates bfloat16
-    products some twenty times slower than float32, for no gain in accuracy."""
+    inputs' precision): accelerators take any, a CPU takes bfloat16 only where its
+    products outrun float32's (:func:`bfloat16_pays`). Without bfloat16 units PyTorch
+    emulates bfloat16 products some twenty times slower than float32, for no gain in
+    accuracy."""
     if dtype is None or device.type != "cpu" or dtype != torch.bfloat16:
         return dtype
     return dtype if _cpu_bfloat16() else None
