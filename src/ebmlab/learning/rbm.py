@@ -65,8 +65,9 @@ class ContrastiveDivergence(PersistentChains):
         sparsity_cost: the penalty's weight: ``sparsity_cost`` (q_j - target) joins the
             gradient of each hidden unit's bias, and the same times the mean input its
             weights, for every RBM here.
-        matmul_dtype: do the matrix products in this dtype (``torch.bfloat16`` uses the
-            bfloat16 units, several times faster on CPUs with AMX); parameters,
+        matmul_dtype: do the matrix products in this dtype (``torch.bfloat16``: several
+            times faster on CPUs with AMX, float32 where bfloat16 would not be faster,
+            :func:`ebmlab.hardware.bfloat16_pays`); parameters,
             gradients and the uniforms of every draw keep at least float32.
         centering: descend along the gradient of the centred RBM (Montavon & Mueller
             2012; Melchior, Fischer & Wiskott 2016), whose energy
