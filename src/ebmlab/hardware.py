@@ -177,7 +177,12 @@ def bfloat16_pays(vendor: str, features: dict[str, bool]) -> bool:
     AVX512-BF16 on AMD (Zen 4: 1.4-1.6x float32 in the sampler and RBM benchmarks). On Intel
     CPUs with AVX512-BF16 but no AMX (or AMX that the hypervisor hides), oneDNN's
     AVX512-BF16 kernel ran at half float32's rate (84 against 155 GFLOP/s for 2048^3,
-    one thread of a Xeon), so bfloat16 requests take the float32 path there."""
+    one thread of a Xeon), so bfloat16 requests take the float32 path there.
+
+    Args:
+        vendor: :func:`cpu_vendor`'s answer, such as ``"GenuineIntel"``.
+        features: :func:`cpu_features`'s answer (``amx`` and ``avx512_bf16`` are read).
+    """
     return features["amx"] or (vendor == "AuthenticAMD" and features["avx512_bf16"])
 
 
