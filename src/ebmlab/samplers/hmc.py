@@ -310,7 +310,7 @@ class AdaptiveHMC(HMC):
     ) -> AdaptiveState:
         """One Adam step (beta1 = 0) up log(ChEES / T^LENGTH_COST) in log T.
 
-        ChEES alone (Hoffman et al. 2021, eq. 4) is flat beyond its first maximum, so
+        ChEES alone (Hoffman, Radul & Sountsov 2021) is flat beyond its first maximum, so
         T drifts to wasteful lengths; divided by T, the gradient cost, it favours the
         fast coordinates and leaves the slow ones mixing over too few transitions;
         :attr:`LENGTH_COST` sits between the two.
