@@ -173,12 +173,13 @@ def cases() -> list[Case | MetricCase]:
     gen = torch.Generator().manual_seed(0)
     ill = DiagonalGaussian(torch.zeros(100), torch.logspace(-2, 0, 100))
 
-    # plain MALA needs a step below the smallest scale (0.01^2) to accept at all; NUTS
-    # runs 100 chains, whose trees of up to 2^7 steps take a minute on one core
-    adaptive = (ess_efficiency(AdaptiveHMC(), ill, 1000, 300, 300),
-                ess_efficiency(MALA(1.5e-4), ill, 1000, 300, 300), 1000)  # fmt: skip
-    nuts = (ess_efficiency(NUTS(), ill, 100, 300, 300),
-            ess_efficiency(MALA(1.5e-4), ill, 100, 300, 300), 100)  # fmt: skip
+    def beside_mala(sampler, chains: int) -> tuple:
+        # plain MALA needs a step below the smallest scale (0.01^2) to accept at all
+        ours = ess_efficiency(sampler, ill, chains, 300, 300)
+        return ours, ess_efficiency(MALA(1.5e-4), ill, chains, 300, 300), chains
+
+    # NUTS runs 100 chains, whose trees of up to 2^7 steps take a minute on one core
+    adaptive, nuts = beside_mala(AdaptiveHMC(), 1000), beside_mala(NUTS(), 100)
     return [
         Case(
             what=f"Langevin, MLP 64-256-256-1 SiLU, 1024 chains, {LANGEVIN_STEPS} steps",

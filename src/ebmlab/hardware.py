@@ -141,7 +141,7 @@ def packed_linear(device: torch.device, dtype: torch.dtype) -> bool:
         not cpu_features()["avx512"] or _onednn_isa_limit() in _ISAS_WITHOUT_AVX512
     ):
         return False
-    if dtype == torch.bfloat16 and not bfloat16_pays(cpu_vendor(), cpu_features()):
+    if dtype == torch.bfloat16 and not _cpu_bfloat16():
         return False
     return _packed_linear(dtype)
 
