@@ -146,6 +146,18 @@ def test_adaptive_hmc_keeps_its_trajectory_length_while_the_step_is_too_small():
     assert after.trajectory_length != 2.0  # within the cap it adapts
 
 
+def test_adaptive_hmc_finds_the_unit_gaussians_trajectory_length():
+    """On a D-dimensional unit Gaussian with unit mass, x(t) = x cos t + p sin t, so
+    ChEES(t) = D sin^2 t; under the jitter uT it averages D (1/2 - sin(2T) / (4T)),
+    and ChEES / sqrt(T) peaks at T = 1.93. The length used to be floored at the
+    current step size, which dual averaging sets near 10x its value for a few steps
+    after each restart: T jumped to 8-11 and stayed near 12."""
+    x0 = torch.randn(256, 50, generator=torch.Generator().manual_seed(0))
+    sampler = AdaptiveHMC(adapt_mass=False)
+    run = sampler.run(lambda x: 0.5 * (x * x).sum(1), x0, 1, burn_in=400, generator=0)
+    assert 1.2 < run.final.trajectory_length < 3.2
+
+
 def test_nuts_tunes_one_step_size_per_chain_or_one_for_all():
     target = lambda x: 0.5 * (x * x / torch.tensor([0.01, 1.0])).sum(1)  # noqa: E731
     x0 = torch.randn(16, 2, generator=torch.Generator().manual_seed(1))

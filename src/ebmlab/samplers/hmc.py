@@ -21,7 +21,8 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
   (:class:`~ebmlab.samplers.adaptation.WarmupTuning`);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
   E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by sqrt(T)
-  (:attr:`AdaptiveHMC.LENGTH_COST`), with
+  (:attr:`AdaptiveHMC.LENGTH_COST`), its distances measured in the units that make
+  the mass the identity (so that every coordinate counts, not only the widest), with
   trajectory lengths jittered in (0, T] both during and after burn-in by the base-2
   Halton sequence (quasi-random, as in ChEES-HMC), so that no random number is read
   back from the device to set a step's number of leapfrog steps. While the step size
@@ -60,7 +61,7 @@ from ebmlab.samplers.integrators import (
     kinetic_energy,
     leapfrog,
     momentum,
-    velocity,
+    whiten,
 )
 
 
@@ -313,11 +314,16 @@ class AdaptiveHMC(HMC):
         ChEES alone (Hoffman, Radul & Sountsov 2021) is flat beyond its first maximum, so
         T drifts to wasteful lengths; divided by T, the gradient cost, it favours the
         fast coordinates and leaves the slow ones mixing over too few transitions;
-        :attr:`LENGTH_COST` sits between the two.
+        :attr:`LENGTH_COST` sits between the two. T has no floor at the step size:
+        for a few steps after each restart, dual averaging tries steps near ten times
+        its last one (Hoffman & Gelman 2014, Alg. 5's mu = log(10 eps)), and a floor
+        there lifted T to them for good. A trajectory shorter than one step is taken
+        as one shorter step.
         """
-        x0c, x1c = self.tuning.centred(old.x), self.tuning.centred(traj.x)
-        diff = (x1c.flatten(1) ** 2).sum(1) - (x0c.flatten(1) ** 2).sum(1)
-        speed = (x1c * velocity(traj.p, old.inv_mass)).flatten(1).sum(1)
+        x1c = self.tuning.centred(traj.x)
+        x0w, x1w = (whiten(x, old.inv_mass) for x in (self.tuning.centred(old.x), x1c))
+        diff = (x1w.flatten(1) ** 2).sum(1) - (x0w.flatten(1) ** 2).sum(1)
+        speed = (x1c * traj.p).flatten(1).sum(1)  # x1w . d x1w / dt, for any mass
         per_chain = diff * speed * u * new.trajectory_length  # d (diff^2 / 4) / d log T
         ok = torch.isfinite(per_chain) & ~traj.divergent
         weight = new.info.accept_prob * ok
@@ -326,6 +332,4 @@ class AdaptiveHMC(HMC):
             return new
         grad = float((torch.where(ok, per_chain, 0) * weight).sum()) / chees - self.LENGTH_COST
         adam, log_t = new.chees.update(math.log(new.trajectory_length), grad)
-        step = float(new.step_size)
-        length = max(math.exp(log_t), step)
-        return new.replace(trajectory_length=length, chees=adam)
+        return new.replace(trajectory_length=math.exp(log_t), chees=adam)

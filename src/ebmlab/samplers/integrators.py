@@ -49,6 +49,11 @@ class DenseMass:
         is L^{-T} L^{-1} = M."""
         return torch.linalg.solve_triangular(self.chol, noise, upper=False, left=False)
 
+    def whiten(self, x: torch.Tensor) -> torch.Tensor:
+        """L^{-1} x for rows x (B, D): positions in the units in which the mass is the
+        identity, |L^{-1} x|^2 = x^T M x."""
+        return torch.linalg.solve_triangular(self.chol.mT, x, upper=True, left=False)
+
 
 Mass = torch.Tensor | DenseMass  # a diagonal inverse mass broadcastable to x, or dense
 
@@ -62,6 +67,12 @@ def velocity(p: torch.Tensor, inv_mass: Mass) -> torch.Tensor:
 def momentum(noise: torch.Tensor, inv_mass: Mass) -> torch.Tensor:
     """Momenta p ~ N(0, M) from standard normal ``noise`` of the chains' shape."""
     return inv_mass.momentum(noise) if isinstance(inv_mass, DenseMass) else noise / inv_mass.sqrt()
+
+
+def whiten(x: torch.Tensor, inv_mass: Mass) -> torch.Tensor:
+    """Positions (B, ...) in the units in which the mass M is the identity: M^{1/2} x
+    for a diagonal mass, L^{-1} x for a dense one (M^{-1} = L L^T)."""
+    return inv_mass.whiten(x) if isinstance(inv_mass, DenseMass) else x / inv_mass.sqrt()
 
 
 def gaussian_noise(like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
