@@ -78,7 +78,7 @@ def test_a_dense_mass_whitens_a_correlated_gaussian(sampler):
     """After warm-up the inverse mass is the target's covariance (within 0.25), the
     moments come out within Monte Carlo error, and the chains need several times fewer
     gradients per effective draw than with a diagonal mass (measured: 5-20x for NUTS,
-    5.5x for AdaptiveHMC)."""
+    4x for AdaptiveHMC)."""
     energy, mu, cov = correlated_gaussian()
     x0 = torch.rand(32, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4 - 2
     efficiency = {}

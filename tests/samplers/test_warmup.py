@@ -149,7 +149,7 @@ def test_adaptive_hmc_keeps_its_trajectory_length_while_the_step_is_too_small():
 def test_adaptive_hmc_finds_the_unit_gaussians_trajectory_length():
     """On a D-dimensional unit Gaussian with unit mass, x(t) = x cos t + p sin t, so
     ChEES(t) = D sin^2 t; under the jitter uT it averages D (1/2 - sin(2T) / (4T)),
-    and ChEES / sqrt(T) peaks at T = 1.93. The length used to be floored at the
+    and ChEES / T^(1/4) peaks at T = 2.09. The length used to be floored at the
     current step size, which dual averaging sets near 10x its value for a few steps
     after each restart: T jumped to 8-11 and stayed near 12."""
     x0 = torch.randn(256, 50, generator=torch.Generator().manual_seed(0))

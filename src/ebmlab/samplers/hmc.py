@@ -20,7 +20,7 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
   chains stuck over a window are restarted at the positions of moving ones
   (:class:`~ebmlab.samplers.adaptation.WarmupTuning`);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
-  E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by sqrt(T)
+  E[(|x' - mean x'|^2 - |x - mean x|^2)^2] / 4 divided by T^(1/4)
   (:attr:`AdaptiveHMC.LENGTH_COST`), its distances measured in the units that make
   the mass the identity (so that every coordinate counts, not only the widest), with
   trajectory lengths jittered in (0, T] both during and after burn-in by the base-2
@@ -230,9 +230,9 @@ class AdaptiveHMC(HMC):
     """
 
     #: the power of T that the ChEES criterion is divided by: 1 rates lengths per
-    #: gradient, 0 per transition; 0.5 mixed best on the posterior benchmark
-    #: (docs/results/posteriors.md).
-    LENGTH_COST: ClassVar[float] = 0.5
+    #: gradient, 0 per transition; on the posterior benchmark 0.25 and 0.5 gave the
+    #: same ESS per gradient, 0.25 the lower R-hat (docs/results/posteriors.md).
+    LENGTH_COST: ClassVar[float] = 0.25
 
     def __init__(
         self,
