@@ -321,8 +321,9 @@ class AdaptiveHMC(HMC):
         as one shorter step.
         """
         x1c = self.tuning.centred(traj.x)
-        x0w, x1w = (whiten(x, old.inv_mass) for x in (self.tuning.centred(old.x), x1c))
-        diff = (x1w.flatten(1) ** 2).sum(1) - (x0w.flatten(1) ** 2).sum(1)
+        both = whiten(torch.stack([self.tuning.centred(old.x), x1c]), old.inv_mass)
+        before, after = both.flatten(2).square().sum(2)  # squared whitened distances
+        diff = after - before
         speed = (x1c * traj.p).flatten(1).sum(1)  # x1w . d x1w / dt, for any mass
         per_chain = diff * speed * u * new.trajectory_length  # d (diff^2 / 4) / d log T
         ok = torch.isfinite(per_chain) & ~traj.divergent
