@@ -30,12 +30,14 @@ import numpy as np
 
 def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Namespace:
     """The command line of a posterior run: chains, warm-up and kept steps (with these
-    defaults), and ``--only`` (the posteriors whose name contains it)."""
+    defaults), ``--only`` (the posteriors whose name contains it) and ``--sampler`` (the
+    samplers whose name contains it)."""
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--chains", type=int, default=chains)
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--draws", type=int, default=draws)
     parser.add_argument("--only", help="only the posteriors whose name contains this")
+    parser.add_argument("--sampler", help="only the samplers whose name contains this")
     parser.add_argument("--device", default="cpu", help="where ebmlab's chains run")
     parser.add_argument(
         "--lockstep",

@@ -89,6 +89,7 @@ def run_ebmlab(
         "stuck": len(run.info["stuck_chains"]),
         "restarts": len(restarted),
         "seconds": seconds,
+        "device": torch.cuda.get_device_name(x0.device) if x0.device.type == "cuda" else "cpu",
     }
 
 
@@ -108,6 +109,7 @@ def row(name: str, posterior: Posterior, out: dict[str, Any], chains: int, draws
         / out["n_grad_evals"],
         "ess_per_second": ess / out["seconds"],
         "seconds": out["seconds"],
+        **({"device": out["device"]} if "device" in out else {}),
     }
 
 
@@ -136,6 +138,8 @@ def main() -> None:
             samplers["ebmlab AdaptiveHMC, dense mass"] = AdaptiveHMC(target_accept=accept,
                                                                      dense_mass=True)  # fmt: skip
         for name, sampler in samplers.items():
+            if args.sampler and args.sampler not in name:
+                continue
             out = run_ebmlab(sampler, posterior, args.chains, args.warmup, args.draws,
                              args.device)  # fmt: skip
             rows.append(row(name, posterior, out, args.chains, args.draws))
@@ -147,6 +151,8 @@ def main() -> None:
             if args.dense:
                 peers["BlackJAX NUTS, dense mass"] = partial(run_nuts, *sizes, seed=0, dense=True)
             for name, peer in peers.items():
+                if args.sampler and args.sampler not in name:
+                    continue
                 rows.append(row(name, posterior, peer(), args.chains, args.draws))
                 print(json.dumps(rows[-1]), flush=True)
     (RESULTS / args.out).write_text(json.dumps(rows, indent=1) + "\n")
