@@ -541,9 +541,11 @@ def ebmlab_em_step(
     device: torch.device, s: Sizes, joint: bool, precision: str
 ) -> Callable[[], None]:
     """The same update with ebmlab's parts: :func:`~ebmlab.losses.energy_matching_loss`
-    on the same network (channels-last, under autocast), the fused Adam, the trainer's
+    on the same network (in the configuration's NCHW layout: GroupNorm has no
+    channels-last CUDA kernel, so that layout costs a copy per normalisation; under
+    autocast in bfloat16), the fused Adam, the trainer's
     clipping and :class:`~ebmlab.training.ema.WeightAverage`."""
-    model = ImageEnergy(_em_network(device, s)).to(memory_format=torch.channels_last)
+    model = ImageEnergy(_em_network(device, s))
     optimizer = torch.optim.Adam(
         model.parameters(), lr=8e-4, betas=(0.9, 0.95), fused=device.type == "cuda"
     )

@@ -53,11 +53,20 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
     return parser.parse_args()
 
 
+_TORCH_CONSTANTS: dict[tuple, Any] = {}
+
+
 def _const(values: np.ndarray, like: Any, xp: Any) -> Any:
-    """``values`` as an array of ``xp`` in ``like``'s dtype (and device, for torch)."""
-    if xp.__name__ == "torch":
-        return xp.as_tensor(values, dtype=like.dtype, device=like.device)
-    return xp.asarray(values, dtype=like.dtype)
+    """``values`` as an array of ``xp`` in ``like``'s dtype (and device, for torch). A
+    torch constant is copied to its device once and kept (by content), as a user's
+    model holds its data: a copy from the host at every evaluation would wait for the
+    device and keep the gradient from being replayed as a CUDA graph."""
+    if xp.__name__ != "torch":
+        return xp.asarray(values, dtype=like.dtype)
+    key = (values.tobytes(), values.shape, like.dtype, like.device)
+    if key not in _TORCH_CONSTANTS:
+        _TORCH_CONSTANTS[key] = xp.as_tensor(values, dtype=like.dtype, device=like.device)
+    return _TORCH_CONSTANTS[key]
 
 
 def _normal(x: Any, mu: Any, sigma: Any, xp: Any) -> Any:

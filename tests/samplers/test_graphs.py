@@ -13,11 +13,15 @@ import warnings
 import pytest
 import torch
 
+from ebmlab.devices import CaptureError
 from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
+from ebmlab.energies.base import as_energy_fn, energy_and_grad
 from ebmlab.samplers import (
     HMC,
     MALA,
+    NUTS,
     SGHMC,
+    AdaptiveHMC,
     BlockGibbs,
     EnergyMatchingSampler,
     EquilibriumDescent,
@@ -25,10 +29,19 @@ from ebmlab.samplers import (
     Langevin,
     MetropolisHastings,
     UnderdampedLangevin,
+    graphs,
 )
 from ebmlab.samplers.base import NonFiniteChainError, _FiniteWatch
 from ebmlab.samplers.diagnostics import SamplingWarning, effective_sample_size
-from ebmlab.samplers.graphs import ChunkedSteps, chunk_size, layout, rebuilt, tensors
+from ebmlab.samplers.graphs import (
+    CAPTURE_AT,
+    ChunkedSteps,
+    ReplayedGradient,
+    chunk_size,
+    layout,
+    rebuilt,
+    tensors,
+)
 from ebmlab.testing import assert_mean_close
 
 MEAN = torch.tensor([1.0, -1.0])
@@ -211,6 +224,72 @@ def test_on_the_cpu_every_step_runs_eagerly(graphs):
     assert len(calls) == 200
 
 
+def test_a_replayed_gradient_off_a_cuda_device_is_the_eager_one():
+    target, x0 = continuous()
+    fn = ReplayedGradient(as_energy_fn(target))
+    for _ in range(CAPTURE_AT + 2):
+        e, g = fn.value_and_grad(x0)
+        e0, g0 = energy_and_grad(target, x0)
+        assert torch.equal(e, e0) and torch.equal(g, g0)
+    assert not fn.graphs and torch.equal(fn(x0), target(x0))
+
+
+class RerunGraph:
+    """A stand-in for a captured graph off a GPU: each replay runs the work again and
+    writes its outputs into the same tensors, as a graph's static outputs are."""
+
+    def __init__(self, run, fn):
+        self.run, self.fn = run, fn
+
+    def replay(self):
+        outputs = next(out for graph, _, out in self.fn.graphs.values() if graph is self)
+        static = list(outputs)
+        self.run()
+        for old, new in zip(static, outputs, strict=True):
+            old.copy_(new)
+        outputs[:] = static
+
+
+def test_replayed_gradients_capture_each_shape_at_its_third_evaluation(monkeypatch):
+    captured = []
+
+    def capture(run, device, generator=None):
+        run()
+        captured.append(device)
+        return RerunGraph(run, fn)
+
+    monkeypatch.setattr(graphs, "capturable", lambda device: True)
+    monkeypatch.setattr(graphs, "warm_and_capture", capture)
+    target, _ = continuous()
+    fn = ReplayedGradient(as_energy_fn(target))
+    held = {}  # the last results at each shape, which a later replay must not change
+    for n in [8] * 5 + [16] * 3 + [1, 2, 3, 4] * 3:
+        x = torch.randn(n, 2)
+        e, g = fn.value_and_grad(x)
+        e0, g0 = energy_and_grad(target, x)
+        assert torch.equal(e, e0) and torch.equal(g, g0)
+        if n in held:
+            assert torch.equal(held[n][0], held[n][1])
+        held[n] = (e, e0)
+    assert len(captured) == graphs.MAX_SHAPES  # 8, 16, 1 and 2; 3 and 4 stay eager
+    assert sorted(key[0][0] for key in fn.graphs) == [1, 2, 8, 16]
+
+
+def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(monkeypatch):
+    def capture(run, device, generator=None):
+        raise CaptureError("it reads values back to the host", ran=False)
+
+    monkeypatch.setattr(graphs, "capturable", lambda device: True)
+    monkeypatch.setattr(graphs, "warm_and_capture", capture)
+    target, x0 = continuous()
+    fn = ReplayedGradient(as_energy_fn(target))
+    with pytest.warns(SamplingWarning, match="could not be captured"):
+        for _ in range(CAPTURE_AT + 3):
+            _, g = fn.value_and_grad(x0)
+    assert fn.failed and not fn.graphs
+    assert torch.equal(g, energy_and_grad(target, x0)[1])
+
+
 # On a CUDA GPU: captured, replayed, and compared with the eager run.
 
 
@@ -302,3 +381,53 @@ def test_replayed_mlp_langevin_with_bfloat16_gradients_is_reproducible():
     c = Langevin(1e-3).sample(model, x0, 200, generator=1, graphs=False)
     assert torch.equal(a, b) and torch.isfinite(a).all()
     assert not torch.equal(a, c)  # replayed, not eager
+
+
+def diagonal_gaussian(x):
+    """A 6-d Gaussian of scales 0.1 to 3 written elementwise: the same kernels replayed
+    or eager give the same bits."""
+    scale = torch.linspace(0.1, 3.0, x.shape[1], dtype=x.dtype, device=x.device)
+    return 0.5 * ((x - 1.0) / scale).square().sum(1)
+
+
+@pytest.mark.cuda
+def test_a_replayed_gradient_equals_the_eager_one_at_each_shape():
+    torch.manual_seed(0)
+    model = MLPEnergy(8, hidden=(32, 32)).cuda()
+    fn = ReplayedGradient(as_energy_fn(model))
+    for n in (16, 16, 16, 16, 32, 32, 32, 16, 32):
+        x = torch.randn(n, 8, device="cuda")
+        e, g = fn.value_and_grad(x)
+        e0, g0 = energy_and_grad(model, x)
+        torch.testing.assert_close(e, e0)
+        torch.testing.assert_close(g, g0)
+    assert len(fn.graphs) == 2 and not fn.failed
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", [NUTS(), AdaptiveHMC()], ids=["nuts", "adaptive-hmc"])
+def test_tree_and_tuned_samplers_replay_their_gradients_with_the_eager_draws(kernel):
+    x0 = torch.rand(64, 6, dtype=torch.float64, device="cuda") * 4 - 2
+    runs, calls = {}, {}
+    for g in (True, False):
+        energy, calls[g] = energy_counting(diagonal_gaussian)
+        runs[g] = kernel.run(energy, x0, 150, burn_in=150, thin=1, generator=2, graphs=g)
+    assert torch.equal(runs[True].samples, runs[False].samples)
+    assert len(calls[True]) < len(calls[False]) / 4  # most evaluations replayed
+    samples = runs[True].samples.cpu()
+    ess = effective_sample_size(samples).clamp_min(10)
+    assert_mean_close(samples.reshape(-1, 6), torch.ones(6, dtype=torch.float64), ess=ess)
+
+
+@pytest.mark.cuda
+def test_a_gradient_that_reads_values_back_is_evaluated_eagerly_with_a_warning():
+    def syncing(x):
+        if float(x.abs().max()) > 1e6:  # a host read-back: not capturable
+            raise AssertionError("unreachable")
+        return diagonal_gaussian(x)
+
+    x0 = torch.rand(32, 6, dtype=torch.float64, device="cuda") * 4 - 2
+    with pytest.warns(SamplingWarning, match="gradient could not be captured"):
+        run = AdaptiveHMC().run(syncing, x0, 50, burn_in=50, thin=1, generator=4)
+    eager = AdaptiveHMC().run(syncing, x0, 50, burn_in=50, thin=1, generator=4, graphs=False)
+    assert torch.equal(run.samples, eager.samples)

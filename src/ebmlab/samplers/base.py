@@ -358,11 +358,14 @@ class Sampler(Generic[S]):
             generator: a ``torch.Generator`` on x0's device, or an int seed.
             trace: also stack every step's :class:`StepInfo` into ``SampleRun.trace``
                 (per-step acceptance, divergences and energies, burn-in included).
-            graphs: on a CUDA device, replay chunks of steps as CUDA graphs where the
-                kernel's steps are :meth:`replayable`, the phase (burn-in, kept steps)
-                has 64 steps or more and no trace is asked for (one
-                launch per chunk instead of a dozen per step; reproducible from the
-                seed, statistically the eager steps); False runs every step eagerly.
+            graphs: on a CUDA device, unless a trace is asked for, replay chunks of
+                steps as CUDA graphs where the kernel's steps are :meth:`replayable`
+                and the phase (burn-in, kept steps) has 64 steps or more (one launch
+                per chunk instead of a dozen per step; reproducible from the seed,
+                statistically the eager steps); for other kernels (NUTS, AdaptiveHMC)
+                replay each gradient evaluation of a batch shape met before
+                (:class:`~ebmlab.samplers.graphs.ReplayedGradient`: the same values).
+                False runs every step eagerly.
 
         Returns:
             A :class:`SampleRun`.
@@ -384,6 +387,8 @@ class Sampler(Generic[S]):
                 state = self.begin_warmup(self.init(x0, fn), burn_in)
             except ArgumentError as err:  # the energy's own check, put in the caller's terms
                 raise ArgumentError(f"x0 does not fit the energy: {err}") from err
+            if replay and not self.replayable(state):  # replay each gradient instead
+                fn = graphs.ReplayedGradient(fn)
             state = self._steps(state, fn, gen, burn_in, watch, replay, infos=infos)
             state = self.end_warmup(state)
             warm = state

@@ -13,6 +13,12 @@ generator as it was (the run goes on eagerly from where the chunks stopped).
 
 :class:`ChunkedSteps` runs the chunks; without capture (``capture=False``) it calls
 the same chunk eagerly, the path the tests compare on any device.
+
+Kernels whose steps are not replayable (NUTS's trees, AdaptiveHMC's trajectories, whose
+lengths are decided on the host) still spend most of a step in the energy and its
+gradient, a hundred kernels or more for a posterior written in PyTorch.
+:class:`ReplayedGradient` captures that one evaluation per batch shape and replays it
+for every leapfrog step: the same kernels on the same inputs, so the same values.
 """
 
 from __future__ import annotations
@@ -25,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ebmlab.devices import CaptureError, warm_and_capture
+from ebmlab.energies.base import EnergyFn, EnergyFunction, energy_and_grad
 from ebmlab.samplers.diagnostics import SamplingWarning
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from ebmlab.energies.base import EnergyFn
     from ebmlab.samplers.base import Sampler, SamplerState
 
 MAX_CHUNK = 64  # steps per graph at most: the run's finiteness is read back as often
@@ -37,6 +43,9 @@ MIN_CHUNK = 4
 # graph's instantiation, which a few replays would not repay (a training step's SGLD)
 MIN_STEPS = 64
 COUNTERS = ("t", "n_grad_evals")  # the integer fields a step advances
+# a batch shape's gradient is captured at its third evaluation (a step-size search or
+# a one-off batch never pays a capture), for at most four shapes per run
+CAPTURE_AT, MAX_SHAPES = 3, 4
 
 
 def chunk_size(n_steps: int, thin: int | None) -> int:
@@ -196,3 +205,67 @@ class ChunkedSteps:
     def state(self) -> SamplerState:
         """The chains' state after the chunks run so far."""
         return rebuilt(self.template, iter(self.buffers)).replace(**self.counters)
+
+
+def capturable(device: torch.device) -> bool:
+    """Whether work on ``device`` can be captured now: a CUDA device, no capture under
+    way (a replayed chunk's steps are captured whole)."""
+    return device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
+
+
+class ReplayedGradient(EnergyFunction):
+    """``energy`` whose gradient evaluations (:meth:`value_and_grad`) on a CUDA device
+    are replayed from CUDA graphs, one per batch shape, dtype and device, captured at
+    that shape's :data:`CAPTURE_AT`-th evaluation: the batch is copied into the graph's
+    input, the graph replayed, its outputs copied out, four launches in place of the
+    energy's forward and backward kernels. Values are those of the eager evaluation
+    (the same kernels on the same inputs). The energy itself (``__call__``) runs eagerly.
+    An energy that cannot be captured (one that reads values back to the host, say)
+    is evaluated eagerly from then on, after a :class:`SamplingWarning`.
+
+    Args:
+        energy: the energy callable; its parameters must not change while the graphs
+            live (a sampler's run freezes them).
+    """
+
+    def __init__(self, energy: EnergyFn) -> None:
+        super().__init__(energy)
+        self.seen: dict[tuple, int] = {}
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, list]] = {}
+        self.failed = False
+
+    def value_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (tuple(x.shape), x.dtype, x.device)
+        if key in self.graphs:
+            graph, x_in, out = self.graphs[key]
+            x_in.copy_(x)
+            graph.replay()
+            return out[0].clone(), out[1].clone()
+        eager = self.failed or len(self.graphs) >= MAX_SHAPES or not capturable(x.device)
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if eager or self.seen[key] < CAPTURE_AT:
+            return energy_and_grad(self.fn, x)
+        return self._capture(key, x)
+
+    def _capture(self, key: tuple, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Capture the evaluation at ``x``'s shape and replay it at ``x``; eagerly, after
+        a warning, when it cannot be captured."""
+        x_in, out = x.detach().clone(), []
+
+        def evaluate() -> bool:
+            out[:] = energy_and_grad(self.fn, x_in)
+            return True
+
+        try:
+            graph = warm_and_capture(evaluate, x.device)
+        except CaptureError as err:
+            warnings.warn(
+                f"the energy's gradient could not be captured as a CUDA graph ({err}); it "
+                "is evaluated eagerly (Sampler.run(graphs=False) says so up front)",
+                SamplingWarning,
+                stacklevel=5,
+            )
+            self.failed = True
+            return energy_and_grad(self.fn, x)
+        self.graphs[key] = (graph, x_in, out)
+        return self.value_and_grad(x)
