@@ -363,8 +363,9 @@ class Sampler(Generic[S]):
                 and the phase (burn-in, kept steps) has 64 steps or more (one launch
                 per chunk instead of a dozen per step; reproducible from the seed,
                 statistically the eager steps); for other kernels (NUTS, AdaptiveHMC)
-                replay each gradient evaluation of a batch shape met before
-                (:class:`~ebmlab.samplers.graphs.ReplayedGradient`: the same values).
+                in runs of 64 steps or more, replay each gradient evaluation of a batch
+                shape met before (:class:`~ebmlab.samplers.graphs.ReplayedGradient`:
+                the same values).
                 False runs every step eagerly.
 
         Returns:
@@ -387,8 +388,8 @@ class Sampler(Generic[S]):
                 state = self.begin_warmup(self.init(x0, fn), burn_in)
             except ArgumentError as err:  # the energy's own check, put in the caller's terms
                 raise ArgumentError(f"x0 does not fit the energy: {err}") from err
-            if replay and not self.replayable(state):  # replay each gradient instead
-                fn = graphs.ReplayedGradient(fn)
+            if replay and burn_in + n_steps >= graphs.MIN_STEPS and not self.replayable(state):
+                fn = graphs.ReplayedGradient(fn)  # replay each gradient instead
             state = self._steps(state, fn, gen, burn_in, watch, replay, infos=infos)
             state = self.end_warmup(state)
             warm = state
