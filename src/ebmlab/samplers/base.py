@@ -365,8 +365,7 @@ class Sampler(Generic[S]):
                 statistically the eager steps); for other kernels (NUTS, AdaptiveHMC)
                 in runs of 64 steps or more, replay each gradient evaluation of a batch
                 shape met before (:class:`~ebmlab.samplers.graphs.ReplayedGradient`:
-                the same values).
-                False runs every step eagerly.
+                the same values). False runs every step eagerly.
 
         Returns:
             A :class:`SampleRun`.
