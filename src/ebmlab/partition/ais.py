@@ -39,6 +39,7 @@ from ebmlab.partition import annealing_graphs
 from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
+from ebmlab.samplers.graphs import ReplayedGradient
 from ebmlab.samplers.tempering import geometric_path
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def ais(
     steps_per_temperature: int = 1,
     data: torch.Tensor | np.ndarray | None = None,
     generator: torch.Generator | int | None = None,
+    graphs: bool = True,
 ) -> LogZEstimate:
     """log Z of ``energy`` by AIS.
 
@@ -139,6 +141,9 @@ def ais(
         steps_per_temperature: kernel steps at each temperature.
         generator: source of randomness, a ``torch.Generator`` on the data's device
             (``None``: the global one).
+        graphs: on a CUDA device, replay the path's energy and gradient as a CUDA graph
+            at every temperature (the inverse temperature is read from the device;
+            :class:`~ebmlab.samplers.graphs.ReplayedGradient`: the same values).
     """
     _checks.finite_parameters("energy", energy)
     from ebmlab.energies.boltzmann import BernoulliRBM, DeepBoltzmannMachine
@@ -165,20 +170,23 @@ def ais(
     x = base.sample(n_chains, gen)
     wide = wide_dtype(x.device)
     log_w = torch.zeros(n_chains, dtype=wide, device=x.device)
-    with frozen_parameters(energy), torch.no_grad():
-        diff = (e0(x) - e1(x)).to(wide)
-    for k in range(1, len(betas)):
-        log_w += (betas[k] - betas[k - 1]) * diff
-        if k == len(betas) - 1:
-            break
-        path = geometric_path(e0, e1, float(betas[k]))
-        with frozen_parameters(energy):
+    beta = torch.zeros((), dtype=wide, device=x.device)  # the path reads it at each step
+    path = geometric_path(e0, e1, beta)
+    path = ReplayedGradient(path) if graphs else path
+    with frozen_parameters(energy):
+        with torch.no_grad():
+            diff = (e0(x) - e1(x)).to(wide)
+        for k in range(1, len(betas)):
+            log_w += (betas[k] - betas[k - 1]) * diff
+            if k == len(betas) - 1:
+                break
+            beta.fill_(float(betas[k]))
             state = kernel.init(x, path)
             for _ in range(steps_per_temperature):
                 state = kernel.step(state, path, gen)
-        x = state.x
-        with torch.no_grad():
-            diff = (e0(x) - e1(x)).to(wide)
+            x = state.x
+            with torch.no_grad():
+                diff = (e0(x) - e1(x)).to(wide)
     return _estimate(log_w, float(base.log_partition()), "ais", betas, start)
 
 

@@ -60,6 +60,7 @@ from ebmlab.devices import wide_dtype
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
+from ebmlab.samplers.graphs import ReplayedGradient
 from ebmlab.samplers.tempering import geometric_path
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def smc(
     chain_length: int = 1,
     max_stages: int = 10_000,
     generator: torch.Generator | int | None = None,
+    graphs: bool = True,
 ) -> LogZEstimate:
     """log Z of ``energy`` by tempered SMC from ``base``, with its standard error.
 
@@ -145,6 +147,9 @@ def smc(
             multiple, with at least two chains per run).
         max_stages: a stage limit per run; exceeding it is an error.
         generator: randomness, on the base's device.
+        graphs: on a CUDA device, replay the moves' energy and gradient as a CUDA graph
+            (each chain's inverse temperature is read from the device;
+            :class:`~ebmlab.samplers.graphs.ReplayedGradient`: the same values).
     """
     _check_population(energy, base, kernel, n_particles, ess_fraction, steps_per_stage, max_stages)
     _checks.positive_int("n_runs", n_runs)
@@ -168,7 +173,8 @@ def smc(
     gen = _checks.generator("generator", generator, energy_device(base))
     start = time.perf_counter()
     pop = _anneal(energy, base, kernel, n_particles, n_runs, variance == "genealogy",
-                  ess_fraction, steps_per_stage, chain_length, max_stages, gen)  # fmt: skip
+                  ess_fraction, steps_per_stage, chain_length, max_stages, gen,
+                  graphs)  # fmt: skip
     f64 = pop.log_ratio.dtype
     log_z0 = float(base.log_partition())
     per_run = pop.log_ratio + log_z0
@@ -282,10 +288,11 @@ def _anneal(
     chain_length: int,
     max_stages: int,
     gen: torch.Generator | None,
+    graphs: bool = True,
 ) -> _Population:
     """Move ``n_runs`` populations from ``base`` to ``energy`` (the stages of :func:`smc`),
     resampling systematically, or multinomially while tracking each run's
-    ``genealogy``."""
+    ``genealogy``; with ``graphs``, the moves' energy and gradient replayed on CUDA."""
     e1, e0 = as_energy_fn(energy), as_energy_fn(base)
     x = base.sample(n_runs * n_particles, gen)
     device = x.device
@@ -299,6 +306,9 @@ def _anneal(
     resample = _multinomial if genealogy else _systematic
     eve = torch.arange(n_particles, device=device).expand(n_runs, -1)
     concentration = torch.ones(n_runs, dtype=f64, device=device)  # sum_e S_e^2 at the end
+    chain_beta = x.new_zeros(n_runs * n_chains)  # each chain's stage, read by the path
+    path = geometric_path(e0, e1, chain_beta)
+    path = ReplayedGradient(path) if graphs else path
     with frozen_parameters(energy):
         for _ in range(max_stages):
             with torch.no_grad():
@@ -324,7 +334,7 @@ def _anneal(
             if genealogy:
                 eve = eve.gather(1, picks)
             rows = (picks + offsets).view(-1)
-            path = geometric_path(e0, e1, beta.repeat_interleave(n_chains).to(x.dtype))
+            chain_beta.copy_(beta.repeat_interleave(n_chains))
             state = kernel.init(x.index_select(0, rows), path)
             kept = []
             for _ in range(chain_length):
