@@ -51,15 +51,21 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("target", help="FILE.py:NAME, a function x (B, D) -> energy (B,)")
     p.add_argument("--dim", type=int, required=True, help="D, the number of coordinates")
-    p.add_argument("--log-density", action="store_true",
-                   help="NAME returns the log density (up to a constant), not the energy")
+    p.add_argument(
+        "--log-density",
+        action="store_true",
+        help="NAME returns the log density (up to a constant), not the energy",
+    )
     p.add_argument("--sampler", choices=list(SAMPLERS), default="nuts")
     p.add_argument("--chains", type=int, default=32)
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--draws", type=int, default=300)
     p.add_argument("--target-accept", type=float, default=0.8)
-    p.add_argument("--dense-mass", action="store_true",
-                   help="adapt a dense mass (Stan's dense_e), for correlated coordinates")
+    p.add_argument(
+        "--dense-mass",
+        action="store_true",
+        help="adapt a dense mass (Stan's dense_e), for correlated coordinates",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
     p.add_argument("--float32", action="store_true", help="single precision (default double)")

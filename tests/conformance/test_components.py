@@ -293,9 +293,7 @@ CASES = {
             generator=torch.Generator(put(X).device).manual_seed(1),
         )
     ),
-    "odeint_dopri5": lambda put: T.odeint(
-        lambda x, t: -x * t[:, None], put(X), method="dopri5"
-    ),
+    "odeint_dopri5": lambda put: T.odeint(lambda x, t: -x * t[:, None], put(X), method="dopri5"),
     "odeint_rk4": lambda put: T.odeint(lambda x, t: -x * t[:, None], put(X), n_steps=10),
     "diffusion_recovery_likelihood_loss": lambda put: L.diffusion_recovery_likelihood_loss(
         put(noise_conditional()),

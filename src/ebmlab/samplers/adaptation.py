@@ -244,9 +244,7 @@ class WindowStats:
         return DenseMass(_shrunk((cov + cov.T) / 2, n, eye))
 
 
-def _shrunk(
-    estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float
-) -> torch.Tensor:
+def _shrunk(estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float) -> torch.Tensor:
     """Stan's regularisation of a mass estimate from n draws: (n / (n + 5)) estimate
     + 1e-3 (5 / (n + 5)) ``unit`` (1 for a variance, the identity for a covariance)."""
     return (n / (n + 5)) * estimate + 1e-3 * (5 / (n + 5)) * unit
