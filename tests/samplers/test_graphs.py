@@ -9,6 +9,7 @@ replayed run is reproducible and samples the target as the eager run does.
 
 import dataclasses
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -288,6 +289,35 @@ def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(mo
             _, g = fn.value_and_grad(x0)
     assert fn.failed and not fn.graphs
     assert torch.equal(g, energy_and_grad(target, x0)[1])
+
+
+@pytest.mark.parametrize("kernel", [NUTS(), AdaptiveHMC()], ids=["nuts", "adaptive-hmc"])
+def test_runs_of_tree_and_tuned_samplers_evaluate_gradients_through_the_replay(monkeypatch, kernel):
+    """Sampler.run's path on a GPU, with each capture standing in as a rerun: the same
+    draws as the eager run, the energy called from Python for the first evaluations
+    of each shape (and the rerun replays) only."""
+    captures = []
+
+    def capture(run, device, generator=None):
+        run()
+        captures.append(run)
+        return SimpleNamespace(replay=run)
+
+    x0 = torch.rand(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    eager = kernel.run(diagonal_gaussian, x0 * 4 - 2, 40, burn_in=40, generator=2, graphs=False)
+    monkeypatch.setattr(graphs, "capturable", lambda device: True)
+    monkeypatch.setattr(graphs, "warm_and_capture", capture)
+    replayed = kernel.run(diagonal_gaussian, x0 * 4 - 2, 40, burn_in=40, generator=2)
+    assert len(captures) == 1  # one batch shape
+    assert torch.equal(replayed.samples, eager.samples)
+    short = kernel.run(diagonal_gaussian, x0 * 4 - 2, 20, burn_in=20, generator=2)
+    assert len(captures) == 1  # runs under 64 steps evaluate eagerly
+    assert torch.equal(
+        short.final.x,
+        kernel.run(
+            diagonal_gaussian, x0 * 4 - 2, 20, burn_in=20, generator=2, graphs=False
+        ).final.x,
+    )
 
 
 # On a CUDA GPU: captured, replayed, and compared with the eager run.

@@ -34,7 +34,7 @@ from ebmlab.energies.base import (
     energy_and_grad,
     energy_device,
 )
-from ebmlab.samplers import graphs
+from ebmlab.samplers import graphs as _graphs  # run() has a parameter named graphs
 from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
 
 S = TypeVar("S", bound="SamplerState")
@@ -217,7 +217,7 @@ class _FiniteWatch:
 
     def update(self, state: SamplerState) -> None:
         """Record the chains of ``state``, one step's."""
-        self.record(graphs.finite_rows(state.x).unsqueeze(0), state.t)
+        self.record(_graphs.finite_rows(state.x).unsqueeze(0), state.t)
 
     def record(self, flags: torch.Tensor, t: int) -> None:
         """Record ``flags`` (m, B), which chains were finite after each of the m steps
@@ -381,14 +381,14 @@ class Sampler(Generic[S]):
         kept: list[torch.Tensor] | None = None if thin is None else []
         infos: list[StepInfo] | None = [] if trace else None
         watch = _FiniteWatch(x0)
-        replay = graphs and not trace and x0.device.type == "cuda"
+        replay = graphs and not trace and _graphs.capturable(x0.device)
         with frozen_parameters(energy):
             try:
                 state = self.begin_warmup(self.init(x0, fn), burn_in)
             except ArgumentError as err:  # the energy's own check, put in the caller's terms
                 raise ArgumentError(f"x0 does not fit the energy: {err}") from err
-            if replay and burn_in + n_steps >= graphs.MIN_STEPS and not self.replayable(state):
-                fn = graphs.ReplayedGradient(fn)  # replay each gradient instead
+            if replay and burn_in + n_steps >= _graphs.MIN_STEPS and not self.replayable(state):
+                fn = _graphs.ReplayedGradient(fn)  # replay each gradient instead
             state = self._steps(state, fn, gen, burn_in, watch, replay, infos=infos)
             state = self.end_warmup(state)
             warm = state
@@ -434,9 +434,9 @@ class Sampler(Generic[S]):
         ``infos``; with ``replay`` and at least ``graphs.MIN_STEPS`` of them, the steps
         after the first ``thin`` (or the first one) run as replayed chunks where
         :meth:`replayable`."""
-        size = graphs.chunk_size(n, thin)
+        size = _graphs.chunk_size(n, thin)
         every = thin or 1
-        replay = replay and n >= graphs.MIN_STEPS
+        replay = replay and n >= _graphs.MIN_STEPS
         i = 0
         while i < n:
             if replay and i > 0 and i % every == 0 and n - i >= 3 * size:
@@ -469,7 +469,7 @@ class Sampler(Generic[S]):
         """The whole chunks of ``size`` steps that fit in ``n``, captured once and
         replayed (:class:`~ebmlab.samplers.graphs.ChunkedSteps`): the state after them
         and how many steps ran (fewer if the state's layout changed in a chunk)."""
-        chunks = graphs.ChunkedSteps(self, energy, generator, state, size, thin, capture=True)
+        chunks = _graphs.ChunkedSteps(self, energy, generator, state, size, thin, capture=True)
         ran = 0
         while n - ran >= size:
             moved = chunks.run()
