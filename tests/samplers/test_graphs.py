@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from ebmlab.devices import CaptureError
-from ebmlab.energies import BernoulliRBM, Gaussian, MLPEnergy
+from ebmlab.energies import BernoulliRBM, DiagonalGaussian, Gaussian, GaussianMixture, MLPEnergy
 from ebmlab.energies.base import as_energy_fn, energy_and_grad
+from ebmlab.partition import ais, smc
 from ebmlab.samplers import (
     HMC,
     MALA,
@@ -318,6 +319,28 @@ def test_runs_of_tree_and_tuned_samplers_evaluate_gradients_through_the_replay(m
             diagonal_gaussian, x0 * 4 - 2, 20, burn_in=20, generator=2, graphs=False
         ).final.x,
     )
+
+
+@pytest.mark.parametrize("estimator", [ais, smc])
+def test_annealed_moves_evaluate_gradients_through_the_replay(monkeypatch, estimator):
+    """AIS and SMC on a GPU, each capture standing in as a rerun: the path reads its
+    inverse temperatures from a tensor, so one capture serves every temperature and the
+    estimate is the eager one."""
+    captures = []
+
+    def capture(run, device, generator=None):
+        run()
+        captures.append(run)
+        return SimpleNamespace(replay=run)
+
+    mix = GaussianMixture.isotropic(torch.tensor([[-2.0, 0.0], [2.0, 1.0]]), std=0.5)
+    base = DiagonalGaussian(torch.zeros(2), torch.full((2,), 3.0))
+    sizes = {"n_chains": 50, "n_temperatures": 50} if estimator is ais else {"n_particles": 64}
+    eager = estimator(mix, base, HMC(0.2, 3), generator=0, graphs=False, **sizes)
+    monkeypatch.setattr(graphs, "capturable", lambda device: True)
+    monkeypatch.setattr(graphs, "warm_and_capture", capture)
+    replayed = estimator(mix, base, HMC(0.2, 3), generator=0, **sizes)
+    assert len(captures) == 1 and replayed.log_z == eager.log_z
 
 
 # On a CUDA GPU: captured, replayed, and compared with the eager run.
