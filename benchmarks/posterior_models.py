@@ -57,13 +57,14 @@ _TORCH_CONSTANTS: dict[tuple, Any] = {}
 
 
 def _const(values: np.ndarray, like: Any, xp: Any) -> Any:
-    """``values`` as an array of ``xp`` in ``like``'s dtype (and device, for torch). A
-    torch constant is copied to its device once and kept (by content), as a user's
-    model holds its data: a copy from the host at every evaluation would wait for the
-    device and keep the gradient from being replayed as a CUDA graph."""
+    """``values`` (a module-level array: it is known by its identity) as an array of
+    ``xp`` in ``like``'s dtype (and device, for torch). A torch constant is copied to its
+    device once and kept, as a user's model holds its data: a copy from the host at
+    every evaluation would wait for the device and keep the gradient from being
+    replayed as a CUDA graph."""
     if xp.__name__ != "torch":
         return xp.asarray(values, dtype=like.dtype)
-    key = (values.tobytes(), values.shape, like.dtype, like.device)
+    key = (id(values), like.dtype, like.device)
     if key not in _TORCH_CONSTANTS:
         _TORCH_CONSTANTS[key] = xp.as_tensor(values, dtype=like.dtype, device=like.device)
     return _TORCH_CONSTANTS[key]
@@ -170,14 +171,15 @@ def _ar_data(order: int = 5, n: int = 200) -> np.ndarray:
 
 AR_Y = _ar_data()
 AR_ORDER = 5
+AR_LAGS = np.column_stack([AR_Y[AR_ORDER - k : len(AR_Y) - k] for k in range(1, AR_ORDER + 1)])
+AR_TARGET = AR_Y[AR_ORDER:]
 
 
 def autoregression(theta: Any, xp: Any) -> Any:
     """y_t ~ N(alpha + sum_k beta_k y_{t-k}, sigma) for t > K; flat priors, sigma
     uniform (sampled as log sigma)."""
     alpha, beta, log_sigma = theta[..., 0], theta[..., 1 : 1 + AR_ORDER], theta[..., -1]
-    lags = np.column_stack([AR_Y[AR_ORDER - k : len(AR_Y) - k] for k in range(1, AR_ORDER + 1)])
-    L, y = _const(lags, theta, xp), _const(AR_Y[AR_ORDER:], theta, xp)
+    L, y = _const(AR_LAGS, theta, xp), _const(AR_TARGET, theta, xp)
     mean = alpha[..., None] + xp.sum(L * beta[..., None, :], axis=-1)
     lp = xp.sum(_normal(y, mean, xp.exp(log_sigma)[..., None], xp), axis=-1)
     return lp + log_sigma
@@ -195,6 +197,7 @@ def _cholesky(cov: Any, xp: Any) -> Any:
 
 GP_X = np.arange(-10.0, 11.0, 2.0)
 GP_COUNTS = np.array([40.0, 37.0, 29.0, 12.0, 4.0, 3.0, 9.0, 19.0, 77.0, 82.0, 33.0])
+GP_JITTER = 1e-10 * np.eye(len(GP_X))
 
 
 def gp_poisson(theta: Any, xp: Any) -> Any:
@@ -205,7 +208,7 @@ def gp_poisson(theta: Any, xp: Any) -> Any:
     rho, alpha = xp.exp(log_rho), xp.exp(log_alpha)
     x = _const(GP_X, theta, xp)
     sq = (x[:, None] - x[None, :]) ** 2
-    jitter = _const(1e-10 * np.eye(len(GP_X)), theta, xp)
+    jitter = _const(GP_JITTER, theta, xp)
     cov = alpha[..., None, None] ** 2 * xp.exp(-sq / (2 * rho[..., None, None] ** 2)) + jitter
     f = xp.sum(_cholesky(cov, xp) * eta[..., None, :], axis=-1)
     k = _const(GP_COUNTS, theta, xp)

@@ -292,11 +292,9 @@ def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(mo
     assert torch.equal(g, energy_and_grad(target, x0)[1])
 
 
-@pytest.mark.parametrize("kernel", [NUTS(), AdaptiveHMC()], ids=["nuts", "adaptive-hmc"])
-def test_runs_of_tree_and_tuned_samplers_evaluate_gradients_through_the_replay(monkeypatch, kernel):
-    """Sampler.run's path on a GPU, with each capture standing in as a rerun: the same
-    draws as the eager run, the energy called from Python for the first evaluations
-    of each shape (and the rerun replays) only."""
+def stand_in_captures(monkeypatch):
+    """Off a GPU, make every device capturable and every capture a rerun of its work
+    (run once, then once per replay); returns the list of captured works."""
     captures = []
 
     def capture(run, device, generator=None):
@@ -304,10 +302,19 @@ def test_runs_of_tree_and_tuned_samplers_evaluate_gradients_through_the_replay(m
         captures.append(run)
         return SimpleNamespace(replay=run)
 
-    x0 = torch.rand(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    eager = kernel.run(diagonal_gaussian, x0 * 4 - 2, 40, burn_in=40, generator=2, graphs=False)
     monkeypatch.setattr(graphs, "capturable", lambda device: True)
     monkeypatch.setattr(graphs, "warm_and_capture", capture)
+    return captures
+
+
+@pytest.mark.parametrize("kernel", [NUTS(), AdaptiveHMC()], ids=["nuts", "adaptive-hmc"])
+def test_runs_of_tree_and_tuned_samplers_evaluate_gradients_through_the_replay(monkeypatch, kernel):
+    """Sampler.run's path on a GPU, with each capture standing in as a rerun: the same
+    draws as the eager run, the energy called from Python for the first evaluations
+    of each shape (and the rerun replays) only."""
+    x0 = torch.rand(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    eager = kernel.run(diagonal_gaussian, x0 * 4 - 2, 40, burn_in=40, generator=2, graphs=False)
+    captures = stand_in_captures(monkeypatch)
     replayed = kernel.run(diagonal_gaussian, x0 * 4 - 2, 40, burn_in=40, generator=2)
     assert len(captures) == 1  # one batch shape
     assert torch.equal(replayed.samples, eager.samples)
@@ -326,19 +333,11 @@ def test_annealed_moves_evaluate_gradients_through_the_replay(monkeypatch, estim
     """AIS and SMC on a GPU, each capture standing in as a rerun: the path reads its
     inverse temperatures from a tensor, so one capture serves every temperature and the
     estimate is the eager one."""
-    captures = []
-
-    def capture(run, device, generator=None):
-        run()
-        captures.append(run)
-        return SimpleNamespace(replay=run)
-
     mix = GaussianMixture.isotropic(torch.tensor([[-2.0, 0.0], [2.0, 1.0]]), std=0.5)
     base = DiagonalGaussian(torch.zeros(2), torch.full((2,), 3.0))
     sizes = {"n_chains": 50, "n_temperatures": 50} if estimator is ais else {"n_particles": 64}
     eager = estimator(mix, base, HMC(0.2, 3), generator=0, graphs=False, **sizes)
-    monkeypatch.setattr(graphs, "capturable", lambda device: True)
-    monkeypatch.setattr(graphs, "warm_and_capture", capture)
+    captures = stand_in_captures(monkeypatch)
     replayed = estimator(mix, base, HMC(0.2, 3), generator=0, **sizes)
     assert len(captures) == 1 and replayed.log_z == eager.log_z
 

@@ -39,7 +39,7 @@ from ebmlab.partition import annealing_graphs
 from ebmlab.partition.binary_products import binary_products
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
-from ebmlab.samplers.graphs import ReplayedGradient
+from ebmlab.samplers.graphs import replayed_gradients
 from ebmlab.samplers.tempering import geometric_path
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ def ais(
     log_w = torch.zeros(n_chains, dtype=wide, device=x.device)
     beta = torch.zeros((), dtype=wide, device=x.device)  # the path reads it at each step
     path = geometric_path(e0, e1, beta)
-    path = ReplayedGradient(path) if graphs else path
+    path = replayed_gradients(path, x.device) if graphs else path
     with frozen_parameters(energy):
         with torch.no_grad():
             diff = (e0(x) - e1(x)).to(wide)

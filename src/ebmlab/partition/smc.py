@@ -60,7 +60,7 @@ from ebmlab.devices import wide_dtype
 from ebmlab.energies.base import EnergyLike, as_energy_fn, energy_device
 from ebmlab.partition.estimate import LogZEstimate
 from ebmlab.samplers.base import Sampler, frozen_parameters
-from ebmlab.samplers.graphs import ReplayedGradient
+from ebmlab.samplers.graphs import replayed_gradients
 from ebmlab.samplers.tempering import geometric_path
 
 if TYPE_CHECKING:
@@ -308,7 +308,7 @@ def _anneal(
     concentration = torch.ones(n_runs, dtype=f64, device=device)  # sum_e S_e^2 at the end
     chain_beta = x.new_zeros(n_runs * n_chains)  # each chain's stage, read by the path
     path = geometric_path(e0, e1, chain_beta)
-    path = ReplayedGradient(path) if graphs else path
+    path = replayed_gradients(path, x.device) if graphs else path
     with frozen_parameters(energy):
         for _ in range(max_stages):
             with torch.no_grad():

@@ -388,7 +388,7 @@ class Sampler(Generic[S]):
             except ArgumentError as err:  # the energy's own check, put in the caller's terms
                 raise ArgumentError(f"x0 does not fit the energy: {err}") from err
             if replay and burn_in + n_steps >= _graphs.MIN_STEPS and not self.replayable(state):
-                fn = _graphs.ReplayedGradient(fn)  # replay each gradient instead
+                fn = _graphs.replayed_gradients(fn, x0.device)  # each gradient instead
             state = self._steps(state, fn, gen, burn_in, watch, replay, infos=infos)
             state = self.end_warmup(state)
             warm = state

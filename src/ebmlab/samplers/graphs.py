@@ -241,9 +241,10 @@ class ReplayedGradient(EnergyFunction):
             x_in.copy_(x)
             graph.replay()
             return out[0].clone(), out[1].clone()
-        eager = self.failed or len(self.graphs) >= MAX_SHAPES or not capturable(x.device)
+        if self.failed or len(self.graphs) >= MAX_SHAPES or not capturable(x.device):
+            return energy_and_grad(self.fn, x)
         self.seen[key] = self.seen.get(key, 0) + 1
-        if eager or self.seen[key] < CAPTURE_AT:
+        if self.seen[key] < CAPTURE_AT:
             return energy_and_grad(self.fn, x)
         return self._capture(key, x)
 
@@ -269,3 +270,9 @@ class ReplayedGradient(EnergyFunction):
             return energy_and_grad(self.fn, x)
         self.graphs[key] = (graph, x_in, out)
         return self.value_and_grad(x)
+
+
+def replayed_gradients(energy: EnergyFn, device: torch.device) -> EnergyFn:
+    """``energy`` as a :class:`ReplayedGradient` where work on ``device`` can be captured,
+    else ``energy`` itself (no bookkeeping on a device without graphs)."""
+    return ReplayedGradient(energy) if capturable(device) else energy
