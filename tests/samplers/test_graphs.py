@@ -463,7 +463,7 @@ def test_tree_and_tuned_samplers_replay_their_gradients_with_the_eager_draws(ker
     runs, calls = {}, {}
     for g in (True, False):
         energy, calls[g] = energy_counting(diagonal_gaussian)
-        runs[g] = kernel.run(energy, x0, 150, burn_in=150, thin=1, generator=2, graphs=g)
+        runs[g] = kernel.run(energy, x0, 100, burn_in=100, thin=1, generator=2, graphs=g)
     assert torch.equal(runs[True].samples, runs[False].samples)
     assert len(calls[True]) < len(calls[False]) / 4  # most evaluations replayed
     samples = runs[True].samples.cpu()

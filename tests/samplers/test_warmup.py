@@ -12,7 +12,7 @@ import torch
 from ebmlab._checks import ArgumentError
 from ebmlab.energies import DiagonalGaussian
 from ebmlab.samplers import HMC, NUTS, AdaptiveHMC
-from ebmlab.samplers.adaptation import WarmupTuning, WarmupWindows
+from ebmlab.samplers.adaptation import ChainGroups, WarmupTuning, WarmupWindows
 from ebmlab.samplers.base import SamplerState, SampleRun
 from ebmlab.samplers.diagnostics import (
     SamplingWarning,
@@ -265,3 +265,25 @@ def test_dual_averaging_of_chains_that_finish_at_different_times():
     assert both.count.tolist() == [3, 2]
     for i in range(2):
         torch.testing.assert_close(both.final_step_size[i : i + 1], alone[i].final_step_size)
+
+
+@pytest.mark.parametrize("shape", [(7,), (7, 3)])
+def test_chain_groups_sum_each_groups_chains(shape):
+    groups = ChainGroups.of(torch.tensor([2.0, 0.5, 2.0, 1.0, 0.5, 2.0, 1.0]))
+    x = torch.randn(shape, dtype=torch.float64)
+    expected = x.new_zeros((3, *shape[1:])).index_add_(0, groups.index, x)
+    sizes = groups.sizes.view(-1, *[1] * (len(shape) - 1))
+    torch.testing.assert_close(groups.sums(x), expected)
+    torch.testing.assert_close(groups.means(x), expected / sizes)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", [NUTS(), AdaptiveHMC()], ids=["nuts", "adaptive-hmc"])
+def test_a_seeded_warmup_gives_the_same_draws_on_every_cuda_run(kernel):
+    """The pooled window statistics add the chains in a fixed order (CUDA's atomic
+    index_add_ would not), so that a seed fixes the draws on a GPU as on a CPU."""
+    target = DiagonalGaussian(torch.zeros(6), torch.linspace(0.2, 3.0, 6)).cuda().double()
+    x0 = torch.rand(64, 6, dtype=torch.float64, device="cuda") * 4 - 2
+    runs = [kernel.run(target, x0, 40, burn_in=60, thin=1, generator=5, graphs=False).samples
+            for _ in range(2)]  # fmt: skip
+    assert torch.equal(runs[0], runs[1])

@@ -214,8 +214,7 @@ class WindowStats:
         n_groups = 1 if groups is None else len(groups.sizes)
 
         def group_sum(t: torch.Tensor) -> torch.Tensor:
-            out = t.new_zeros((n_groups, *t.shape[1:]))
-            return out.index_add_(0, index, t)
+            return t.sum(0, keepdim=True) if groups is None else groups.sums(t)
 
         chains = group_sum(keep.to(self.mean.dtype)).clamp(min=1)
         grand = group_sum(w * self.mean) / per_chain(chains, self.mean[:n_groups])
@@ -289,9 +288,18 @@ class ChainGroups:
         index = torch.unique(labels, return_inverse=True)[1]
         return cls(index, torch.bincount(index))
 
+    def sums(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum of x (B, ...) over the chains of each group, (n_groups, ...), as a product
+        with the groups' indicator matrix: its order of additions is fixed, where CUDA's
+        ``index_add_`` adds by atomics in an order that changes from run to run (and
+        with it a seeded run's draws)."""
+        groups = torch.arange(len(self.sizes), device=x.device)
+        indicator = (groups[:, None] == self.index).to(x.dtype)
+        return (indicator @ x.reshape(len(x), -1)).view(len(self.sizes), *x.shape[1:])
+
     def means(self, x: torch.Tensor) -> torch.Tensor:
         """Mean of x (B, ...) over the chains of each group, (n_groups, ...)."""
-        sums = x.new_zeros((len(self.sizes), *x.shape[1:])).index_add_(0, self.index, x)
+        sums = self.sums(x)
         return sums / per_chain(self.sizes, sums)
 
     def centred(self, x: torch.Tensor) -> torch.Tensor:
