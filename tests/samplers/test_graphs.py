@@ -233,7 +233,7 @@ def test_a_replayed_gradient_off_a_cuda_device_is_the_eager_one():
         e, g = fn.value_and_grad(x0)
         e0, g0 = energy_and_grad(target, x0)
         assert torch.equal(e, e0) and torch.equal(g, g0)
-    assert not fn.graphs and torch.equal(fn(x0), target(x0))
+    assert not fn.store.graphs and torch.equal(fn(x0), target(x0))
 
 
 class RerunGraph:
@@ -244,7 +244,7 @@ class RerunGraph:
         self.run, self.fn = run, fn
 
     def replay(self):
-        outputs = next(out for graph, _, out in self.fn.graphs.values() if graph is self)
+        outputs = next(out for graph, _, out in self.fn.store.graphs.values() if graph is self)
         static = list(outputs)
         self.run()
         for old, new in zip(static, outputs, strict=True):
@@ -274,7 +274,7 @@ def test_replayed_gradients_capture_each_shape_at_its_third_evaluation(monkeypat
             assert torch.equal(held[n][0], held[n][1])
         held[n] = (e, e0)
     assert len(captured) == graphs.MAX_SHAPES  # 8, 16, 1 and 2; 3 and 4 stay eager
-    assert sorted(key[0][0] for key in fn.graphs) == [1, 2, 8, 16]
+    assert sorted(key[0][0] for key in fn.store.graphs) == [1, 2, 8, 16]
 
 
 def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(monkeypatch):
@@ -288,7 +288,7 @@ def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(mo
     with pytest.warns(SamplingWarning, match="could not be captured"):
         for _ in range(CAPTURE_AT + 3):
             _, g = fn.value_and_grad(x0)
-    assert fn.failed and not fn.graphs
+    assert fn.store.failed and not fn.store.graphs
     assert torch.equal(g, energy_and_grad(target, x0)[1])
 
 
@@ -453,7 +453,7 @@ def test_a_replayed_gradient_equals_the_eager_one_at_each_shape():
         e0, g0 = energy_and_grad(model, x)
         torch.testing.assert_close(e, e0)
         torch.testing.assert_close(g, g0)
-    assert len(fn.graphs) == 2 and not fn.failed
+    assert len(fn.store.graphs) == 2 and not fn.store.failed
 
 
 @pytest.mark.cuda
@@ -483,3 +483,55 @@ def test_a_gradient_that_reads_values_back_is_evaluated_eagerly_with_a_warning()
         run = AdaptiveHMC().run(syncing, x0, 50, burn_in=50, thin=1, generator=4)
     eager = AdaptiveHMC().run(syncing, x0, 50, burn_in=50, thin=1, generator=4, graphs=False)
     assert torch.equal(run.samples, eager.samples)
+
+
+def test_a_modules_gradient_graphs_serve_its_later_short_runs(monkeypatch):
+    """A training loop's negatives on a GPU, each capture standing in as a rerun: runs
+    of 20 steps on one module share one capture across optimiser steps (graphs read
+    the parameters where the in-place update leaves them), with the eager draws."""
+    torch.manual_seed(0)
+    model = MLPEnergy(6, hidden=(16,)).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x0 = torch.randn(8, 6, dtype=torch.float64)
+    captures = stand_in_captures(monkeypatch)
+    for seed in range(3):
+        replayed = Langevin(0.01).sample(model, x0, 20, generator=seed)
+        eager = Langevin(0.01).sample(model, x0, 20, generator=seed, graphs=False)
+        assert torch.equal(replayed, eager)
+        optimizer.zero_grad()
+        model.energy(x0).mean().backward()
+        optimizer.step()
+    assert len(captures) == 1
+
+
+def test_a_moved_module_drops_its_graphs_and_each_mode_has_its_own(monkeypatch):
+    torch.manual_seed(0)
+    model = MLPEnergy(6, hidden=(16,)).double()
+    x0 = torch.randn(8, 6, dtype=torch.float64)
+    captures = stand_in_captures(monkeypatch)
+    first = Langevin(0.01).sample(model, x0, 20, generator=0)
+    model.eval()  # a graph of its own, the training mode's kept
+    assert torch.equal(Langevin(0.01).sample(model, x0, 20, generator=0), first)
+    model.train()
+    assert torch.equal(Langevin(0.01).sample(model, x0, 20, generator=0), first)
+    assert len(captures) == 2
+    for p in model.parameters():  # as a reload by assignment or a move between devices
+        p.data = p.data.clone()
+    assert torch.equal(Langevin(0.01).sample(model, x0, 20, generator=0), first)
+    assert len(captures) == 3 and len(graphs._KEPT[model].graphs) == 1
+
+
+@pytest.mark.cuda
+def test_a_modules_graphs_read_its_parameters_after_each_optimiser_step():
+    torch.manual_seed(0)
+    model = MLPEnergy(8, hidden=(32, 32)).cuda()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    x0 = torch.randn(64, 8, device="cuda")
+    for seed in range(4):
+        replayed = Langevin(0.01).sample(model, x0, 20, generator=seed)
+        eager = Langevin(0.01).sample(model, x0, 20, generator=seed, graphs=False)
+        assert torch.equal(replayed, eager)
+        optimizer.zero_grad()
+        model.energy(x0).mean().backward()
+        optimizer.step()
+    assert len(graphs._KEPT[model].graphs) == 1

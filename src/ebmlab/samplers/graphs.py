@@ -24,11 +24,14 @@ for every leapfrog step: the same kernels on the same inputs, so the same values
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from ebmlab.devices import CaptureError, warm_and_capture
 from ebmlab.energies.base import EnergyFn, EnergyFunction, energy_and_grad
@@ -213,43 +216,86 @@ def capturable(device: torch.device) -> bool:
     return device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
 
 
+@dataclasses.dataclass
+class GradientGraphs:
+    """The CUDA graphs of one energy's gradient, by batch shape, dtype, device,
+    autocast state and the modes of the module it evaluates (``graphs``: graph, input
+    buffer, outputs), how often each key was met (``seen``), whether a capture failed
+    (``failed``), and ``where``: the addresses of the module's parameters and buffers.
+    Graphs read those in place, so an optimiser's in-place update is seen by the next
+    replay, while a module moved or reloaded by assignment makes its graphs stale."""
+
+    graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, list]] = dataclasses.field(
+        default_factory=dict
+    )
+    seen: dict[tuple, int] = dataclasses.field(default_factory=dict)
+    failed: bool = False
+    where: tuple = ()
+
+
+# a module's gradient graphs, kept across sampler runs (the short runs of a training
+# loop's negatives) for as long as the module lives; they hold no reference to it
+_KEPT: weakref.WeakKeyDictionary[nn.Module, GradientGraphs] = weakref.WeakKeyDictionary()
+
+
+def module_addresses(module: nn.Module) -> tuple:
+    """Where ``module``'s parameters and buffers lie."""
+    return tuple(t.data_ptr() for t in itertools.chain(module.parameters(), module.buffers()))
+
+
 class ReplayedGradient(EnergyFunction):
     """``energy`` whose gradient evaluations (:meth:`value_and_grad`) on a CUDA device
-    are replayed from CUDA graphs, one per batch shape, dtype and device, captured at
-    that shape's :data:`CAPTURE_AT`-th evaluation: the batch is copied into the graph's
-    input, the graph replayed, its outputs copied out, four launches in place of the
-    energy's forward and backward kernels. Values are those of the eager evaluation
-    (the same kernels on the same inputs). The energy itself (``__call__``) runs eagerly.
-    An energy that cannot be captured (one that reads values back to the host, say)
-    is evaluated eagerly from then on, after a :class:`SamplingWarning`.
+    are replayed from CUDA graphs, one per batch shape, dtype, device and autocast
+    state, captured at that key's :data:`CAPTURE_AT`-th evaluation: the batch is copied
+    into the graph's input, the graph replayed, its outputs copied out, four launches in
+    place of the energy's forward and backward kernels. Values are those of the eager
+    evaluation (the same kernels on the same inputs). The energy itself (``__call__``)
+    runs eagerly. An energy that cannot be captured (one that reads values back to the
+    host, say) is evaluated eagerly from then on, after a :class:`SamplingWarning`.
 
     Args:
-        energy: the energy callable; its parameters must not change while the graphs
-            live (a sampler's run freezes them).
+        energy: the energy callable.
+        module: the module ``energy`` evaluates, if any: its graphs are then kept per
+            mode (training or evaluation, of each submodule) and dropped whenever its
+            parameters or buffers move. Without one,
+            the parameters must stay where they are while the graphs live (a sampler's
+            run keeps them).
+        graphs: the graphs to use and add to (default: new ones).
     """
 
-    def __init__(self, energy: EnergyFn) -> None:
+    def __init__(
+        self,
+        energy: EnergyFn,
+        module: nn.Module | None = None,
+        graphs: GradientGraphs | None = None,
+    ) -> None:
         super().__init__(energy)
-        self.seen: dict[tuple, int] = {}
-        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, list]] = {}
-        self.failed = False
+        self.module = module
+        self.store = GradientGraphs() if graphs is None else graphs
 
     def value_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (tuple(x.shape), x.dtype, x.device)
-        if key in self.graphs:
-            graph, x_in, out = self.graphs[key]
+        store = self.store
+        key = (tuple(x.shape), x.dtype, x.device, torch.is_autocast_enabled(x.device.type))
+        if self.module is not None:
+            if (where := module_addresses(self.module)) != store.where:
+                store.graphs.clear()  # stale: they would read where the tensors were
+                store.seen.clear()
+                store.where = where
+            key += tuple(sub.training for sub in self.module.modules())
+        if key in store.graphs:
+            graph, x_in, out = store.graphs[key]
             x_in.copy_(x)
             graph.replay()
             return out[0].clone(), out[1].clone()
-        if self.failed or len(self.graphs) >= MAX_SHAPES or not capturable(x.device):
+        if store.failed or len(store.graphs) >= MAX_SHAPES or not capturable(x.device):
             return energy_and_grad(self.fn, x)
-        self.seen[key] = self.seen.get(key, 0) + 1
-        if self.seen[key] < CAPTURE_AT:
+        store.seen[key] = store.seen.get(key, 0) + 1
+        if store.seen[key] < CAPTURE_AT:
             return energy_and_grad(self.fn, x)
         return self._capture(key, x)
 
     def _capture(self, key: tuple, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Capture the evaluation at ``x``'s shape and replay it at ``x``; eagerly, after
+        """Capture the evaluation at ``x``'s key and replay it at ``x``; eagerly, after
         a warning, when it cannot be captured."""
         x_in, out = x.detach().clone(), []
 
@@ -266,9 +312,9 @@ class ReplayedGradient(EnergyFunction):
                 SamplingWarning,
                 stacklevel=5,
             )
-            self.failed = True
+            self.store.failed = True
             return energy_and_grad(self.fn, x)
-        self.graphs[key] = (graph, x_in, out)
+        self.store.graphs[key] = (graph, x_in, out)
         return self.value_and_grad(x)
 
 
@@ -276,3 +322,15 @@ def replayed_gradients(energy: EnergyFn, device: torch.device) -> EnergyFn:
     """``energy`` as a :class:`ReplayedGradient` where work on ``device`` can be captured,
     else ``energy`` itself (no bookkeeping on a device without graphs)."""
     return ReplayedGradient(energy) if capturable(device) else energy
+
+
+def module_gradients(module: nn.Module, energy: EnergyFn, device: torch.device) -> EnergyFn:
+    """``energy``, which evaluates ``module``, as a :class:`ReplayedGradient` with the
+    module's graphs kept from earlier runs, where work on ``device`` can be captured
+    (else ``energy`` itself). A training loop draws its negatives by short runs of a
+    few dozen steps between optimiser steps; the captures are paid once, not per run."""
+    if not capturable(device):
+        return energy
+    if (graphs := _KEPT.get(module)) is None:
+        graphs = _KEPT[module] = GradientGraphs()
+    return ReplayedGradient(energy, module, graphs)
