@@ -116,6 +116,7 @@ def warm_and_capture(
     run: Callable[[], bool],
     device: torch.device,
     generator: torch.Generator | None = None,
+    pool: tuple | None = None,
 ) -> torch.cuda.CUDAGraph | None:
     """Call ``run()`` once for real on a side stream (the warm-up CUDA graphs want:
     lazily made handles and workspaces come into being outside the capture), then,
@@ -130,6 +131,8 @@ def warm_and_capture(
         device: the CUDA device it runs on.
         generator: a non-default CUDA generator the work draws from, registered with
             the graph so that each replay advances its offset (``None``: the default).
+        pool: a memory pool (``torch.cuda.graph_pool_handle()``) the graph shares with
+            others never replayed at the same time (``None``: a pool of its own).
 
     Raises:
         CaptureError: the work reads values back to the host, or cannot be captured.
@@ -161,7 +164,7 @@ def warm_and_capture(
     torch.cuda.synchronize(device)
     try:
         with torch.cuda.stream(side):
-            graph.capture_begin()
+            graph.capture_begin(pool=pool)
             try:
                 run()
             finally:

@@ -243,6 +243,9 @@ class RerunGraph:
     def __init__(self, run, fn):
         self.run, self.fn = run, fn
 
+    def pool(self):
+        return ("pool of", id(self))
+
     def replay(self):
         outputs = next(out for graph, _, out in self.fn.store.graphs.values() if graph is self)
         static = list(outputs)
@@ -255,9 +258,9 @@ class RerunGraph:
 def test_replayed_gradients_capture_each_shape_at_its_third_evaluation(monkeypatch):
     captured = []
 
-    def capture(run, device, generator=None):
+    def capture(run, device, generator=None, pool=None):
         run()
-        captured.append(device)
+        captured.append(pool)
         return RerunGraph(run, fn)
 
     monkeypatch.setattr(graphs, "capturable", lambda device: True)
@@ -274,11 +277,13 @@ def test_replayed_gradients_capture_each_shape_at_its_third_evaluation(monkeypat
             assert torch.equal(held[n][0], held[n][1])
         held[n] = (e, e0)
     assert len(captured) == graphs.MAX_SHAPES  # 8, 16, 1 and 2; 3 and 4 stay eager
+    first = fn.store.graphs[next(iter(fn.store.graphs))][0]
+    assert captured == [None] + [first.pool()] * 3  # one memory pool for all
     assert sorted(key[0][0] for key in fn.store.graphs) == [1, 2, 8, 16]
 
 
 def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(monkeypatch):
-    def capture(run, device, generator=None):
+    def capture(run, device, generator=None, pool=None):
         raise CaptureError("it reads values back to the host", ran=False)
 
     monkeypatch.setattr(graphs, "capturable", lambda device: True)
@@ -297,10 +302,10 @@ def stand_in_captures(monkeypatch):
     (run once, then once per replay); returns the list of captured works."""
     captures = []
 
-    def capture(run, device, generator=None):
+    def capture(run, device, generator=None, pool=None):
         run()
         captures.append(run)
-        return SimpleNamespace(replay=run)
+        return SimpleNamespace(replay=run, pool=lambda: (0, 1))
 
     monkeypatch.setattr(graphs, "capturable", lambda device: True)
     monkeypatch.setattr(graphs, "warm_and_capture", capture)

@@ -365,10 +365,10 @@ class Sampler(Generic[S]):
                 statistically the eager steps); for other kernels (NUTS, AdaptiveHMC)
                 in runs of 64 steps or more, replay each gradient evaluation of a batch
                 shape met before (:class:`~ebmlab.samplers.graphs.ReplayedGradient`:
-                the same values). An ``nn.Module`` energy keeps its gradient's graphs
-                across runs, so that a training loop's short runs of negatives (under
-                64 steps) replay them too; its optimiser updates the parameters in
-                place, where the graphs read them. False runs every step eagerly.
+                the same values). In shorter runs an ``nn.Module`` energy replays its
+                gradient from graphs kept across runs (a training loop's negatives:
+                its optimiser updates the parameters in place, where the graphs read
+                them). False runs every step eagerly.
 
         Returns:
             A :class:`SampleRun`.
@@ -390,10 +390,10 @@ class Sampler(Generic[S]):
                 state = self.begin_warmup(self.init(x0, fn), burn_in)
             except ArgumentError as err:  # the energy's own check, put in the caller's terms
                 raise ArgumentError(f"x0 does not fit the energy: {err}") from err
-            if replay and isinstance(energy, nn.Module):  # graphs kept across runs
-                if burn_in + n_steps < _graphs.MIN_STEPS or not self.replayable(state):
-                    fn = _graphs.module_gradients(energy, fn, x0.device)
-            elif replay and burn_in + n_steps >= _graphs.MIN_STEPS and not self.replayable(state):
+            long = burn_in + n_steps >= _graphs.MIN_STEPS
+            if replay and not long and isinstance(energy, nn.Module):
+                fn = _graphs.module_gradients(energy, fn, x0.device)  # kept across runs
+            elif replay and long and not self.replayable(state):
                 fn = _graphs.replayed_gradients(fn, x0.device)  # each gradient instead
             state = self._steps(state, fn, gen, burn_in, watch, replay, infos=infos)
             state = self.end_warmup(state)

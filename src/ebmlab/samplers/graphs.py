@@ -223,7 +223,9 @@ class GradientGraphs:
     buffer, outputs), how often each key was met (``seen``), whether a capture failed
     (``failed``), and ``where``: the addresses of the module's parameters and buffers.
     Graphs read those in place, so an optimiser's in-place update is seen by the next
-    replay, while a module moved or reloaded by assignment makes its graphs stale."""
+    replay, while a module moved or reloaded by assignment makes its graphs stale. The
+    graphs share one memory pool (``pool``): each is replayed alone and its outputs are
+    copied out at once, so the pool holds what the largest of them needs, not the sum."""
 
     graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor, list]] = dataclasses.field(
         default_factory=dict
@@ -231,6 +233,7 @@ class GradientGraphs:
     seen: dict[tuple, int] = dataclasses.field(default_factory=dict)
     failed: bool = False
     where: tuple = ()
+    pool: tuple | None = None
 
 
 # a module's gradient graphs, kept across sampler runs (the short runs of a training
@@ -257,9 +260,8 @@ class ReplayedGradient(EnergyFunction):
         energy: the energy callable.
         module: the module ``energy`` evaluates, if any: its graphs are then kept per
             mode (training or evaluation, of each submodule) and dropped whenever its
-            parameters or buffers move. Without one,
-            the parameters must stay where they are while the graphs live (a sampler's
-            run keeps them).
+            parameters or buffers move. Without one, the parameters must stay where
+            they are while the graphs live (a sampler's run keeps them).
         graphs: the graphs to use and add to (default: new ones).
     """
 
@@ -280,7 +282,7 @@ class ReplayedGradient(EnergyFunction):
             if (where := module_addresses(self.module)) != store.where:
                 store.graphs.clear()  # stale: they would read where the tensors were
                 store.seen.clear()
-                store.where = where
+                store.where, store.pool = where, None
             key += tuple(sub.training for sub in self.module.modules())
         if key in store.graphs:
             graph, x_in, out = store.graphs[key]
@@ -304,7 +306,7 @@ class ReplayedGradient(EnergyFunction):
             return True
 
         try:
-            graph = warm_and_capture(evaluate, x.device)
+            graph = warm_and_capture(evaluate, x.device, pool=self.store.pool)
         except CaptureError as err:
             warnings.warn(
                 f"the energy's gradient could not be captured as a CUDA graph ({err}); it "
@@ -315,6 +317,8 @@ class ReplayedGradient(EnergyFunction):
             self.store.failed = True
             return energy_and_grad(self.fn, x)
         self.store.graphs[key] = (graph, x_in, out)
+        if self.store.pool is None:  # the first graph's pool, for the next ones too
+            self.store.pool = graph.pool()
         return self.value_and_grad(x)
 
 
@@ -328,7 +332,8 @@ def module_gradients(module: nn.Module, energy: EnergyFn, device: torch.device) 
     """``energy``, which evaluates ``module``, as a :class:`ReplayedGradient` with the
     module's graphs kept from earlier runs, where work on ``device`` can be captured
     (else ``energy`` itself). A training loop draws its negatives by short runs of a
-    few dozen steps between optimiser steps; the captures are paid once, not per run."""
+    few dozen steps between optimiser steps; the captures are paid once, not per run.
+    (Longer runs capture their own graphs, freed when they end.)"""
     if not capturable(device):
         return energy
     if (graphs := _KEPT.get(module)) is None:
