@@ -289,13 +289,14 @@ class ChainGroups:
         return cls(index, torch.bincount(index))
 
     def sums(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum of x (B, ...) over the chains of each group, (n_groups, ...), as a product
-        with the groups' indicator matrix: its order of additions is fixed, where CUDA's
-        ``index_add_`` adds by atomics in an order that changes from run to run (and
-        with it a seeded run's draws)."""
+        """Sum of x (B, ...) over the chains of each group, (n_groups, ...), as a masked
+        sum over the chains: its order of additions is fixed, where CUDA's ``index_add_``
+        adds by atomics in an order that changes from run to run (and with it a seeded
+        run's draws), and it keeps x's precision (a product with the indicator matrix
+        would run in TF32 where a program allows it)."""
         groups = torch.arange(len(self.sizes), device=x.device)
-        indicator = (groups[:, None] == self.index).to(x.dtype)
-        return (indicator @ x.reshape(len(x), -1)).view(len(self.sizes), *x.shape[1:])
+        indicator = (groups[:, None] == self.index).to(x.dtype)  # (n_groups, B)
+        return (indicator.view(*indicator.shape, *[1] * (x.dim() - 1)) * x).sum(1)
 
     def means(self, x: torch.Tensor) -> torch.Tensor:
         """Mean of x (B, ...) over the chains of each group, (n_groups, ...)."""
