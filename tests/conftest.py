@@ -107,6 +107,27 @@ def bfloat16_anywhere(monkeypatch):
     monkeypatch.setattr(hardware, "reduced_precision", lambda device, dtype: dtype)
 
 
+@pytest.fixture
+def stand_in_captures(monkeypatch):
+    """Off a GPU, make every device capturable for the samplers' CUDA graphs and every
+    capture a rerun of its work (run once, then once per replay): the GPU's code path
+    with the eager values. Returns the list of captured works."""
+    from types import SimpleNamespace
+
+    from ebmlab.samplers import graphs
+
+    captures = []
+
+    def capture(run, device, generator=None, pool=None):
+        run()
+        captures.append(run)
+        return SimpleNamespace(replay=run, pool=lambda: (0, 1))
+
+    monkeypatch.setattr(graphs, "capturable", lambda device: True)
+    monkeypatch.setattr(graphs, "warm_and_capture", capture)
+    return captures
+
+
 FAULTS: list[tuple[str, str, str]] = []  # (scenario, outcome checked, result) as tests end
 
 

@@ -9,7 +9,6 @@ replayed run is reproducible and samples the target as the eager run does.
 
 import dataclasses
 import warnings
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -297,29 +296,14 @@ def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(mo
     assert torch.equal(g, energy_and_grad(target, x0)[1])
 
 
-def stand_in_captures(monkeypatch):
-    """Off a GPU, make every device capturable and every capture a rerun of its work
-    (run once, then once per replay); returns the list of captured works."""
-    captures = []
-
-    def capture(run, device, generator=None, pool=None):
-        run()
-        captures.append(run)
-        return SimpleNamespace(replay=run, pool=lambda: (0, 1))
-
-    monkeypatch.setattr(graphs, "capturable", lambda device: True)
-    monkeypatch.setattr(graphs, "warm_and_capture", capture)
-    return captures
-
-
 @pytest.mark.parametrize("kernel", [NUTS(), AdaptiveHMC()], ids=["nuts", "adaptive-hmc"])
-def test_runs_of_tree_and_tuned_samplers_evaluate_gradients_through_the_replay(monkeypatch, kernel):
+def test_tree_and_tuned_sampler_runs_replay_their_gradients(stand_in_captures, kernel):
     """Sampler.run's path on a GPU, with each capture standing in as a rerun: the same
     draws as the eager run, the energy called from Python for the first evaluations
     of each shape (and the rerun replays) only."""
     x0 = torch.rand(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     eager = kernel.run(diagonal_gaussian, x0 * 4 - 2, 40, burn_in=40, generator=2, graphs=False)
-    captures = stand_in_captures(monkeypatch)
+    captures = stand_in_captures
     replayed = kernel.run(diagonal_gaussian, x0 * 4 - 2, 40, burn_in=40, generator=2)
     assert len(captures) == 1  # one batch shape
     assert torch.equal(replayed.samples, eager.samples)
@@ -334,7 +318,7 @@ def test_runs_of_tree_and_tuned_samplers_evaluate_gradients_through_the_replay(m
 
 
 @pytest.mark.parametrize("estimator", [ais, smc])
-def test_annealed_moves_evaluate_gradients_through_the_replay(monkeypatch, estimator):
+def test_annealed_moves_evaluate_gradients_through_the_replay(stand_in_captures, estimator):
     """AIS and SMC on a GPU, each capture standing in as a rerun: the path reads its
     inverse temperatures from a tensor, so one capture serves every temperature and the
     estimate is the eager one."""
@@ -342,7 +326,7 @@ def test_annealed_moves_evaluate_gradients_through_the_replay(monkeypatch, estim
     base = DiagonalGaussian(torch.zeros(2), torch.full((2,), 3.0))
     sizes = {"n_chains": 50, "n_temperatures": 50} if estimator is ais else {"n_particles": 64}
     eager = estimator(mix, base, HMC(0.2, 3), generator=0, graphs=False, **sizes)
-    captures = stand_in_captures(monkeypatch)
+    captures = stand_in_captures
     replayed = estimator(mix, base, HMC(0.2, 3), generator=0, **sizes)
     assert len(captures) == 1 and replayed.log_z == eager.log_z
 
@@ -497,7 +481,7 @@ def test_a_gradient_that_reads_values_back_is_evaluated_eagerly_with_a_warning()
     assert torch.equal(run.samples, eager.samples)
 
 
-def test_a_modules_gradient_graphs_serve_its_later_short_runs(monkeypatch):
+def test_a_modules_gradient_graphs_serve_its_later_short_runs(stand_in_captures):
     """A training loop's negatives on a GPU, each capture standing in as a rerun: runs
     of 20 steps on one module share one capture across optimiser steps (graphs read
     the parameters where the in-place update leaves them), with the eager draws."""
@@ -505,7 +489,7 @@ def test_a_modules_gradient_graphs_serve_its_later_short_runs(monkeypatch):
     model = MLPEnergy(6, hidden=(16,)).double()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x0 = torch.randn(8, 6, dtype=torch.float64)
-    captures = stand_in_captures(monkeypatch)
+    captures = stand_in_captures
     for seed in range(3):
         replayed = Langevin(0.01).sample(model, x0, 20, generator=seed)
         eager = Langevin(0.01).sample(model, x0, 20, generator=seed, graphs=False)
@@ -516,11 +500,11 @@ def test_a_modules_gradient_graphs_serve_its_later_short_runs(monkeypatch):
     assert len(captures) == 1
 
 
-def test_a_moved_module_drops_its_graphs_and_each_mode_has_its_own(monkeypatch):
+def test_a_moved_module_drops_its_graphs_and_each_mode_has_its_own(stand_in_captures):
     torch.manual_seed(0)
     model = MLPEnergy(6, hidden=(16,)).double()
     x0 = torch.randn(8, 6, dtype=torch.float64)
-    captures = stand_in_captures(monkeypatch)
+    captures = stand_in_captures
     first = Langevin(0.01).sample(model, x0, 20, generator=0)
     model.eval()  # a graph of its own, the training mode's kept
     assert torch.equal(Langevin(0.01).sample(model, x0, 20, generator=0), first)
