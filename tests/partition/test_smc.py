@@ -217,3 +217,20 @@ def test_smc_sample_bad_input():
         smc_sample(target, base, MALA(0.1), 1)
     with pytest.raises(ValueError, match="ess_fraction must be in"):
         smc_sample(target, base, MALA(0.1), 100, ess_fraction=1.0)
+
+
+def test_the_eves_weight_concentration_sums_each_eves_particles():
+    """sum_e S_e^2 by sorted running sums (fixed order on every device) against a plain
+    scatter of the weights onto their eves: one eve, every particle its own eve, and
+    random ancestries."""
+    from ebmlab.partition.smc import _eve_concentration
+
+    gen = torch.Generator().manual_seed(0)
+    log_w = torch.randn(4, 300, generator=gen, dtype=torch.float64) * 3
+    eve = torch.randint(0, 300, (4, 300), generator=gen)
+    eve[0] = 7
+    eve[1] = torch.arange(300)
+    expected = torch.zeros_like(log_w).scatter_add_(1, eve, torch.softmax(log_w, -1))
+    got = _eve_concentration(log_w, eve)
+    torch.testing.assert_close(got, expected.square().sum(-1), rtol=1e-12, atol=1e-14)
+    assert abs(float(got[0]) - 1.0) < 1e-12  # one eve holds all the weight

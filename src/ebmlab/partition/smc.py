@@ -105,9 +105,19 @@ def _multinomial(
 
 def _eve_concentration(log_w: torch.Tensor, eve: torch.Tensor) -> torch.Tensor:
     """Per run, sum_e S_e^2: S_e the normalised weight of the particles whose first-stage
-    ancestor is e (``eve`` (runs, particles), ``log_w`` the same shape)."""
-    per_eve = torch.zeros_like(log_w).scatter_add_(1, eve, torch.softmax(log_w, -1))
-    return per_eve.square().sum(-1)
+    ancestor is e (``eve`` (runs, particles), ``log_w`` the same shape). The particles
+    are sorted by eve and each S_e read off the running sum of their weights, in a fixed
+    order (CUDA's ``scatter_add_`` adds by atomics, in an order that changes between
+    runs, and with it a seeded run's standard error)."""
+    order = eve.argsort(dim=-1, stable=True)
+    eve = eve.gather(-1, order)
+    running = torch.softmax(log_w, -1).gather(-1, order).cumsum(-1)
+    last = torch.ones_like(eve, dtype=torch.bool)  # the last particle of each eve's group
+    last[:, :-1] = eve[:, 1:] != eve[:, :-1]
+    ends = torch.where(last, running, 0)
+    # the running sum at the previous group's end (running sums only grow)
+    before = F.pad(ends[:, :-1], (1, 0)).cummax(-1).values
+    return torch.where(last, running - before, 0).square().sum(-1)
 
 
 def smc(
