@@ -217,7 +217,8 @@ def ebmlab_jem_step(
 ) -> Callable[[], None]:
     """The same update with ebmlab's parts, as ``--arch wrn`` builds them: its
     WideResNet (no normalisation, leaky ReLU) in a ClassifierEnergy, ReplayBuffer and
-    Langevin (E = -f, so the step on E is the reference's ascent on f)."""
+    Langevin (E = -f, so the step on E is the reference's ascent on f), whose 20 steps
+    replay the network's gradient from the CUDA graphs the model keeps across steps."""
     torch.manual_seed(0)
     net = EbmlabWideResNet((3, 32, 32), 10, s.depth, s.widen, activation="leaky_relu")
     model = ClassifierEnergy(net, 10).to(device).to(memory_format=torch.channels_last)
