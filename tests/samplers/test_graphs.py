@@ -481,6 +481,18 @@ def test_a_gradient_that_reads_values_back_is_evaluated_eagerly_with_a_warning()
     assert torch.equal(run.samples, eager.samples)
 
 
+def runs_between_optimiser_steps(model, optimizer, x0, runs):
+    """A training loop's negatives: Langevin runs of 20 steps on ``model`` with an
+    optimiser step between them, each with the draws of the same run made eagerly."""
+    for seed in range(runs):
+        replayed = Langevin(0.01).sample(model, x0, 20, generator=seed)
+        eager = Langevin(0.01).sample(model, x0, 20, generator=seed, graphs=False)
+        assert torch.equal(replayed, eager)
+        optimizer.zero_grad()
+        model.energy(x0).mean().backward()
+        optimizer.step()
+
+
 def test_a_modules_gradient_graphs_serve_its_later_short_runs(stand_in_captures):
     """A training loop's negatives on a GPU, each capture standing in as a rerun: runs
     of 20 steps on one module share one capture across optimiser steps (graphs read
@@ -489,15 +501,8 @@ def test_a_modules_gradient_graphs_serve_its_later_short_runs(stand_in_captures)
     model = MLPEnergy(6, hidden=(16,)).double()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x0 = torch.randn(8, 6, dtype=torch.float64)
-    captures = stand_in_captures
-    for seed in range(3):
-        replayed = Langevin(0.01).sample(model, x0, 20, generator=seed)
-        eager = Langevin(0.01).sample(model, x0, 20, generator=seed, graphs=False)
-        assert torch.equal(replayed, eager)
-        optimizer.zero_grad()
-        model.energy(x0).mean().backward()
-        optimizer.step()
-    assert len(captures) == 1
+    runs_between_optimiser_steps(model, optimizer, x0, 3)
+    assert len(stand_in_captures) == 1
 
 
 def test_a_moved_module_drops_its_graphs_and_each_mode_has_its_own(stand_in_captures):
@@ -523,11 +528,5 @@ def test_a_modules_graphs_read_its_parameters_after_each_optimiser_step():
     model = MLPEnergy(8, hidden=(32, 32)).cuda()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     x0 = torch.randn(64, 8, device="cuda")
-    for seed in range(4):
-        replayed = Langevin(0.01).sample(model, x0, 20, generator=seed)
-        eager = Langevin(0.01).sample(model, x0, 20, generator=seed, graphs=False)
-        assert torch.equal(replayed, eager)
-        optimizer.zero_grad()
-        model.energy(x0).mean().backward()
-        optimizer.step()
+    runs_between_optimiser_steps(model, optimizer, x0, 4)
     assert len(graphs._KEPT[model].graphs) == 1
