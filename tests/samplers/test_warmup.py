@@ -20,6 +20,7 @@ from ebmlab.samplers.diagnostics import (
     split_rhat,
     summarize,
 )
+from ebmlab.testing import assert_mean_close
 
 # the log sigma marginal of a regression with flat priors: 434 rows, residual sd 18
 N_ROWS, SQUARES = 434, 434 * 18.0**2
@@ -169,6 +170,19 @@ def test_nuts_tunes_one_step_size_per_chain_or_one_for_all():
     assert isinstance(per_chain, torch.Tensor) and per_chain.shape == (16,)
     assert float(per_chain.max()) > float(per_chain.min()) > 0
     assert isinstance(pooled.final.step_size, float) and pooled.final.step_size > 0
+
+
+def test_a_pooled_step_size_reaches_the_trees_it_was_tuned_for():
+    """Before, trees kept the step size they started with while the pooled dual
+    averaging moved on: on this Gaussian the step shrank to 1e-34 at an acceptance
+    that stayed near 0.2, then became NaN, every step divergent."""
+    target = lambda x: 0.5 * (x * x / torch.tensor([0.01, 1.0])).sum(1)  # noqa: E731
+    x0 = torch.randn(16, 2, generator=torch.Generator().manual_seed(1))
+    run = NUTS(pool_step_size=True).run(target, x0, 200, burn_in=300, thin=1, generator=0)
+    assert run.info["n_divergent"] == 0 and run.info["acceptance_rate"] > 0.6
+    squares = run.samples**2
+    assert_mean_close(squares.reshape(-1, 2), torch.tensor([0.01, 1.0]),
+                      ess=effective_sample_size(squares))  # fmt: skip
 
 
 def test_stuck_chains_are_restarted_during_warmup_with_a_warning():
