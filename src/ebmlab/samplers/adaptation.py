@@ -276,17 +276,21 @@ class ChEESAdam:
 
 @dataclass(frozen=True)
 class ChainGroups:
-    """Which group each chain belongs to (``index``, (B,)) and how many chains each
-    group has (``sizes``), fixed when a tempered kernel is made."""
+    """Which group each chain belongs to (``index``, (B,)), how many chains each group
+    has (``sizes``) and which chains are in each (``members``, (n_groups, B)), fixed
+    when a tempered kernel is made."""
 
     index: torch.Tensor
     sizes: torch.Tensor
+    members: torch.Tensor
 
     @classmethod
     def of(cls, labels: torch.Tensor) -> ChainGroups:
         """Chains with equal ``labels`` (B,) form a group."""
         index = torch.unique(labels, return_inverse=True)[1]
-        return cls(index, torch.bincount(index))
+        sizes = torch.bincount(index)
+        groups = torch.arange(len(sizes), device=index.device)
+        return cls(index, sizes, groups[:, None] == index)
 
     def sums(self, x: torch.Tensor) -> torch.Tensor:
         """Sum of x (B, ...) over the chains of each group, (n_groups, ...), as a masked
@@ -294,9 +298,8 @@ class ChainGroups:
         adds by atomics in an order that changes from run to run (and with it a seeded
         run's draws), and it keeps x's precision (a product with the indicator matrix
         would run in TF32 where a program allows it)."""
-        groups = torch.arange(len(self.sizes), device=x.device)
-        indicator = (groups[:, None] == self.index).to(x.dtype)  # (n_groups, B)
-        return (indicator.view(*indicator.shape, *[1] * (x.dim() - 1)) * x).sum(1)
+        weights = self.members.to(x.dtype).view(*self.members.shape, *[1] * (x.dim() - 1))
+        return (weights * x).sum(1)
 
     def means(self, x: torch.Tensor) -> torch.Tensor:
         """Mean of x (B, ...) over the chains of each group, (n_groups, ...)."""
