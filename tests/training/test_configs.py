@@ -31,7 +31,9 @@ def test_shipped_config_loads_and_takes_a_step(path, tmp_path):
     if recipe_name == "jem":  # the full network builds (WRN-28-10: 36.5 M parameters)
         net = network(config, c * h * w, (c, h, w), k)
         assert sum(p.numel() for p in net.parameters()) > 0
-    small = ["--buffer-size", "8", "--sampler-steps", "1", "--batch-size", "4", "--max-steps", "1"]
+    # eager: compiling would take half a minute on a CPU (test_devices covers compile)
+    small = ["--buffer-size", "8", "--sampler-steps", "1", "--batch-size", "4", "--max-steps", "1",
+             "--no-compile"]  # fmt: skip
     if getattr(config, "arch", "") == "wrn":
         small += ["--wrn-depth", "10", "--wrn-widen", "1"]  # the architecture, scaled down
     if getattr(config, "arch", "") == "unet":
