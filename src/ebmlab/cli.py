@@ -253,7 +253,13 @@ def _build_parser() -> _Parser:
     ev.add_argument("run_dir")
     _add_device_option(ev)
     ev.add_argument("--checkpoint", choices=["last", "best"], default="last")
-    ev.add_argument("--ood-data", default=None, help="uint8 .npy images (N, H, W) as an OOD set")
+    ev.add_argument("--ood-data", default=None, metavar="FILE|SET",
+                    help="one more OOD set: uint8 .npy images (N, H, W), or a published image "
+                         "set's test split (e.g. mnist for a Fashion-MNIST model; "
+                         "SET:SPLIT for another split)")  # fmt: skip
+    ev.add_argument("--ood-root", default=None, metavar="DIR",
+                    help="the folder of the --ood-data set's files (default: the run's data "
+                         "root, else $EBMLAB_DATA and the system's data folders)")  # fmt: skip
     ev.add_argument(
         "--nll",
         action="store_const",
@@ -509,6 +515,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     given = {
         "feature_model": _feature_model(args, setup),
         "ood_data": args.ood_data,
+        "ood_root": args.ood_root,
         "likelihood": args.nll,
         "inception": args.inception,
         "inception_samples": args.inception_samples,

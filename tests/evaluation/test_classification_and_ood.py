@@ -10,6 +10,7 @@ from ebmlab.evaluation import (
     auroc,
     expected_calibration_error,
     load_ood_file,
+    load_ood_images,
     nll,
     reliability_diagram,
     shifted_images,
@@ -103,6 +104,13 @@ def test_auroc_and_its_standard_error_match_two_gaussians():
     exact = 0.5 * (1 + math.erf(0.5))  # Phi(1 / sqrt(2))
     assert_mean_close(values, exact, what="AUROC")
     assert float(stderrs.mean()) == pytest.approx(float(values.std()), rel=0.15)
+
+
+def test_a_published_set_by_name_is_an_ood_set_of_its_test_images(mnist_dir):
+    key, raw = load_ood_images("mnist", (1, 28, 28), mnist_dir)
+    assert key == "user_set" and raw.shape == (10_000, 1, 28, 28) and raw.dtype == np.uint8
+    with pytest.raises(ValueError, match=r"the model's are uint8 \(3, 32, 32\)"):
+        load_ood_images("mnist", (3, 32, 32), mnist_dir)
 
 
 def test_shifted_images_and_user_file(tmp_path):

@@ -111,6 +111,37 @@ def test_bad_ood_file_is_a_usage_error(jem_run, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_a_data_set_serves_as_an_ood_set_and_a_wrong_one_is_refused_up_front(
+    jem_run, tmp_path, capsys
+):
+    """--ood-data also takes a data set (a folder here; a published set by name) and
+    scores its test split as one more OOD set; a set of another image shape, an unknown
+    name or a named set whose files are not found stops before any work."""
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "letters"
+    folder.mkdir()
+    for split, n in (("train", 40), ("test", 25)):
+        np.savez(folder / f"{split}.npz", x=rng.integers(0, 17, (n, 8, 8), dtype=np.uint8))
+    capsys.readouterr()
+    assert main(["evaluate", str(jem_run), "--ood-data", str(folder)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "user_set" in result["ood_auroc"] and "user_file" not in result["ood_auroc"]
+    # 25 test images of the folder's: a larger error than that of the 447 noise images
+    stderrs = result["ood_auroc_stderr"]
+    assert all(stderrs["user_set"][s] > stderrs["uniform_noise"][s] for s in stderrs["user_set"])
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    np.savez(wide / "test.npz", x=rng.integers(0, 17, (10, 8, 9), dtype=np.uint8))
+    np.savez(wide / "train.npz", x=rng.integers(0, 17, (10, 8, 9), dtype=np.uint8))
+    for source, message in ((str(wide), "uint8 images (1, 8, 9); the model's are uint8 (1, 8, 8)"),
+                            ("letters", "must be a .npy file of uint8 images, a folder"),
+                            ("mnist", "--ood-root DIR")):  # fmt: skip
+        args = ["evaluate", str(jem_run), "--ood-data", source, "--ood-root", str(tmp_path)]
+        assert main(args) == 2, source
+        err = capsys.readouterr().err
+        assert message in err and "classification" not in err, err
+
+
 def test_bad_inception_options_are_usage_errors(jem_run, tmp_path, capsys, inception_weights):
     capsys.readouterr()
     (tmp_path / "bad.pth").write_bytes(b"not a torch file")

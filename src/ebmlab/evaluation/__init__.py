@@ -15,7 +15,13 @@ from ebmlab.evaluation.inception import (
 )
 from ebmlab.evaluation.likelihood import LogLikelihood, log_likelihood
 from ebmlab.evaluation.metrics import median_bandwidth, mmd2, mmd_permutation_test
-from ebmlab.evaluation.ood import auroc, load_ood_file, shifted_images, uniform_noise
+from ebmlab.evaluation.ood import (
+    auroc,
+    load_ood_file,
+    load_ood_images,
+    shifted_images,
+    uniform_noise,
+)
 from ebmlab.evaluation.sample_quality import (
     frechet_distance,
     kernel_distance,
@@ -40,6 +46,7 @@ __all__ = [
     "kernel_stein_discrepancy",
     "load_inception",
     "load_ood_file",
+    "load_ood_images",
     "log_likelihood",
     "median_bandwidth",
     "mmd2",

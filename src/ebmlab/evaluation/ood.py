@@ -15,6 +15,7 @@ import torch
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
+from ebmlab.data import IMAGE_SETS, DataNotFoundError, load_dataset
 from ebmlab.devices import widen
 
 
@@ -77,6 +78,45 @@ def shifted_images(raw: np.ndarray, seed: int = 0) -> dict[str, np.ndarray]:
         "flip_lr": raw[..., ::-1].copy(),
         "flip_ud": raw[..., ::-1, :].copy(),
     }
+
+
+def load_ood_images(
+    source: str, image_shape: tuple[int, ...], root: str | Path | None = None
+) -> tuple[str, np.ndarray]:
+    """A user OOD set as stored images (N, *image_shape), and its key in the results:
+    ``user_file`` for a .npy file (:func:`load_ood_file`); ``user_set`` for a published
+    image set named as the catalog names it, or a folder of data files as
+    :func:`~ebmlab.data.load_dataset` reads it, whose test split is used (``SET:SPLIT``
+    for another split). The set users try first has the training images' shape and
+    other content: MNIST against a Fashion-MNIST model (Nalisnick et al. 2019), SVHN
+    against a CIFAR-10 one.
+
+    Args:
+        source: a .npy file, a data set name such as ``"mnist"``, or a folder.
+        root: the folder of a named set's files (default: ``$EBMLAB_DATA``, then the
+            system's data folders).
+    """
+    if source.endswith(".npy"):
+        return "user_file", load_ood_file(source, image_shape)
+    name, _, split = source.partition(":")
+    if name not in IMAGE_SETS and not Path(name).is_dir():
+        raise ArgumentError(
+            f"--ood-data must be a .npy file of uint8 images, a folder of data files or one "
+            f"of the image sets {', '.join(IMAGE_SETS)} (SET:SPLIT for a split other than "
+            f"test), got {source!r}"
+        )
+    try:
+        data = load_dataset(name, split or "test", root=root, flatten=False, in_memory=True)
+    except DataNotFoundError as err:
+        raise DataNotFoundError(f"--ood-data {source!r}: {err} (--ood-root DIR)") from err
+    raw, shape = data.raw, tuple(image_shape)
+    if raw is None or raw.dtype != np.uint8 or tuple(raw.shape[1:]) != shape:
+        stored = "no images" if raw is None else f"{raw.dtype} images {tuple(raw.shape[1:])}"
+        raise ArgumentError(
+            f"--ood-data {source!r} holds {stored}; the model's are uint8 "
+            f"({', '.join(map(str, shape))})"
+        )
+    return "user_set", raw
 
 
 def load_ood_file(path: str | Path, image_shape: tuple[int, ...]) -> np.ndarray:

@@ -98,7 +98,7 @@ from ebmlab.evaluation import (
     inception_outputs,
     inception_score,
     load_inception,
-    load_ood_file,
+    load_ood_images,
     log_likelihood,
     mmd2,
     nll,
@@ -591,9 +591,13 @@ def _ood_scores(task: JEMTask, x: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def ood_sets(task: JEMTask, ood_data: str | None = None) -> dict[str, torch.Tensor]:
+def ood_sets(
+    task: JEMTask, ood_data: str | None = None, ood_root: str | None = None
+) -> dict[str, torch.Tensor]:
     """The OOD sets of the evaluation, in the model's input format: uniform noise, the test
-    images with permuted pixels and flipped left-right and up-down, and a user file."""
+    images with permuted pixels and flipped left-right and up-down, and the user's set
+    (:func:`~ebmlab.evaluation.load_ood_images`: a file, or a published set by name,
+    read from ``ood_root``, else the training data's root)."""
     test = task.test
     device = test.x.device
     noise = uniform_noise(len(test), test.x.shape[1], test.value_range, device=device)
@@ -602,7 +606,9 @@ def ood_sets(task: JEMTask, ood_data: str | None = None) -> dict[str, torch.Tens
         return sets
     raws = shifted_images(test.raw)
     if ood_data:
-        raws["user_file"] = load_ood_file(ood_data, test.raw.shape[1:])
+        root = ood_root or task.config.data_root or None
+        key, images = load_ood_images(ood_data, test.raw.shape[1:], root)
+        raws[key] = images
     for name, raw in raws.items():
         sets[name] = test.encoding(raw).reshape(len(raw), -1).to(device)
     return sets
@@ -724,6 +730,7 @@ def evaluate(
     setup: Setup,
     run: RunDirectory,
     ood_data: str | None = None,
+    ood_root: str | None = None,
     long_run_steps: int = 1000,
     inception: str | None = None,
     inception_samples: int | None = None,
@@ -737,7 +744,11 @@ def evaluate(
     (the samples again after 200 and after ``long_run_steps`` further SGLD steps).
 
     Args:
-        ood_data: a file of images (N, H, W) as one more OOD set.
+        ood_data: one more OOD set: a .npy file of images (N, H, W), or a published
+            image set by name (its test split; ``name:split`` for another), such as
+            ``mnist`` for a Fashion-MNIST model.
+        ood_root: the folder of a named ``ood_data`` set's files (default: the
+            training data's root, else ``$EBMLAB_DATA`` and the system's data folders).
         inception: a local Inception-v3 weights file of the FID tools
             (:func:`~ebmlab.evaluation.load_inception`): sample quality in its pool
             features too, the numbers papers report, and the Inception score.
@@ -757,6 +768,7 @@ def evaluate(
         raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
+    ood = ood_sets(task, ood_data, ood_root)  # a bad --ood-data stops here, before any work
     network = _inception_network(
         task, inception, inception_samples, inception_reference, inception_preprocessing
     )
@@ -789,7 +801,7 @@ def evaluate(
     progress("OOD scores: log p(x), max p(y|x), gradient norm")
     in_scores = _ood_scores(task, test.x)
     result["ood_auroc"], result["ood_auroc_stderr"] = {}, {}
-    for name, x in ood_sets(task, ood_data).items():
+    for name, x in ood.items():
         values, stderrs = {}, {}
         for score, s in _ood_scores(task, x).items():
             values[score], stderrs[score] = auroc(in_scores[score], s, return_stderr=True)
