@@ -140,6 +140,8 @@ def test_a_data_set_serves_as_an_ood_set_and_a_wrong_one_is_refused_up_front(
         assert main(args) == 2, source
         err = capsys.readouterr().err
         assert message in err and "classification" not in err, err
+    assert main(["evaluate", str(jem_run), "--ood-root", str(tmp_path)]) == 2
+    assert "ood_root needs ood_data" in capsys.readouterr().err
 
 
 def test_bad_inception_options_are_usage_errors(jem_run, tmp_path, capsys, inception_weights):

@@ -596,8 +596,8 @@ def ood_sets(
 ) -> dict[str, torch.Tensor]:
     """The OOD sets of the evaluation, in the model's input format: uniform noise, the test
     images with permuted pixels and flipped left-right and up-down, and the user's set
-    (:func:`~ebmlab.evaluation.load_ood_images`: a file, or a published set by name,
-    read from ``ood_root``, else the training data's root)."""
+    (:func:`~ebmlab.evaluation.load_ood_images`: a file, a folder, or a published set
+    by name read from ``ood_root``, else from the training data's root)."""
     test = task.test
     device = test.x.device
     noise = uniform_noise(len(test), test.x.shape[1], test.value_range, device=device)
@@ -744,9 +744,9 @@ def evaluate(
     (the samples again after 200 and after ``long_run_steps`` further SGLD steps).
 
     Args:
-        ood_data: one more OOD set: a .npy file of images (N, H, W), or a published
-            image set by name (its test split; ``name:split`` for another), such as
-            ``mnist`` for a Fashion-MNIST model.
+        ood_data: one more OOD set: a .npy file of images (N, H, W), or the test split
+            (``name:split`` for another) of a folder of data files or of a published
+            image set by name, such as ``mnist`` for a Fashion-MNIST model.
         ood_root: the folder of a named ``ood_data`` set's files (default: the
             training data's root, else ``$EBMLAB_DATA`` and the system's data folders).
         inception: a local Inception-v3 weights file of the FID tools
@@ -766,6 +766,8 @@ def evaluate(
     """
     if long_run_steps <= 200:
         raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
+    if ood_root is not None and not ood_data:
+        raise ArgumentError("ood_root needs ood_data (a published set's name)")
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
     ood = ood_sets(task, ood_data, ood_root)  # a bad --ood-data stops here, before any work
