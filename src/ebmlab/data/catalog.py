@@ -43,7 +43,15 @@ Reader = Callable[[list[Path]], tuple[np.ndarray, np.ndarray]]
 
 
 class DataNotFoundError(FileNotFoundError):
-    """A data set's files are missing; the message lists where they were looked for."""
+    """A data set's files are missing; the message lists where they were looked for.
+
+    ``finding`` is that statement without the advice that follows it, so that a caller
+    whose users name the folder another way (``evaluate --ood-root``) gives its own.
+    """
+
+    def __init__(self, finding: str, advice: str = "") -> None:
+        super().__init__(f"{finding}. {advice}" if advice else finding)
+        self.finding = finding
 
 
 class DownloadError(OSError):
@@ -257,8 +265,9 @@ def read_split(
         partial = _partial_set(source, split, dirs)
         raise DataNotFoundError(
             (partial or f"{source.name} {split} files {list(source.files[split])} not found")
-            + f"; looked in: {where}. Pass --data-root DIR (root=DIR), set EBMLAB_DATA"
-            + (f", or run: ebmlab data download {source.name} DIR" if source.url else "")
+            + f"; looked in: {where}",
+            "Pass --data-root DIR (root=DIR), set EBMLAB_DATA"
+            + (f", or run: ebmlab data download {source.name} DIR" if source.url else ""),
         )
     images, labels = source.read([verified(source, p) for p in paths])
     if len(labels) and (labels.min() < 0 or labels.max() >= source.num_classes):

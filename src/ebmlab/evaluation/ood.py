@@ -108,8 +108,8 @@ def load_ood_images(
     try:
         data = load_dataset(name, split or "test", root=root, flatten=False, in_memory=True)
     except DataNotFoundError as err:  # the folder is given by --ood-root here
-        advice = str(err).replace("--data-root DIR (root=DIR)", "--ood-root DIR")
-        raise DataNotFoundError(f"--ood-data {source!r}: {advice}") from err
+        finding = f"--ood-data {source!r}: {err.finding}"
+        raise DataNotFoundError(finding, "Pass --ood-root DIR") from err
     raw, shape = data.raw, tuple(image_shape)
     if raw is None or raw.dtype != np.uint8 or tuple(raw.shape[1:]) != shape:
         stored = "no images" if raw is None else f"{raw.dtype} images {tuple(raw.shape[1:])}"
