@@ -11,7 +11,14 @@ import torch
 
 from ebmlab.cli import main
 from ebmlab.energies import BernoulliRBM, DiagonalGaussian, Gaussian, GaussianMixture, MLPEnergy
-from ebmlab.partition import ais, rbm_ais, rbm_log_partition, smc
+from ebmlab.partition import (
+    ais,
+    bethe_log_partition,
+    rbm_ais,
+    rbm_log_partition,
+    smc,
+    trw_log_partition,
+)
 from ebmlab.samplers import HMC, MALA, NUTS, Gibbs, Langevin, ParallelTempering
 from ebmlab.samplers.diagnostics import effective_sample_size
 from ebmlab.testing import assert_mean_close
@@ -79,6 +86,16 @@ def test_rbm_estimates_on_the_gpu_match_enumeration():
     assert abs(est.log_z - exact) < 4 * est.stderr + 0.02
     x = Gibbs().sample(gpu, (torch.rand(64, 12, device="cuda") < 0.5).float(), 5, generator=2)
     assert x.device.type == "cuda"
+
+
+def test_belief_propagation_bounds_on_the_gpu_repeat_to_the_bit():
+    torch.manual_seed(0)
+    rbm = BernoulliRBM(30, 20, init_std=0.3)
+    cpu = trw_log_partition(rbm).log_z
+    gpu = rbm.cuda()
+    first, second = trw_log_partition(gpu).log_z, trw_log_partition(gpu).log_z
+    assert first == second and first == pytest.approx(cpu, rel=1e-5)
+    assert bethe_log_partition(gpu).log_z == bethe_log_partition(gpu).log_z
 
 
 def test_a_recipe_trains_resumes_and_evaluates_on_the_gpu(tmp_path, capsys):

@@ -102,3 +102,17 @@ def test_beliefs_that_underflow_in_float32_leave_the_estimate_finite():
                                 for t in pairwise_potentials(bm))  # fmt: skip
     value, _ = reweighted_bp(theta_i, theta_ij, edges, 1.0)
     assert math.isfinite(value) and abs(value - exact) < 1e-3 * abs(exact)
+
+
+def test_message_sums_add_every_incoming_edge_once_in_a_fixed_order():
+    """The node sums of reweighted BP are index_add_'s sums (node 3 has no incoming
+    edge, node 0 three), read from a padded table rather than added by atomics."""
+    from ebmlab.partition.variational import _incoming, _node_sums
+
+    dst = torch.tensor([0, 2, 0, 1, 0, 2])
+    messages = torch.randn(len(dst), 2, generator=torch.Generator().manual_seed(0))
+    incoming = _incoming(dst, 4)
+    assert incoming.shape == (4, 3)
+    expected = messages.new_zeros(4, 2).index_add_(0, dst, messages)
+    torch.testing.assert_close(_node_sums(messages, incoming), expected)
+    assert _node_sums(messages, incoming)[3].eq(0).all()

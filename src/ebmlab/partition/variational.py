@@ -81,6 +81,24 @@ def pairwise_potentials(
     return theta_i, theta_ij, edges
 
 
+def _incoming(dst: torch.Tensor, n: int) -> torch.Tensor:
+    """For each of ``n`` nodes, the indices of the directed edges that end there
+    (``dst``: each edge's end), padded with ``len(dst)`` to the largest in-degree: a
+    message sum over this table adds in a fixed order on every device, where CUDA's
+    ``index_add_`` adds by atomics in an order that changes from run to run."""
+    order = torch.argsort(dst, stable=True)
+    counts = torch.bincount(dst, minlength=n)
+    width = int(counts.max()) if len(dst) else 0
+    slot = torch.arange(width, device=dst.device)
+    at = (counts.cumsum(0) - counts)[:, None] + slot
+    return torch.where(slot < counts[:, None], order[at.clamp(max=max(len(dst) - 1, 0))], len(dst))
+
+
+def _node_sums(messages: torch.Tensor, incoming: torch.Tensor) -> torch.Tensor:
+    """Per node, the sum of ``messages`` (edges, 2) over its :func:`_incoming` edges."""
+    return torch.cat([messages, messages.new_zeros(1, 2)])[incoming].sum(1)
+
+
 def reweighted_bp(
     theta_i: torch.Tensor,
     theta_ij: torch.Tensor,
@@ -111,10 +129,11 @@ def reweighted_bp(
     index = torch.arange(n_edges, device=theta_i.device)
     reverse = torch.cat([index + n_edges, index])
     log_m = theta_i.new_zeros(2 * n_edges, 2)  # log m_{src -> dst}(x_dst)
+    incoming = _incoming(dst, n)
     change, iterations, limit = float("inf"), 0, tol
     while iterations < max_iter and change >= limit:
         iterations += 1
-        s = theta_i.new_zeros(n, 2).index_add_(0, dst, rho * log_m)
+        s = _node_sums(rho * log_m, incoming)
         # exponent over (x_src, x_dst): theta_src + S_src - log m_{dst -> src}(x_src) + pair
         pre = (theta_i[src] + s[src] - log_m[reverse])[:, :, None] + pair
         new = torch.logsumexp(pre, 1)
@@ -126,7 +145,7 @@ def reweighted_bp(
     converged = change < limit
     if not converged:
         warn_unconverged("reweighted belief propagation", iterations, change, limit)
-    s = theta_i.new_zeros(n, 2).index_add_(0, dst, rho * log_m)
+    s = _node_sums(rho * log_m, incoming)
     log_node = theta_i + s
     mu_i = torch.softmax(log_node, 1)
     a, b = edges[:, 0], edges[:, 1]
