@@ -5,6 +5,7 @@ whose chains are stuck or that fails a convergence check."""
 import math
 import re
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from ebmlab.samplers.diagnostics import (
     split_rhat,
     summarize,
 )
+from ebmlab.samplers.integrators import DenseMass
 from ebmlab.testing import assert_mean_close
 
 # the log sigma marginal of a regression with flat priors: 434 rows, residual sd 18
@@ -258,6 +260,30 @@ def test_summarize_warns_of_each_failed_check():
     few = SampleRun(samples=torch.randn(20, 4, 2, generator=g), final=None,
                     info={**info, "n_divergent": 0})  # fmt: skip
     assert any("bulk ESS" in p for p in summarize(few, warn=False).problems)
+
+
+def test_summarize_names_a_dense_mass_for_correlated_draws_that_mix_poorly():
+    """Chains that disagree along the long axis of a correlation of 0.999 (condition
+    number about 2000): after a diagonal mass the summary says a dense one may mix
+    faster; not after a dense mass, not for uncorrelated draws, not when the checks pass."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(200, 4, 2, generator=g)
+    z[:, :, 0] += torch.tensor([0.0, 0.0, 0.0, 3.0])  # one chain apart: R-hat fails
+    corr = torch.tensor([[1.0, 0.0], [0.999, (1 - 0.999**2) ** 0.5]])
+    info = {"acceptance_rate": 0.9, "n_divergent": 0, "n_grad_evals": 1, "n_kept_steps": 200}
+
+    def problems(samples, mass):
+        run = SampleRun(samples=samples, final=SimpleNamespace(inv_mass=mass), info=info)
+        return summarize(run, warn=False).problems
+
+    diagonal, dense = torch.ones(2), DenseMass(torch.eye(2))
+    hinted = problems(z @ corr.T, diagonal)
+    assert "R-hat" in hinted[0] and "dense_mass=True" in hinted[-1]
+    assert float(re.search(r"condition number (\d+)", hinted[-1])[1]) > 100
+    assert not any("dense" in p for p in problems(z @ corr.T, dense))
+    assert not any("dense" in p for p in problems(z, diagonal))
+    well_mixed = torch.randn(500, 4, 2, generator=g) @ corr.T
+    assert problems(well_mixed, diagonal) == []
 
 
 def test_dual_averaging_of_chains_that_finish_at_different_times():

@@ -9,7 +9,8 @@ Samples are laid out as returned by ``sampler.sample(..., thin=k)``: (T, C, *eve
 
 :func:`summarize` warns (:class:`SamplingWarning`) when a run fails the checks Vehtari
 et al. recommend before its draws are used: R-hat above 1.01, a bulk ESS below 100 per
-chain (at most 400 in all), or more than 1 % of the kept transitions divergent.
+chain (at most 400 in all), or more than 1 % of the kept transitions divergent; and
+when strongly correlated draws suggest a dense mass.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ RHAT_LIMIT = 1.01
 ESS_PER_CHAIN = 100
 ESS_ENOUGH = 400
 DIVERGENT_LIMIT = 0.01
+# a diagonal mass leaves a Gaussian posterior with this condition number (that of its
+# correlation matrix): HMC then needs about its square root more steps per draw
+CORRELATED = 100.0
 
 
 class SamplingWarning(UserWarning):
@@ -150,11 +154,34 @@ class Diagnostics:
         return line + "".join(f"\nwarning: {p}" for p in self.problems)
 
 
+def correlation_condition(samples: torch.Tensor) -> float:
+    """The condition number of the correlation matrix of draws (T, C, D) pooled over
+    chains, over the coordinates that vary: 1 for uncorrelated ones. With a diagonal
+    mass, HMC on a Gaussian posterior sees this condition number (Neal 2011, sec. 4:
+    the step size follows the narrowest direction, the trajectory length the widest)."""
+    flat = widen(samples.reshape(-1, samples.shape[-1]))
+    flat = flat[:, flat.std(0) > 0]
+    if flat.shape[1] < 2:
+        return 1.0
+    eig = torch.linalg.eigvalsh(torch.corrcoef(flat.T))
+    return float(eig[-1] / eig[0].clamp(min=torch.finfo(eig.dtype).tiny))
+
+
+def _diagonal_mass(run: SampleRun) -> bool:
+    """Whether ``run`` tuned a diagonal mass for chains of flat rows (T, C, D)."""
+    mass = getattr(run.final, "inv_mass", None)
+    flat = run.samples.ndim == 3 and run.samples.shape[-1] > 1
+    return flat and isinstance(mass, torch.Tensor) and mass.ndim == 1
+
+
 def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
     """Diagnostics of a :class:`~ebmlab.samplers.SampleRun` made with ``thin``, with the
     checks of Vehtari et al. (2021): R-hat at most 1.01, bulk ESS at least 100 per chain
     (400 in all suffice), at most 1 % of the kept transitions divergent; with ``warn``
-    the failed ones are also raised as one :class:`SamplingWarning`.
+    the failed ones are also raised as one :class:`SamplingWarning`. When R-hat or the
+    ESS fails after a diagonal mass was tuned and the draws are strongly correlated
+    (:func:`correlation_condition` above :data:`CORRELATED`), it says that a dense
+    mass may mix faster.
 
     Args:
         run: a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
@@ -182,6 +209,14 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
             f"bulk ESS {diagnostics.min_ess:.0f} < {needed} ({ESS_PER_CHAIN} per chain, "
             f"{ESS_ENOUGH} in all suffice): too few effective draws for reliable estimates"
         )
+    if diagnostics.problems and _diagonal_mass(run):
+        kappa = correlation_condition(run.samples)
+        if kappa > CORRELATED:
+            diagnostics.problems.append(
+                f"the draws are strongly correlated (their correlation matrix has condition "
+                f"number {kappa:.0f} > {CORRELATED:.0f}), which a diagonal mass cannot undo: "
+                "a dense mass (dense_mass=True; ebmlab mcmc --dense-mass) may mix much faster"
+            )
     if transitions and diagnostics.n_divergent > DIVERGENT_LIMIT * transitions:
         diagnostics.problems.append(
             f"{diagnostics.n_divergent} of {transitions} kept transitions divergent "
