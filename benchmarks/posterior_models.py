@@ -30,8 +30,8 @@ import numpy as np
 
 def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Namespace:
     """The command line of a posterior run: chains, warm-up and kept steps (with these
-    defaults), ``--only`` (the posteriors whose name contains it) and ``--sampler`` (the
-    samplers whose name contains it)."""
+    defaults), ``--only`` (the posteriors whose name contains it), ``--sampler`` (the
+    samplers whose name contains it) and ``--seed``."""
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--chains", type=int, default=chains)
     parser.add_argument("--warmup", type=int, default=warmup)
@@ -39,6 +39,9 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
     parser.add_argument("--only", help="only the posteriors whose name contains this")
     parser.add_argument("--sampler", help="only the samplers whose name contains this")
     parser.add_argument("--device", default="cpu", help="where ebmlab's chains run")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the chains' starts and every sampler"
+    )
     parser.add_argument(
         "--lockstep",
         action="store_true",

@@ -66,8 +66,9 @@ def run_ebmlab(
     warmup: int,
     draws: int,
     device: str = "cpu",
+    seed: int = 0,
 ) -> dict[str, Any]:
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     x0 = torch.as_tensor(rng.uniform(-2.0, 2.0, (chains, posterior.dim)), device=device)
 
     def energy(x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +77,7 @@ def run_ebmlab(
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = sampler.run(energy, x0, draws, burn_in=warmup, thin=1, generator=0)
+        run = sampler.run(energy, x0, draws, burn_in=warmup, thin=1, generator=seed)
         if x0.device.type == "cuda":
             torch.cuda.synchronize(x0.device)
     seconds = time.perf_counter() - start
@@ -141,15 +142,17 @@ def main() -> None:
             if args.sampler and args.sampler not in name:
                 continue
             out = run_ebmlab(sampler, posterior, args.chains, args.warmup, args.draws,
-                             args.device)  # fmt: skip
+                             args.device, args.seed)  # fmt: skip
             rows.append(row(name, posterior, out, args.chains, args.draws))
             print(json.dumps(rows[-1]), flush=True)
         if run_nuts is not None and args.device == "cpu":
             sizes = (posterior, args.chains, args.warmup, args.draws)
-            peers = {"BlackJAX NUTS": partial(run_nuts, *sizes, seed=0),
-                     "BlackJAX ChEES-HMC": partial(run_chees, *sizes, seed=0)}  # fmt: skip
+            peers = {"BlackJAX NUTS": partial(run_nuts, *sizes, seed=args.seed),
+                     "BlackJAX ChEES-HMC": partial(run_chees, *sizes, seed=args.seed)}  # fmt: skip
             if args.dense:
-                peers["BlackJAX NUTS, dense mass"] = partial(run_nuts, *sizes, seed=0, dense=True)
+                peers["BlackJAX NUTS, dense mass"] = partial(
+                    run_nuts, *sizes, seed=args.seed, dense=True
+                )
             for name, peer in peers.items():
                 if args.sampler and args.sampler not in name:
                     continue
