@@ -33,6 +33,24 @@ def test_energy_shape_is_checked():
         as_energy_fn(3.0)
 
 
+def test_an_energy_without_a_gradient_in_x_is_named_before_sampling():
+    """Computed outside autograd (NumPy, detach) or not from x at all: one clear error at
+    the chains' first evaluation, not autograd's own message."""
+    from ebmlab.samplers import NUTS, Langevin
+
+    x0 = torch.randn(4, 2)
+    weight = torch.nn.Parameter(torch.ones(1))
+    for energy in (
+        lambda x: torch.as_tensor((x.detach().numpy() ** 2).sum(1)),
+        lambda x: torch.zeros(len(x)) * weight,
+    ):
+        for sampler in (Langevin(0.1), NUTS()):
+            with pytest.raises(ValueError, match="does not depend on x through autograd"):
+                sampler.run(energy, x0, 5, burn_in=5)
+    # a negative control: the same energy written in torch samples
+    assert Langevin(0.1).run(lambda x: (x**2).sum(1), x0, 5).samples.isfinite().all()
+
+
 def test_mlp_energy_shapes_and_options():
     m = MLPEnergy(4, hidden=(8, 8), spectral_norm=True)
     assert m(torch.randn(5, 4)).shape == (5,)

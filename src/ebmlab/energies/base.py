@@ -145,7 +145,15 @@ def _autograd_energy_and_grad(
     with torch.enable_grad():
         xg = x.detach().requires_grad_(True)
         e = energy(xg)
-        (g,) = torch.autograd.grad(e.sum(), xg, create_graph=create_graph)
+        g = None
+        if e.requires_grad:
+            (g,) = torch.autograd.grad(e.sum(), xg, create_graph=create_graph, allow_unused=True)
+    if g is None:
+        raise ArgumentError(
+            "the energy does not depend on x through autograd, so it has no gradient: "
+            "compute it from x with torch operations (not under torch.no_grad(), and "
+            "without .detach(), .item() or NumPy)"
+        )
     if create_graph:
         return e, g
     return e.detach(), g.detach()
