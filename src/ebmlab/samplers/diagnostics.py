@@ -201,7 +201,7 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
     transitions = run.info.get("n_kept_steps", 0) * n_chains
     if diagnostics.max_rhat > RHAT_LIMIT:
         diagnostics.problems.append(
-            f"R-hat {diagnostics.max_rhat:.3f} > {RHAT_LIMIT}: the chains disagree; run longer "
+            f"R-hat {diagnostics.max_rhat:.4f} > {RHAT_LIMIT}: the chains disagree; run longer "
             "or look for stuck chains"
         )
     if diagnostics.min_ess < needed:
