@@ -139,6 +139,10 @@ def energy_device(energy: Any, default: torch.device | str = "cpu") -> torch.dev
     return torch.device(default)
 
 
+class NoGradientError(ArgumentError):
+    """An energy whose value does not depend on x through autograd."""
+
+
 def _autograd_energy_and_grad(
     energy: EnergyFn, x: torch.Tensor, create_graph: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,7 +153,7 @@ def _autograd_energy_and_grad(
         if e.requires_grad:
             (g,) = torch.autograd.grad(e.sum(), xg, create_graph=create_graph, allow_unused=True)
     if g is None:
-        raise ArgumentError(
+        raise NoGradientError(
             "the energy does not depend on x through autograd, so it has no gradient: "
             "compute it from x with torch operations (not under torch.no_grad(), and "
             "without .detach(), .item() or NumPy)"

@@ -30,6 +30,7 @@ from ebmlab.devices import widen
 from ebmlab.energies.base import (
     EnergyFn,
     EnergyLike,
+    NoGradientError,
     as_energy_fn,
     energy_and_grad,
     energy_device,
@@ -388,6 +389,8 @@ class Sampler(Generic[S]):
         with frozen_parameters(energy):
             try:
                 state = self.begin_warmup(self.init(x0, fn), burn_in)
+            except NoGradientError:  # the energy's fault, whatever x0
+                raise
             except ArgumentError as err:  # the energy's own check, put in the caller's terms
                 raise ArgumentError(f"x0 does not fit the energy: {err}") from err
             long = burn_in + n_steps >= _graphs.MIN_STEPS
