@@ -226,7 +226,8 @@ class AdaptiveHMC(HMC):
         adapt_length: False switches off trajectory-length adaptation.
         divergence_threshold: energy error beyond which a trajectory is divergent.
         dense_mass: adapt a dense inverse mass (the draws' covariance) for chains of
-            flat rows (B, D), for posteriors whose coordinates are strongly correlated.
+            flat rows (B, D), for posteriors whose coordinates are strongly correlated
+            (``summarize`` says when a run's draws suggest it).
     """
 
     #: the power of T that the ChEES criterion is divided by: 1 rates lengths per

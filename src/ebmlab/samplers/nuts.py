@@ -233,7 +233,8 @@ class NUTS(Sampler[NUTSState]):
             gain from more (each queued transition holds 3D + 5 numbers per chain).
         dense_mass: adapt a dense inverse mass (the draws' covariance, Stan's
             ``dense_e``) for chains of flat rows (B, D), for posteriors whose
-            coordinates are strongly correlated; by default a diagonal one.
+            coordinates are strongly correlated (``summarize`` says when a run's
+            draws suggest it); by default a diagonal one.
     """
 
     def __init__(
