@@ -89,6 +89,18 @@ def test_dopri5_meets_its_tolerance_per_row():
     assert torch.allclose(backwards, x0, rtol=1e-6)
 
 
+def test_odeint_takes_two_times_and_names_a_grid_passed_instead():
+    """torchdiffeq's users pass a grid of times; odeint integrates from t0 to t1, given
+    as numbers (0-d tensors too), and says so."""
+    x0 = torch.ones(2, 1)
+    with pytest.raises(ArgumentError, match=r"t0 must be a number, got a tensor of shape \(3,\)"):
+        odeint(lambda x, t: -x, x0, torch.linspace(0, 1, 3))
+    with pytest.raises(ArgumentError, match="t1 must be a finite number"):
+        odeint(lambda x, t: -x, x0, 0.0, float("inf"))
+    out = odeint(lambda x, t: -x, x0, torch.tensor(0.0), 1.0, n_steps=200)
+    torch.testing.assert_close(out, x0 * math.exp(-1), rtol=1e-6, atol=0)
+
+
 def test_the_flow_of_the_optimal_field_carries_noise_to_the_data():
     g = torch.Generator().manual_seed(2)
     x0 = torch.randn(20_000, 2, generator=g, dtype=torch.float64)

@@ -66,7 +66,8 @@ def odeint(
     atol: float = 1e-5,
     max_steps: int = 10_000,
 ) -> torch.Tensor:
-    """The points ``x`` (B, ...) carried by dx/dt = field(x, t) from ``t0`` to ``t1``.
+    """The points ``x`` (B, ...) carried by dx/dt = field(x, t) from ``t0`` to ``t1``
+    (numbers; ``t1 < t0`` integrates backwards).
 
     Args:
         field: v(x, t) for points (B, ...) and times (B,), returning x's shape.
@@ -77,6 +78,7 @@ def odeint(
         max_steps: the most ``dopri5`` steps (accepted or not) before it gives up.
     """
     _checks.tensor("x", x, min_ndim=2, floating=True, finite=True)
+    t0, t1 = _checks.finite("t0", t0), _checks.finite("t1", t1)
     if method not in METHODS:
         raise ArgumentError(f"method must be one of {METHODS}, got {method!r}")
     _checks.positive_int("n_steps", n_steps)
