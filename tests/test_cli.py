@@ -360,6 +360,27 @@ def test_mcmc_samples_a_posterior_from_a_file(capsys, tmp_path):
     assert json.loads(again)["mean"] == summary["mean"]
 
 
+def test_mcmc_starts_chains_within_the_init_radius_as_stan_does(capsys, tmp_path):
+    """--init-radius R starts the chains in (-R, R) (Stan's init=R): 2 is the default,
+    0 starts every chain at zero and still recovers the moments; a negative radius is
+    refused in one line."""
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    args = ("mcmc", f"{model}:energy", "--dim", "2", "--chains", "8", "--warmup", "100",
+            "--draws", "100")  # fmt: skip
+    _, default, _ = run_cli(capsys, *args)
+    _, two, _ = run_cli(capsys, *args, "--init-radius", "2")
+    assert json.loads(default)["mean"] == json.loads(two)["mean"]
+    code, printed, _ = run_cli(capsys, *args, "--init-radius", "0")
+    summary = json.loads(printed)
+    assert code == 0 and summary["init_radius"] == 0
+    for d, sd in enumerate([1.0, math.sqrt(1.25)]):
+        assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
+        assert abs(summary["sd"][d] - sd) < 0.15
+    code, out, err = run_cli(capsys, *args, "--init-radius", "-1")
+    assert code == 2 and "--init-radius must be a finite number >= 0" in err and out == ""
+
+
 def test_mcmc_with_a_dense_mass_learns_the_correlation(capsys, tmp_path):
     """x0 and x1 above have correlation 1 / sqrt(1.25) = 0.89: --dense-mass draws them
     with the right sds, and the draws keep that correlation."""

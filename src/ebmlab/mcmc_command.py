@@ -3,7 +3,8 @@ does for a model, and say whether to trust the draws.
 
 The target is ``FILE.py:NAME``, a function of chains x (B, D) returning the energy
 E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in
-(-2, 2) on every coordinate, as Stan starts them on the unconstrained scale; NUTS (or
+(-2, 2) on every coordinate, as Stan starts them on the unconstrained scale (``--init-radius
+R``: in (-R, R), as Stan's ``init=R``; 0 starts every chain at zero); NUTS (or
 AdaptiveHMC) warms up as Stan does, with a diagonal mass or with ``--dense-mass`` a dense
 one, and keeps ``--draws`` steps. The command prints a
 JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS, divergences, stuck
@@ -66,6 +67,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         action="store_true",
         help="adapt a dense mass (Stan's dense_e), for correlated coordinates",
     )
+    p.add_argument(
+        "--init-radius",
+        type=float,
+        default=2.0,
+        help="chains start uniformly in (-R, R) on every coordinate (Stan's init=R; 0: at zero)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | auto")
     p.add_argument("--float32", action="store_true", help="single precision (default double)")
@@ -119,6 +126,7 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
     for name in ("dim", "chains", "draws"):
         _checks.positive_int(f"--{name}", getattr(args, name))
     _checks.positive_int("--warmup", args.warmup, allow_zero=True)
+    _checks.positive("--init-radius", args.init_radius, allow_zero=True)
     fn = load_target(args.target)
     device = resolve_device(args.device)
     dtype = torch.float32 if args.float32 else torch.float64
@@ -129,7 +137,7 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
 
     generator = torch.Generator(device).manual_seed(args.seed)
     x0 = torch.rand(args.chains, args.dim, generator=generator, dtype=dtype, device=device)
-    x0 = 4 * x0 - 2
+    x0 = args.init_radius * (2 * x0 - 1)
     probe = energy(x0)
     if not isinstance(probe, torch.Tensor) or probe.shape != (args.chains,):
         got = tuple(probe.shape) if isinstance(probe, torch.Tensor) else type(probe).__name__
@@ -177,6 +185,7 @@ def summary_of(
         "chains": args.chains,
         "warmup": args.warmup,
         "draws": args.draws,
+        "init_radius": args.init_radius,
         "seconds": round(seconds, 3),
         "max_rhat": diagnostics.max_rhat,
         "min_bulk_ess": diagnostics.min_ess,
