@@ -24,7 +24,7 @@ class ArgumentError(ValueError, TypeError):
 
 def finite(name: str, value: float) -> float:
     """Return ``value`` as a float if it is a finite number (a 0-d tensor counts)."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.ndim == 0:
+    if isinstance(value, torch.Tensor) and value.ndim == 0:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, int | float):
         got = (f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
