@@ -37,6 +37,7 @@ DIVERGENT_LIMIT = 0.01
 # a diagonal mass leaves a Gaussian posterior with this condition number (that of its
 # correlation matrix): HMC then needs about its square root more steps per draw
 CORRELATED = 100.0
+DENSE_UP_TO = 1000  # coordinates: a dense mass costs D^2 per chain and leapfrog step
 
 
 class SamplingWarning(UserWarning):
@@ -167,11 +168,15 @@ def correlation_condition(samples: torch.Tensor) -> float:
     return float(eig[-1] / eig[0].clamp(min=torch.finfo(eig.dtype).tiny))
 
 
-def _diagonal_mass(run: SampleRun) -> bool:
-    """Whether ``run`` tuned a diagonal mass for chains of flat rows (T, C, D)."""
+def _dense_mass_may_help(run: SampleRun) -> bool:
+    """Whether ``run`` tuned a diagonal mass for chains of flat rows (T, C, D) for which a
+    dense one is practical: D at most :data:`DENSE_UP_TO`, and draws enough (ten per
+    coordinate) to estimate their correlations."""
     mass = getattr(run.final, "inv_mass", None)
-    flat = run.samples.ndim == 3 and run.samples.shape[-1] > 1
-    return flat and isinstance(mass, torch.Tensor) and mass.ndim == 1
+    if run.samples.ndim != 3 or not (isinstance(mass, torch.Tensor) and mass.ndim == 1):
+        return False
+    t, c, d = run.samples.shape
+    return 1 < d <= DENSE_UP_TO and t * c >= 10 * d
 
 
 def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
@@ -180,8 +185,9 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
     (400 in all suffice), at most 1 % of the kept transitions divergent; with ``warn``
     the failed ones are also raised as one :class:`SamplingWarning`. When R-hat or the
     ESS fails after a diagonal mass was tuned and the draws are strongly correlated
-    (:func:`correlation_condition` above :data:`CORRELATED`), it says that a dense
-    mass may mix faster.
+    (:func:`correlation_condition` above :data:`CORRELATED`; at most
+    :data:`DENSE_UP_TO` coordinates, ten draws or more per coordinate), it says that a
+    dense mass may mix faster.
 
     Args:
         run: a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
@@ -209,7 +215,7 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
             f"bulk ESS {diagnostics.min_ess:.0f} < {needed} ({ESS_PER_CHAIN} per chain, "
             f"{ESS_ENOUGH} in all suffice): too few effective draws for reliable estimates"
         )
-    if diagnostics.problems and _diagonal_mass(run):
+    if diagnostics.problems and _dense_mass_may_help(run):
         kappa = correlation_condition(run.samples)
         if kappa > CORRELATED:
             diagnostics.problems.append(
