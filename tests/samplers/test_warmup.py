@@ -282,6 +282,8 @@ def test_summarize_names_a_dense_mass_for_correlated_draws_that_mix_poorly():
     assert float(re.search(r"condition number (\d+)", hinted[-1])[1]) > 100
     assert not any("dense" in p for p in problems(z @ corr.T, dense))
     assert not any("dense" in p for p in problems(z, diagonal))
+    few = z[:4] @ corr.T  # 16 draws of 2 coordinates: too few to estimate a covariance
+    assert problems(few, diagonal) and not any("dense" in p for p in problems(few, diagonal))
     well_mixed = torch.randn(500, 4, 2, generator=g) @ corr.T
     assert problems(well_mixed, diagonal) == []
 
