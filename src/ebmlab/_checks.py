@@ -22,23 +22,27 @@ class ArgumentError(ValueError, TypeError):
     """
 
 
-def finite(name: str, value: float) -> float:
-    """Return ``value`` as a float if it is a finite number (a 0-d tensor counts)."""
-    if isinstance(value, torch.Tensor) and value.ndim == 0:
-        value = value.item()
+def _number(name: str, value: float) -> float:
+    """Return ``value`` if it is a Python int or float (not a bool), else say what it is."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         got = (f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor)
                else type(value).__name__)  # fmt: skip
         raise ArgumentError(f"{name} must be a number, got {got}")
-    if not math.isfinite(value):
+    return value
+
+
+def finite(name: str, value: float) -> float:
+    """Return ``value`` as a float if it is a finite number (a 0-d tensor counts)."""
+    if isinstance(value, torch.Tensor) and value.ndim == 0:
+        value = value.item()
+    if not math.isfinite(_number(name, value)):
         raise ArgumentError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 
 
 def positive(name: str, value: float, *, allow_zero: bool = False) -> float:
     """Return ``value`` if it is a finite number > 0 (or >= 0 with ``allow_zero``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ArgumentError(f"{name} must be a number, got {type(value).__name__}")
+    _number(name, value)
     ok = value >= 0 if allow_zero else value > 0
     if not (math.isfinite(value) and ok):
         bound = ">= 0" if allow_zero else "> 0"
