@@ -43,6 +43,7 @@ from ebmlab.energies import (
     NoiseConditionalEnergy,
     SNResNet,
     SubspaceRBM,
+    UNetDot,
     UNetViT,
     WideResNet,
     energy_and_grad,
@@ -214,6 +215,9 @@ ENERGIES = {
     "image_energy_unet_vit": lambda put: energy_and_grad(
         put(ImageEnergy(seeded(UNetViT, (3, 8, 8), 1, width=8, mults=(1, 2), embed=16, heads=2))),
         put(COLOUR),
+    ),
+    "image_energy_unet_dot": lambda put: energy_and_grad(
+        put(ImageEnergy(seeded(UNetDot, (3, 8, 8), 1, width=8, mults=(1, 2)))), put(COLOUR)
     ),
     "image_energy_sn_resnet": lambda put: energy_and_grad(
         put(ImageEnergy(seeded(SNResNet, (3, 8, 8), 1, width=8, stages=2))), put(COLOUR)

@@ -43,7 +43,7 @@ from ebmlab.energies.structured import (
 )
 from ebmlab.energies.tempered import TemperedEnergy
 from ebmlab.energies.temporal import ConditionalRBM
-from ebmlab.energies.unet import UNetViT
+from ebmlab.energies.unet import UNetDot, UNetViT
 
 __all__ = [
     "AnalyticEnergy",
@@ -83,6 +83,7 @@ __all__ = [
     "SpikeSlabRBM",
     "SubspaceRBM",
     "TemperedEnergy",
+    "UNetDot",
     "UNetViT",
     "WideResNet",
     "as_energy_fn",

@@ -1,14 +1,16 @@
-"""A U-Net with a patch-transformer head: the image potential of Energy Matching.
+"""U-Net image networks for potentials trained by flow matching (Energy Matching).
 
 Energy Matching (Balcerak et al. 2025, §5 and appendix) learns one scalar potential
 V(x) whose gradient -grad V carries noise to images. Its network keeps the image's
 resolution where the flow needs it: a U-Net (Ronneberger et al. 2015; the
 residual, group-normalised form of diffusion models) maps the image to an image of
-features, which a small vision transformer (Dosovitskiy et al. 2021) reads in patches;
-each patch token gives its outputs, and V sums them over the patches. A classifier
-reads out K such sums as logits (JEM's E(x) = -LogSumExp_y, through
-:class:`~ebmlab.energies.ClassifierEnergy`), a potential one (through
-:class:`~ebmlab.energies.ImageEnergy`).
+features. Two heads turn that image into outputs. :class:`UNetViT`, the paper's, reads
+it in patches by a small vision transformer (Dosovitskiy et al. 2021) and sums each
+patch token's outputs. :class:`UNetDot` takes its inner product with the input, the
+dot-product energy of Equilibrium Matching (Wang & Du 2025), whose gradient contains
+the U-Net's output image itself. A classifier reads out K outputs as logits (JEM's
+E(x) = -LogSumExp_y, through :class:`~ebmlab.energies.ClassifierEnergy`), a potential
+one (through :class:`~ebmlab.energies.ImageEnergy`).
 
 Training -grad V by flow matching differentiates the network twice. Attention is
 therefore written out (softmax(Q K^T / sqrt(d)) V) rather than taken from the fused
@@ -85,7 +87,83 @@ class _TransformerLayer(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class UNetViT(nn.Module):
+class _UNet(nn.Module):
+    """The U-Net (Ronneberger et al. 2015, in the residual, group-normalised form of
+    diffusion models) that both image networks below start with: it maps an image to an
+    image of its shape, and keeps the bottleneck's features for a read-out."""
+
+    def __init__(
+        self,
+        image_shape: tuple[int, int, int],
+        width: int,
+        mults: Sequence[int],
+        blocks: int,
+        activation: str,
+    ) -> None:
+        super().__init__()
+        c, h, w = _checks.image_shape("image_shape", image_shape)
+        _checks.one_of("activation", activation, list(ACTIVATIONS))
+        _checks.positive_int("width", width)
+        mults = _checks.positive_ints("mults", mults)
+        if not mults:
+            raise ArgumentError("mults must name at least one U-Net level, got ()")
+        _checks.positive_int("blocks", blocks)
+        scale = 2 ** (len(mults) - 1)
+        if h % scale or w % scale:
+            raise ArgumentError(
+                f"image height and width must be divisible by {scale} for {len(mults)} "
+                f"U-Net levels, got {h}x{w}"
+            )
+        self.image_shape = (c, h, w)
+        widths = [width * m for m in mults]
+        self.stem = nn.Conv2d(c, widths[0], 3, padding=1)
+        self.down = nn.ModuleList()
+        c_prev = widths[0]
+        for c_out in widths:
+            stage = [
+                _ResBlock(c_prev if i == 0 else c_out, c_out, activation) for i in range(blocks)
+            ]
+            self.down.append(nn.Sequential(*stage))
+            c_prev = c_out
+        self.pools = nn.ModuleList(nn.AvgPool2d(2) for _ in widths[1:])
+        self.middle = _ResBlock(c_prev, c_prev, activation)
+        self.bottleneck_width = c_prev
+        self.up = nn.ModuleList()
+        for level in reversed(range(len(widths))):
+            c_out = widths[level]
+            stage = [
+                _ResBlock((c_prev + c_out) if i == 0 else c_out, c_out, activation)
+                for i in range(blocks)
+            ]
+            if level > 0:
+                stage.append(nn.Upsample(scale_factor=2, mode="nearest"))
+            self.up.append(nn.Sequential(*stage))
+            c_prev = c_out
+        self.to_image = nn.Sequential(
+            norm_layer("group", c_prev),
+            ACTIVATIONS[activation](),
+            nn.Conv2d(c_prev, c, 3, padding=1),
+        )
+
+    def unet(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The images x (B, C, H, W) from ``x`` (images or flat rows), the image the
+        U-Net maps them to, and the bottleneck's features averaged over positions."""
+        x = as_images(x, self.image_shape, self.stem)
+        z = self.stem(x)
+        skips = []
+        for level, stage in enumerate(self.down):
+            z = stage(z)
+            skips.append(z)  # each level's skip, before its downsampling
+            if level < len(self.pools):
+                z = self.pools[level](z)
+        z = self.middle(z)
+        bottleneck = z.mean((2, 3))
+        for stage in self.up:
+            z = stage(torch.cat([z, skips.pop()], 1))
+        return x, self.to_image(z), bottleneck
+
+
+class UNetViT(_UNet):
     """A U-Net, image to image, then a patch transformer, image to K outputs, each the
     sum over the patches of a token's output (Balcerak et al. 2025's potential).
 
@@ -117,59 +195,18 @@ class UNetViT(nn.Module):
         layers: int = 2,
         activation: str = "silu",
     ) -> None:
-        super().__init__()
-        c, h, w = _checks.image_shape("image_shape", image_shape)
-        _checks.one_of("activation", activation, list(ACTIVATIONS))
+        super().__init__(image_shape, width, mults, blocks, activation)
         _checks.positive_int("num_outputs", num_outputs)
-        _checks.positive_int("width", width)
-        mults = _checks.positive_ints("mults", mults)
-        if not mults:
-            raise ArgumentError("mults must name at least one U-Net level, got ()")
-        _checks.positive_int("blocks", blocks)
         _checks.positive_int("patch", patch)
         _checks.positive_int("heads", heads)
         _checks.positive_int("layers", layers)
         if _checks.positive_int("embed", embed) % heads:
             raise ArgumentError(f"embed ({embed}) must be divisible by heads ({heads})")
-        scale = 2 ** (len(mults) - 1)
-        if h % scale or w % scale:
-            raise ArgumentError(
-                f"image height and width must be divisible by {scale} for {len(mults)} "
-                f"U-Net levels, got {h}x{w}"
-            )
+        c, h, w = self.image_shape
         if h % patch or w % patch:
             raise ArgumentError(
                 f"image height and width must be divisible by patch {patch}, got {h}x{w}"
             )
-        self.image_shape = (c, h, w)
-        widths = [width * m for m in mults]
-        self.stem = nn.Conv2d(c, widths[0], 3, padding=1)
-        self.down = nn.ModuleList()
-        c_prev = widths[0]
-        for c_out in widths:
-            stage = [
-                _ResBlock(c_prev if i == 0 else c_out, c_out, activation) for i in range(blocks)
-            ]
-            self.down.append(nn.Sequential(*stage))
-            c_prev = c_out
-        self.pools = nn.ModuleList(nn.AvgPool2d(2) for _ in widths[1:])
-        self.middle = _ResBlock(c_prev, c_prev, activation)
-        self.up = nn.ModuleList()
-        for level in reversed(range(len(widths))):
-            c_out = widths[level]
-            stage = [
-                _ResBlock((c_prev + c_out) if i == 0 else c_out, c_out, activation)
-                for i in range(blocks)
-            ]
-            if level > 0:
-                stage.append(nn.Upsample(scale_factor=2, mode="nearest"))
-            self.up.append(nn.Sequential(*stage))
-            c_prev = c_out
-        self.to_image = nn.Sequential(
-            norm_layer("group", c_prev),
-            ACTIVATIONS[activation](),
-            nn.Conv2d(c_prev, c, 3, padding=1),
-        )
         self.patches = nn.Conv2d(c, embed, patch, stride=patch)
         self.position = nn.Parameter(torch.zeros(1, (h // patch) * (w // patch), embed))
         nn.init.normal_(self.position, std=0.02)
@@ -178,17 +215,51 @@ class UNetViT(nn.Module):
         self.head = nn.Linear(embed, num_outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = as_images(x, self.image_shape, self.stem)
-        z = self.stem(x)
-        skips = []
-        for level, stage in enumerate(self.down):
-            z = stage(z)
-            skips.append(z)  # each level's skip, before its downsampling
-            if level < len(self.pools):
-                z = self.pools[level](z)
-        z = self.middle(z)
-        for stage in self.up:
-            z = stage(torch.cat([z, skips.pop()], 1))
-        u = x + self.to_image(z)  # the image of features the transformer reads
+        x, image, _ = self.unet(x)
+        u = x + image  # the image of features the transformer reads
         tokens = self.patches(u).flatten(2).transpose(1, 2) + self.position
         return self.head(self.norm(self.transformer(tokens))).sum(1)
+
+
+class UNetDot(_UNet):
+    """A U-Net u whose K outputs are the image's inner product with the image the
+    U-Net maps it to, plus a linear read-out r of the bottleneck's features h:
+    out_k(x) = <x, u(x)> + r_k(h(x)).
+
+    As a potential, V(x) = -<x, u(x)> is the dot-product explicit energy of Equilibrium
+    Matching (Wang & Du 2025). Its velocity -grad V = u(x) + J_u(x)^T x holds the
+    U-Net's output image itself, so a time-independent potential can follow a
+    flow-matching velocity almost as closely as an unconstrained velocity network; a
+    scalar head (:class:`UNetViT`, :class:`~ebmlab.energies.ConvNet`) reaches the image
+    only through the network's transpose. The read-out gives a classifier's K outputs
+    their differences: the shared inner product cancels in p(y | x), and JEM's
+    E(x) = -LogSumExp_y out_y(x) is -<x, u(x)> - LogSumExp_y r_y(h(x)).
+
+    Args:
+        image_shape: (channels, height, width) of the input images; height and width
+            divisible by 2^(len(mults) - 1).
+        num_outputs: K, the outputs (1 for a potential, the classes for a classifier).
+        width: channels of the U-Net's first level.
+        mults: each level's channels as multiples of ``width``; each level after the
+            first halves the resolution.
+        blocks: residual blocks per level, on the way down and on the way up.
+        activation: the U-Net's nonlinearity.
+    """
+
+    def __init__(
+        self,
+        image_shape: tuple[int, int, int],
+        num_outputs: int = 1,
+        width: int = 32,
+        mults: Sequence[int] = (1, 2, 2),
+        blocks: int = 1,
+        activation: str = "silu",
+    ) -> None:
+        super().__init__(image_shape, width, mults, blocks, activation)
+        self.readout = nn.Linear(
+            self.bottleneck_width, _checks.positive_int("num_outputs", num_outputs)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, image, bottleneck = self.unet(x)
+        return (x * image).flatten(1).sum(1, keepdim=True) + self.readout(bottleneck)

@@ -84,6 +84,7 @@ from ebmlab.energies import (
     FeedForward,
     SNResNet,
     TemperedEnergy,
+    UNetDot,
     UNetViT,
     WideResNet,
 )
@@ -128,7 +129,7 @@ from ebmlab.training.run_dir import RunDirectory
 from ebmlab.training.trainer import DivergenceError, StepResult, TrainerConfig
 
 PRECISIONS = ["float32", "bfloat16"]  # of SGLD gradients
-ARCHS = ["mlp", "conv", "wrn", "resnet", "unet"]
+ARCHS = ["mlp", "conv", "wrn", "resnet", "unet", "unet-dot"]
 TRAIN_PRECISIONS = [*PRECISIONS, "float16"]  # of the training step (float16: --grad-scaler)
 
 
@@ -142,16 +143,18 @@ class JEMConfig:
         resize: (height, width) for image folders of mixed sizes.
         validation_fraction: share of the training split held out for validation where
             the data set has no validation split (0: validate on the test split).
-        arch: the network: MLP, small conv net, WideResNet, IGEBM's SN ResNet, or
-            Energy Matching's U-Net with a patch-transformer head.
+        arch: the network: MLP, small conv net, WideResNet, IGEBM's SN ResNet,
+            Energy Matching's U-Net with a patch-transformer head, or the U-Net with
+            the dot-product head (:class:`~ebmlab.energies.UNetDot`).
         hidden: hidden widths of the MLP.
         activation: the networks' nonlinearity.
         conv_width: channels of the conv net's first layer (resnet: its first stage;
-            unet: its first level).
+            unet, unet-dot: its first level).
         wrn_depth: WideResNet depth (6n + 4).
         wrn_widen: WideResNet widening factor.
-        unet_mults: the U-Net levels' channels as multiples of conv_width (unet).
-        unet_blocks: residual blocks per U-Net level and direction (unet).
+        unet_mults: the U-Net levels' channels as multiples of conv_width (unet,
+            unet-dot).
+        unet_blocks: residual blocks per U-Net level and direction (unet, unet-dot).
         vit_patch: the transformer head's patch size (unet).
         vit_embed: its tokens' width (unet).
         vit_heads: its attention heads (unet).
@@ -311,6 +314,8 @@ def network(
             image_shape, k, c.conv_width, c.unet_mults, c.unet_blocks, c.vit_patch,
             c.vit_embed, c.vit_heads, c.vit_layers, c.activation,
         )  # fmt: skip
+    if c.arch == "unet-dot":
+        return UNetDot(image_shape, k, c.conv_width, c.unet_mults, c.unet_blocks, c.activation)
     return WideResNet(image_shape, k, c.wrn_depth, c.wrn_widen, c.dropout, c.norm, c.activation)
 
 
