@@ -228,22 +228,17 @@ class UNetDot(_UNet):
 
     As a potential, V(x) = -<x, u(x)> is the dot-product explicit energy of Equilibrium
     Matching (Wang & Du 2025). Its velocity -grad V = u(x) + J_u(x)^T x holds the
-    U-Net's output image itself, so a time-independent potential can follow a
-    flow-matching velocity almost as closely as an unconstrained velocity network; a
-    scalar head (:class:`UNetViT`, :class:`~ebmlab.energies.ConvNet`) reaches the image
-    only through the network's transpose. The read-out gives a classifier's K outputs
+    U-Net's output image itself, where a scalar head (:class:`UNetViT`,
+    :class:`~ebmlab.energies.ConvNet`) reaches the image only through the network's
+    transpose; regressed on flow-matching velocities it follows them more closely
+    (docs/results/fashion-mnist.md). The read-out gives a classifier's K outputs
     their differences: the shared inner product cancels in p(y | x), and JEM's
     E(x) = -LogSumExp_y out_y(x) is -<x, u(x)> - LogSumExp_y r_y(h(x)).
 
     Args:
-        image_shape: (channels, height, width) of the input images; height and width
-            divisible by 2^(len(mults) - 1).
-        num_outputs: K, the outputs (1 for a potential, the classes for a classifier).
-        width: channels of the U-Net's first level.
-        mults: each level's channels as multiples of ``width``; each level after the
-            first halves the resolution.
-        blocks: residual blocks per level, on the way down and on the way up.
-        activation: the U-Net's nonlinearity.
+        image_shape, num_outputs, width, mults, blocks, activation: as for
+            :class:`UNetViT`, whose transformer settings this head has no use for
+            (height and width need only be divisible by 2^(len(mults) - 1)).
     """
 
     def __init__(
