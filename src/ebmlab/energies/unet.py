@@ -235,10 +235,8 @@ class UNetDot(_UNet):
     their differences: the shared inner product cancels in p(y | x), and JEM's
     E(x) = -LogSumExp_y out_y(x) is -<x, u(x)> - LogSumExp_y r_y(h(x)).
 
-    Args:
-        image_shape, num_outputs, width, mults, blocks, activation: as for
-            :class:`UNetViT`, whose transformer settings this head has no use for
-            (height and width need only be divisible by 2^(len(mults) - 1)).
+    Its arguments are :class:`UNetViT`'s but for the transformer's (patch, embed,
+    heads, layers); height and width need only be divisible by 2^(len(mults) - 1).
     """
 
     def __init__(
