@@ -233,7 +233,7 @@ def test_help_text_of_jem(capsys):
         main(["train", "jem", "--help"])
     out = capsys.readouterr().out
     flat = " ".join(out.split())  # argparse wraps at the terminal's width
-    assert "--arch {mlp,conv,wrn,resnet,unet}" in flat and "head (default: conv)" in flat
+    assert "--arch {mlp,conv,wrn,resnet,unet,unet-dot}" in flat and "head (default: conv)" in flat
     assert "passes over the training data (default: 100)" in out  # the recipe's default
 
 

@@ -235,8 +235,15 @@ class UNetDot(_UNet):
     their differences: the shared inner product cancels in p(y | x), and JEM's
     E(x) = -LogSumExp_y out_y(x) is -<x, u(x)> - LogSumExp_y r_y(h(x)).
 
-    Its arguments are :class:`UNetViT`'s but for the transformer's (patch, embed,
-    heads, layers); height and width need only be divisible by 2^(len(mults) - 1).
+    Args:
+        image_shape: (channels, height, width) of the input images; height and width
+            divisible by 2^(len(mults) - 1).
+        num_outputs: K, the outputs (1 for a potential, the classes for a classifier).
+        width: channels of the U-Net's first level.
+        mults: each level's channels as multiples of ``width``; each level after the
+            first halves the resolution.
+        blocks: residual blocks per level, on the way down and on the way up.
+        activation: the U-Net's nonlinearity.
     """
 
     def __init__(

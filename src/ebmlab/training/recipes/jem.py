@@ -144,8 +144,8 @@ class JEMConfig:
         validation_fraction: share of the training split held out for validation where
             the data set has no validation split (0: validate on the test split).
         arch: the network: MLP, small conv net, WideResNet, IGEBM's SN ResNet,
-            Energy Matching's U-Net with a patch-transformer head, or the U-Net with
-            the dot-product head (:class:`~ebmlab.energies.UNetDot`).
+            Energy Matching's U-Net with a patch-transformer head, or that U-Net with
+            Equilibrium Matching's dot-product head.
         hidden: hidden widths of the MLP.
         activation: the networks' nonlinearity.
         conv_width: channels of the conv net's first layer (resnet: its first stage;
