@@ -97,9 +97,9 @@ def test_dot_head_classes_differ_by_the_bottleneck_read_out_alone():
     is -<x, u(x)> - LogSumExp_y r_y(h). A patch-transformer head has no such split."""
     net, x = dot(k=4).eval(), torch.randn(5, 64)
     images, u, h = net.unet(x)
-    assert images.shape == u.shape == (5, 1, 8, 8) and h.shape == (5, 16)
+    assert images.shape == u.shape == (5, 1, 8, 8) and h.shape == (5, 16, 4, 4)
     inner = (images * u).flatten(1).sum(1)
-    readout = net.readout(h)
+    readout = net.readout(h.mean((2, 3)))
     torch.testing.assert_close(net(x), inner[:, None] + readout)
     model = ClassifierEnergy(net, 4)
     torch.testing.assert_close(model.energy(x), -inner - torch.logsumexp(readout, 1))

@@ -147,7 +147,7 @@ class _UNet(nn.Module):
 
     def unet(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The images x (B, C, H, W) from ``x`` (images or flat rows), the image the
-        U-Net maps them to, and the bottleneck's features averaged over positions."""
+        U-Net maps them to, and the bottleneck's feature map (for a read-out)."""
         x = as_images(x, self.image_shape, self.stem)
         z = self.stem(x)
         skips = []
@@ -156,8 +156,7 @@ class _UNet(nn.Module):
             skips.append(z)  # each level's skip, before its downsampling
             if level < len(self.pools):
                 z = self.pools[level](z)
-        z = self.middle(z)
-        bottleneck = z.mean((2, 3))
+        bottleneck = z = self.middle(z)
         for stage in self.up:
             z = stage(torch.cat([z, skips.pop()], 1))
         return x, self.to_image(z), bottleneck
@@ -262,4 +261,5 @@ class UNetDot(_UNet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, image, bottleneck = self.unet(x)
-        return (x * image).flatten(1).sum(1, keepdim=True) + self.readout(bottleneck)
+        features = bottleneck.mean((2, 3))
+        return (x * image).flatten(1).sum(1, keepdim=True) + self.readout(features)
