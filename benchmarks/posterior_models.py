@@ -48,6 +48,11 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
         help="add ebmlab NUTS with run_ahead=1 (every chain waits for the deepest tree)",
     )
     parser.add_argument(
+        "--diagonal",
+        action="store_true",
+        help="add ebmlab NUTS and AdaptiveHMC with dense_mass=False (Stan's default)",
+    )
+    parser.add_argument(
         "--dense",
         action="store_true",
         help="add ebmlab NUTS and AdaptiveHMC with dense_mass=True",

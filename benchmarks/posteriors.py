@@ -5,13 +5,15 @@ ebmlab's ``NUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax`` are ins
 BlackJAX's window-adapted NUTS and its ChEES-HMC (AdaptiveHMC's peer) on every posterior of
 :mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
 unconstrained scale, default settings but ``target_accept`` where the posterior names
-one (``--dense`` adds both with ``dense_mass=True`` and BlackJAX's NUTS with a dense
-mass, ``--lockstep`` NUTS with ``run_ahead=1``). Each row gives the worst split R-hat,
+one (their mass chosen by ``dense_mass="auto"``; ``--diagonal`` adds both with
+``dense_mass=False``, ``--dense`` with ``dense_mass=True`` and BlackJAX's NUTS with a
+dense mass, ``--lockstep`` NUTS with ``run_ahead=1``). Each row gives the worst split R-hat,
 the divergent share of kept transitions, the chains stuck after warm-up, the min bulk
 ESS per 1000 gradient evaluations (warm-up included) and per second, and the worst |z|
 of the means and sds against the reference (closed forms, or long BlackJAX runs in
 ``results/posterior_references.json``, made by :mod:`benchmarks.blackjax_runner`), the
-Monte Carlo errors of both counted. Writes ``results/posteriors.json`` and prints a
+Monte Carlo errors of both counted. Writes ``results/posteriors.json`` (a run of some
+posteriors or samplers replaces their rows there and keeps the others) and prints a
 Markdown table.
 """
 
@@ -134,6 +136,10 @@ def main() -> None:
         }
         if args.lockstep:
             samplers["ebmlab NUTS, lockstep"] = NUTS(target_accept=accept, run_ahead=1)
+        if args.diagonal:
+            diagonal = {"target_accept": accept, "dense_mass": False}
+            samplers["ebmlab NUTS, diagonal mass"] = NUTS(**diagonal)
+            samplers["ebmlab AdaptiveHMC, diagonal mass"] = AdaptiveHMC(**diagonal)
         if args.dense:
             samplers["ebmlab NUTS, dense mass"] = NUTS(target_accept=accept, dense_mass=True)
             samplers["ebmlab AdaptiveHMC, dense mass"] = AdaptiveHMC(target_accept=accept,
@@ -158,8 +164,19 @@ def main() -> None:
                     continue
                 rows.append(row(name, posterior, peer(), args.chains, args.draws))
                 print(json.dumps(rows[-1]), flush=True)
-    (RESULTS / args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    path = RESULTS / args.out
+    path.write_text(json.dumps(merged(path, rows), indent=1) + "\n")
     print(markdown(rows, args))
+
+
+def merged(path: Path, rows: list[dict]) -> list[dict]:
+    """The rows already in ``path`` with those of the same posterior and sampler
+    replaced by ``rows`` (in place) and the others of ``rows`` appended: a run of some
+    posteriors or samplers updates their rows and keeps the rest."""
+    fresh = {(r["posterior"], r["sampler"]): r for r in rows}
+    old = json.loads(path.read_text()) if path.exists() else []
+    kept = [fresh.pop((r["posterior"], r["sampler"]), r) for r in old]
+    return kept + list(fresh.values())
 
 
 def markdown(rows: list[dict], args: Any) -> str:

@@ -382,16 +382,17 @@ def test_mcmc_starts_chains_within_the_init_radius_as_stan_does(capsys, tmp_path
 
 
 def test_mcmc_with_a_dense_mass_learns_the_correlation(capsys, tmp_path):
-    """x0 and x1 above have correlation 1 / sqrt(1.25) = 0.89: --dense-mass draws them
+    """x0 and x1 above have correlation 1 / sqrt(1.25) = 0.89: --mass dense draws them
     with the right sds, and the draws keep that correlation."""
     model = tmp_path / "model.py"
     model.write_text(MODEL)
     out = tmp_path / "mcmc"
-    code, printed, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--dense-mass",
+    code, printed, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--mass", "dense",
                                "--chains", "16", "--warmup", "150", "--draws", "150",
                                "--out", str(out))  # fmt: skip
     assert code == 0
     summary = json.loads(printed)
+    assert summary["mass"] == "dense"
     for d, sd in enumerate([1.0, math.sqrt(1.25)]):
         assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
         assert abs(summary["sd"][d] - sd) < 0.1

@@ -2,15 +2,16 @@
 does for a model, and say whether to trust the draws.
 
 The target is ``FILE.py:NAME``, a function of chains x (B, D) returning the energy
-E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in
-(-2, 2) on every coordinate, as Stan starts them on the unconstrained scale (``--init-radius
-R``: in (-R, R), as Stan's ``init=R``; 0 starts every chain at zero); NUTS (or
-AdaptiveHMC) warms up as Stan does, with a diagonal mass or with ``--dense-mass`` a dense
-one, and keeps ``--draws`` steps. The command prints a
-JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS, divergences, stuck
-chains) with every failed one also printed as a warning, and each coordinate's mean and
-sd with its Monte Carlo error. With ``--out`` it also writes the draws (``draws.npz``,
-(draws, chains, D)), the summary and a trace plot of the first coordinates.
+E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in (-2, 2)
+on every coordinate, as Stan starts them on the unconstrained scale (``--init-radius R``:
+in (-R, R), as Stan's ``init=R``; 0 starts every chain at zero); NUTS (or AdaptiveHMC)
+warms up as Stan does, with a diagonal or a dense mass (``--mass``; by default the one
+that pays, chosen at each window's end), and keeps ``--draws`` steps. The command
+prints a JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS,
+divergences, stuck chains) with every failed one also printed as a warning, the mass
+used, and each coordinate's mean and sd with its Monte Carlo error. With ``--out`` it
+also writes the draws (``draws.npz``, (draws, chains, D)), the summary and a trace plot
+of the first coordinates.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from ebmlab.samplers.diagnostics import (
     effective_sample_size,
     summarize,
 )
+from ebmlab.samplers.integrators import DenseMass
 
 SAMPLERS = {"nuts": NUTS, "adaptive-hmc": AdaptiveHMC}
+MASSES = {"auto": "auto", "diagonal": False, "dense": True}  # --mass: the samplers' dense_mass
 TRACED = 4  # coordinates drawn in trace.png
 
 
@@ -63,9 +66,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--draws", type=int, default=300)
     p.add_argument("--target-accept", type=float, default=0.8)
     p.add_argument(
-        "--dense-mass",
-        action="store_true",
-        help="adapt a dense mass (Stan's dense_e), for correlated coordinates",
+        "--mass",
+        choices=list(MASSES),
+        default="auto",
+        help="the inverse mass to adapt: dense (Stan's dense_e, for correlated "
+        "coordinates), diagonal (Stan's default), or auto: dense where it makes the "
+        "posterior nearly round and the diagonal does not",
     )
     p.add_argument(
         "--init-radius",
@@ -146,7 +152,7 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
             f"chain, shape ({args.chains},); got {got}"
         )
     sampler = SAMPLERS[args.sampler](target_accept=args.target_accept,
-                                     dense_mass=args.dense_mass)  # fmt: skip
+                                     dense_mass=MASSES[args.mass])  # fmt: skip
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SamplingWarning)
@@ -194,6 +200,7 @@ def summary_of(
         "stuck_chains": run.info["stuck_chains"],
         "n_grad_evals": run.info["n_grad_evals"],
         "n_grad_evals_used": run.info["n_grad_evals_used"],
+        "mass": "dense" if isinstance(run.final.inv_mass, DenseMass) else "diagonal",
         "passed": not diagnostics.problems,
         "problems": diagnostics.problems + said,
         **chain_moments(draws),

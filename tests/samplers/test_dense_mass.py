@@ -105,3 +105,81 @@ def test_a_dense_mass_needs_flat_untempered_chains():
         ParallelTempering(AdaptiveHMC(dense_mass=True), [1.0, 0.5]).run(
             energy, torch.zeros(8, 3), 5, burn_in=5
         )
+
+
+def _chosen(draws: torch.Tensor, grad, arrived: torch.Tensor | None = None):
+    """The mass a choosing window picks after the draws (T, B, D) with gradients grad(x)."""
+    arrived = torch.ones(draws.shape[1], dtype=torch.bool) if arrived is None else arrived
+    start = SamplerState.start(draws[0], torch.zeros(draws.shape[1]), torch.zeros_like(draws[0]), 0)
+    window = WindowStats.begin(start, choose=True)
+    for x in draws:
+        window = window.add(x, grad=grad(x), arrived=arrived)
+    return window.chosen_mass(torch.ones(draws.shape[1], dtype=torch.bool))
+
+
+def _gaussian_draws(cov: torch.Tensor, steps: int = 50, chains: int = 16):
+    g = torch.Generator().manual_seed(0)
+    chol, prec = torch.linalg.cholesky(cov), torch.linalg.inv(cov)
+    draws = torch.randn(steps, chains, len(cov), generator=g, dtype=torch.float64) @ chol.T
+    return draws, lambda x: x @ prec
+
+
+def test_the_auto_mass_is_dense_only_where_it_makes_the_posterior_round():
+    """Exact Gaussian draws: correlations of 0.99 (the diagonal leaves a condition number
+    of about 400, the covariance 1) get the dense mass, near the target's covariance;
+    independent coordinates on scales 0.01 to 1, or correlations of 0.5, the diagonal;
+    so does Neal's funnel, which no covariance makes round; and so do too few draws
+    (fewer than ten per coordinate), or far-behind chains' gradients, however steep."""
+    _, _, cov = correlated_gaussian(rho=0.99)
+    draws, grad = _gaussian_draws(cov)
+    mass = _chosen(draws, grad)
+    assert isinstance(mass, DenseMass)
+    torch.testing.assert_close(mass.matrix, cov, rtol=0, atol=0.2)
+    assert isinstance(_chosen(draws[:1, :2], grad), torch.Tensor)  # 2 draws of 3 coordinates
+    scales = torch.diag(torch.tensor([1e-4, 1e-2, 1.0], dtype=torch.float64))
+    for other in (correlated_gaussian(rho=0.5)[2], scales):
+        draws, grad = _gaussian_draws(other)
+        mass = _chosen(draws, grad)
+        assert isinstance(mass, torch.Tensor)
+        torch.testing.assert_close(mass, other.diagonal(), rtol=0.3, atol=0)
+    # Neal's funnel in 4-d: v ~ N(0, 9), x_i | v ~ N(0, e^v)
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(50, 16, 4, generator=g, dtype=torch.float64)
+    funnel = torch.cat([3 * z[..., :1], z[..., 1:] * (1.5 * z[..., :1]).exp()], -1)
+
+    def funnel_grad(x):
+        v, rest = x[:, :1], x[:, 1:]
+        dv = v / 9 + 0.5 * rest.shape[1] - 0.5 * (rest**2 * (-v).exp()).sum(1, keepdim=True)
+        return torch.cat([dv, rest * (-v).exp()], 1)
+
+    assert isinstance(_chosen(funnel, funnel_grad), torch.Tensor)
+    # a correlated target whose chains are not yet in: their gradients are left out
+    draws, grad = _gaussian_draws(cov)
+    steep = lambda x: grad(x) * torch.tensor([[1.0], [1e6]] + [[1.0]] * 14, dtype=x.dtype)  # noqa: E731
+    behind = torch.ones(16, dtype=torch.bool)
+    behind[1] = False
+    assert isinstance(_chosen(draws, steep, behind), DenseMass)
+
+
+def test_the_auto_mass_runs_on_any_chains():
+    """The default, ``dense_mass="auto"``: NUTS picks the dense mass for the correlated
+    Gaussian and keeps it diagonal for a diagonal one; images and tempered chains get
+    the diagonal mass without complaint; anything but True, False or "auto" is refused."""
+    energy, _, _ = correlated_gaussian()
+    x0 = torch.rand(16, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 4 - 2
+    run = NUTS(max_depth=6).run(energy, x0, 20, burn_in=200, thin=1, generator=0)
+    assert isinstance(run.final.inv_mass, DenseMass)
+    scales = torch.tensor([0.1, 1.0, 10.0], dtype=torch.float64)
+    run = NUTS(max_depth=8).run(lambda x: 0.5 * ((x / scales) ** 2).sum(1), x0, 20, burn_in=200,
+                                thin=1, generator=0)  # fmt: skip
+    assert isinstance(run.final.inv_mass, torch.Tensor)
+    torch.testing.assert_close(run.final.inv_mass, scales**2, rtol=0.5, atol=0)
+    images = torch.randn(16, 1, 3, generator=torch.Generator().manual_seed(1))
+    run = NUTS().run(lambda x: 0.5 * (x**2).flatten(1).sum(1), images, 5, burn_in=150)
+    assert run.final.inv_mass.shape == (1, 3)
+    tempered = ParallelTempering(AdaptiveHMC(), [1.0, 0.5]).run(
+        lambda x: energy(x.double()), x0, 5, burn_in=150
+    )
+    assert tempered.samples.shape[-1] == 3
+    with pytest.raises(ArgumentError, match="dense_mass must be True, False or 'auto', got 'yes'"):
+        NUTS(dense_mass="yes")

@@ -22,7 +22,9 @@ Hamiltonian sampler searches each chain's step size as Stan does (double or halv
 one leapfrog step's acceptance crosses 0.8). The inverse mass is the variance of the
 window's draws pooled over the chains that moved (per group of chains of equal inverse
 temperature when the kernel runs inside parallel tempering), or their covariance for a
-dense mass, regularised as in Stan. At the end of the initial buffer and of every
+dense mass, regularised as in Stan; by default the dense one only where it makes the
+energy's mean curvature nearly round and the diagonal does not
+(:meth:`WindowStats.chosen_mass`). At the end of the initial buffer and of every
 window, a chain that never moved or diverged on every step since the last check, or
 whose energy sits far above the others' (still on its way in from its start), is
 restarted at the position of a chain that moves (Stan re-draws such inits; here the
@@ -43,7 +45,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import SamplerState, per_chain
-from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
+from ebmlab.samplers.diagnostics import DENSE_UP_TO, SamplingWarning, rarely_moving
 from ebmlab.samplers.integrators import (
     DenseMass,
     Mass,
@@ -165,37 +167,55 @@ class WarmupWindows:
 @dataclass(frozen=True)
 class WindowStats:
     """Per-chain moments of the draws since the last check (Welford: the mean and the
-    sum of squared deviations; for a dense mass, the sum of their outer products over
-    all chains, (D, D), which a chain that never moves adds nothing to), and the
-    chains' accepted and divergent counts when it began."""
+    sum of squared deviations), and the chains' accepted and divergent counts when it
+    began. For a dense mass it also sums the deviations' outer products over all
+    chains, (D, D), which a chain that never moves adds nothing to; to choose between
+    the two masses (:meth:`chosen_mass`), also the outer products of the energy's
+    gradients at the draws, (D, D), over the chains not far behind."""
 
     count: int
     mean: torch.Tensor
     m2: torch.Tensor
     accepted0: torch.Tensor
     divergent0: torch.Tensor
-    dense: bool = False
+    outer: torch.Tensor | None = None
+    fisher: torch.Tensor | None = None
+    fisher_draws: torch.Tensor | None = None
 
     @classmethod
-    def begin(cls, state: SamplerState, dense: bool = False) -> WindowStats:
+    def begin(cls, state: SamplerState, dense: bool = False, choose: bool = False) -> WindowStats:
         """An empty window from ``state``; ``dense`` keeps the outer products of flat
-        chains (B, D)."""
+        chains (B, D), ``choose`` those of their gradients too."""
         x = state.x
-        m2 = x.new_zeros((x.shape[1], x.shape[1])) if dense else torch.zeros_like(x)
-        return cls(0, torch.zeros_like(x), m2, state.accepted.clone(), state.divergent.clone(),
-                   dense)  # fmt: skip
+        square = x.new_zeros((x.shape[1], x.shape[1])) if dense or choose else None
+        fisher, draws = (torch.zeros_like(square), x.new_zeros(())) if choose else (None, None)
+        return cls(0, torch.zeros_like(x), torch.zeros_like(x), state.accepted.clone(),
+                   state.divergent.clone(), square, fisher, draws)  # fmt: skip
 
-    def add(self, x: torch.Tensor, moments: bool = True) -> WindowStats:
+    def add(
+        self,
+        x: torch.Tensor,
+        moments: bool = True,
+        grad: torch.Tensor | None = None,
+        arrived: torch.Tensor | None = None,
+    ) -> WindowStats:
         """The window after one more step at ``x``; without ``moments`` only the step
-        is counted (a tuning without a mass to estimate needs no moments)."""
+        is counted (a tuning without a mass to estimate needs no moments). A window
+        that chooses its mass also adds the outer products of ``grad`` (B, D) over the
+        ``arrived`` chains (B,)."""
         if not moments:
             return replace(self, count=self.count + 1)
         count = self.count + 1
         delta = x - self.mean
         mean = self.mean + delta / count
         after = x - mean
-        m2 = self.m2 + delta.T @ after if self.dense else self.m2 + delta * after
-        return replace(self, count=count, mean=mean, m2=m2)
+        outer = None if self.outer is None else self.outer + delta.T @ after
+        fisher, draws = self.fisher, self.fisher_draws
+        if fisher is not None and grad is not None and arrived is not None:
+            fisher = fisher + (grad * arrived[:, None].to(grad.dtype)).T @ grad
+            draws = draws + arrived.sum()
+        return replace(self, count=count, mean=mean, m2=self.m2 + delta * after, outer=outer,
+                       fisher=fisher, fisher_draws=draws)  # fmt: skip
 
     def stuck(self, state: SamplerState) -> torch.Tensor:
         """Chains that never moved, or diverged on every step, in the window (B,)."""
@@ -236,11 +256,48 @@ class WindowStats:
         chains = w.sum().clamp(min=1)
         grand = (w[:, None] * self.mean).sum(0) / chains
         spread = self.mean - grand
-        total = self.m2 + self.count * (w[:, None] * spread).T @ spread
+        total = self.outer + self.count * (w[:, None] * spread).T @ spread
         n = chains * self.count
         cov = total / (n - 1).clamp(min=1)
         eye = torch.eye(len(grand), dtype=cov.dtype, device=cov.device)
         return DenseMass(_shrunk((cov + cov.T) / 2, n, eye))
+
+    def chosen_mass(self, keep: torch.Tensor) -> Mass:
+        """The dense inverse mass (:meth:`covariance`) where it pays, else the diagonal
+        one (:meth:`variance`). Dense pays when it whitens the mean curvature of the
+        energy, F = E[grad E grad E^T] over the draws (the mean Hessian of E under the
+        target), to a condition number of at most :data:`WHITE_ENOUGH`, and the
+        diagonal leaves at least :data:`DENSE_GAIN` times that: HMC's gradients per
+        effective draw grow with the square root of the preconditioned Hessian's
+        condition number (Neal 2011, sec. 4: the step follows the narrowest direction,
+        the trajectory the widest). A posterior that no linear map makes
+        nearly round (a funnel; a Gaussian process's latent values with their
+        hyperparameters) changes shape from place to place, and one covariance fits it
+        worse than per-coordinate scales. Needs ten draws per coordinate from chains
+        not far behind, else the diagonal."""
+        var = self.variance(keep, None)
+        d = len(var)
+        draws = float(self.fisher_draws) if self.fisher_draws is not None else 0.0
+        if draws < 10 * d:
+            return var
+        fisher = self.fisher / draws
+        cov, scale = self.covariance(keep), var.sqrt()
+        diagonal = _condition(scale[:, None] * fisher * scale[None, :])
+        dense = _condition(cov.chol.mT @ fisher @ cov.chol)
+        return cov if dense <= WHITE_ENOUGH and diagonal >= DENSE_GAIN * dense else var
+
+
+# a dense mass is chosen when it leaves the mean Hessian this round (condition number)...
+WHITE_ENOUGH = 10.0
+# ... and the diagonal leaves it this many times less round (sqrt(10) ~ 3x the steps)
+DENSE_GAIN = 10.0
+
+
+def _condition(matrix: torch.Tensor) -> float:
+    """The condition number of a symmetric positive semi-definite matrix (inf if
+    singular)."""
+    eig = torch.linalg.eigvalsh((matrix + matrix.mT) / 2)
+    return float(eig[-1] / eig[0]) if float(eig[0]) > 0 else math.inf
 
 
 def _shrunk(estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float) -> torch.Tensor:
@@ -348,7 +405,10 @@ class WarmupTuning:
         pool_step_size: one step size for all chains (per group of the lowest
             acceptance when tempered), tuned on the mean acceptance; else one per chain.
         dense_mass: tune a dense inverse mass, the draws' covariance, for chains of
-            flat rows (B, D); else a diagonal one.
+            flat rows (B, D) (True); a diagonal one (False); or at each window's end
+            the one that pays (``"auto"``: :meth:`WindowStats.chosen_mass`; diagonal
+            for chains that are not flat rows, of more than
+            :data:`~ebmlab.samplers.diagnostics.DENSE_UP_TO` coordinates, or tempered).
     """
 
     MAX_PROBES: ClassVar[int] = 100  # one-step trials of a step-size search (2^99 range)
@@ -359,11 +419,13 @@ class WarmupTuning:
         target_accept: float,
         adapt_mass: bool,
         pool_step_size: bool = False,
-        dense_mass: bool = False,
+        dense_mass: bool | str = "auto",
     ):
         self.target_accept = _checks.probability("target_accept", target_accept)
         self.adapt_mass = adapt_mass
         self.pool_step_size = pool_step_size
+        if dense_mass not in (True, False, "auto"):
+            raise ArgumentError(f"dense_mass must be True, False or 'auto', got {dense_mass!r}")
         self.dense_mass = dense_mass
         # per-chain inverse temperatures and their groups when tempered, else None
         self.chain_betas: torch.Tensor | None = None
@@ -373,9 +435,10 @@ class WarmupTuning:
         """This tuning for per-chain tempered energies beta E (B,): chains of one beta
         form a group with its own mass, 1 / beta at first, then its own variance; a
         pooled step size follows the group with the lowest acceptance."""
-        if self.dense_mass:
+        if self.dense_mass is True:
             raise ArgumentError("a dense mass cannot be tempered: use dense_mass=False")
         tuning = copy.copy(self)
+        tuning.dense_mass = False
         tuning.chain_betas, tuning.groups = beta, ChainGroups.of(beta)
         return tuning
 
@@ -383,7 +446,7 @@ class WarmupTuning:
         """``state`` as a ``kind`` state with ``step_size``, unit inverse mass (1 / beta
         per chain when tempered) and the further ``fields``."""
         x = state.x
-        if self.dense_mass and x.ndim != 2:
+        if self.dense_mass is True and x.ndim != 2:
             raise ArgumentError(
                 f"dense_mass needs chains of flat rows (B, D), got x0 of shape {tuple(x.shape)}"
             )
@@ -410,9 +473,16 @@ class WarmupTuning:
             warmup_steps=n_steps,
             dual=DualAveraging.start(step, self.target_accept),
             windows=WarmupWindows.plan(n_steps),
-            window=WindowStats.begin(state, self.dense_mass),
+            window=self._window(state),
             search_due=search,
         )
+
+    def _window(self, state: SamplerState) -> WindowStats:
+        """An empty window for ``state``'s chains, with the statistics the mass needs."""
+        x = state.x
+        choose = (self.dense_mass == "auto" and self.adapt_mass and x.ndim == 2
+                  and 1 < x.shape[1] <= DENSE_UP_TO)  # fmt: skip
+        return WindowStats.begin(state, self.dense_mass is True, choose)
 
     def warming(self, state: TunedState) -> bool:
         """Whether the step from ``state`` is one of the warm-up's."""
@@ -436,7 +506,13 @@ class WarmupTuning:
                                else groups.means(accept_prob).min())  # fmt: skip
             dual, step_size = new.dual.update(accept_prob.to(new.dual.h.dtype))
             new = new.replace(step_size=step_size, dual=dual)
-        new = new.replace(window=new.window.add(new.x, moments=self.adapt_mass))
+        window = new.window
+        if window.fisher is None:
+            window = window.add(new.x, moments=self.adapt_mass)
+        else:
+            arrived = ~self.far_behind(new)
+            window = window.add(new.x, grad=new.grad, arrived=arrived)
+        new = new.replace(window=window)
         if new.t not in new.windows.checks:
             return new
         stuck, behind = new.window.stuck(new), self.far_behind(new)
@@ -454,11 +530,16 @@ class WarmupTuning:
         new = self._restart(new, stuck, "; ".join(reasons))
         if self.adapt_mass and new.t in new.windows.mass_updates:
             moving = ~stuck if bool((~stuck).any()) else torch.ones_like(stuck)
-            mass = (new.window.covariance(moving) if self.dense_mass
-                    else new.window.variance(moving, self.groups))  # fmt: skip
+            window = new.window
+            if window.fisher is not None:
+                mass = window.chosen_mass(moving)
+            elif self.dense_mass is True:
+                mass = window.covariance(moving)
+            else:
+                mass = window.variance(moving, self.groups)
             new = new.replace(inv_mass=mass, search_due=True)
         restart = DualAveraging.start(new.step_size, self.target_accept)
-        return new.replace(dual=restart, window=WindowStats.begin(new, self.dense_mass))
+        return new.replace(dual=restart, window=self._window(new))
 
     def behind_margin(self, x: torch.Tensor) -> float:
         """BEHIND (1 + sqrt(D / 2)) for chains x (B, ...) of D numbers each: how far a

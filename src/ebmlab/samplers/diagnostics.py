@@ -222,7 +222,7 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
                 f"the draws are strongly correlated (their correlation matrix has condition "
                 f"number {kappa:.0f} > {CORRELATED:.0f}), which a diagonal mass cannot undo: "
                 "NUTS or AdaptiveHMC with a dense mass (dense_mass=True; ebmlab mcmc "
-                "--dense-mass) may mix much faster"
+                "--mass dense) may mix much faster"
             )
     if transitions and diagnostics.n_divergent > DIVERGENT_LIMIT * transitions:
         diagnostics.problems.append(

@@ -225,9 +225,9 @@ class AdaptiveHMC(HMC):
         adapt_mass: False switches off mass-matrix adaptation.
         adapt_length: False switches off trajectory-length adaptation.
         divergence_threshold: energy error beyond which a trajectory is divergent.
-        dense_mass: adapt a dense inverse mass (the draws' covariance) for chains of
-            flat rows (B, D), for posteriors whose coordinates are strongly correlated
-            (``summarize`` says when a run's draws suggest it).
+        dense_mass: the inverse mass to adapt: True for a dense one (the draws'
+            covariance; chains of flat rows (B, D)), False for a diagonal one,
+            ``"auto"`` for the one that pays at each window's end (as ``NUTS``).
     """
 
     #: the power of T that the ChEES criterion is divided by: 1 rates lengths per
@@ -245,7 +245,7 @@ class AdaptiveHMC(HMC):
         adapt_mass: bool = True,
         adapt_length: bool = True,
         divergence_threshold: float = 1000.0,
-        dense_mass: bool = False,
+        dense_mass: bool | str = "auto",
     ) -> None:
         super().__init__(step_size, 1, jitter=0.0, divergence_threshold=divergence_threshold)
         self.trajectory_length = _checks.positive("trajectory_length", trajectory_length)

@@ -231,10 +231,11 @@ class NUTS(Sampler[NUTSState]):
             being returned, so that it need not wait for deeper trees (1: every chain
             waits for the deepest tree of the batch, as in lockstep). Large batches
             gain from more (each queued transition holds 3D + 5 numbers per chain).
-        dense_mass: adapt a dense inverse mass (the draws' covariance, Stan's
-            ``dense_e``) for chains of flat rows (B, D), for posteriors whose
-            coordinates are strongly correlated (``summarize`` says when a run's
-            draws suggest it); by default a diagonal one.
+        dense_mass: the inverse mass to adapt: True for a dense one (the draws'
+            covariance, Stan's ``dense_e``; chains of flat rows (B, D)), False for a
+            diagonal one (Stan's default), ``"auto"`` for the one that pays at each
+            window's end: dense where it makes the posterior nearly round and the
+            diagonal does not (strongly correlated coordinates), else diagonal.
     """
 
     def __init__(
@@ -247,7 +248,7 @@ class NUTS(Sampler[NUTSState]):
         pool_step_size: bool = False,
         divergence_threshold: float = 1000.0,
         run_ahead: int = 4,
-        dense_mass: bool = False,
+        dense_mass: bool | str = "auto",
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
         self.max_depth = _checks.positive_int("max_depth", max_depth)
