@@ -395,7 +395,7 @@ LOG_TARGET_SEARCH = math.log(0.8)  # the one-step acceptance Stan's step-size se
 
 class WarmupTuning:
     """The step size by :class:`DualAveraging` (per chain, or pooled with
-    ``pool_step_size``) and, if ``adapt_mass``, the diagonal inverse mass at the ends of
+    ``pool_step_size``) and, if ``adapt_mass``, the inverse mass at the ends of
     :class:`WarmupWindows`, tuned during warm-up; chains that are stuck, or far behind
     the others in energy, are restarted at the window ends and left out of the mass.
 

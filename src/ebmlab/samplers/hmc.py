@@ -14,9 +14,10 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
 - the step size by Stan's search, then dual averaging (Hoffman & Gelman 2014, Alg. 5)
   towards a target mean acceptance probability, averaged over chains (one step size
   for all: the chains take the same number of leapfrog steps);
-- the diagonal inverse mass (or with ``dense_mass`` the full one, Stan's ``dense_e``)
-  at the ends of Stan's doubling windows, from the variance (covariance) of the
-  window's draws pooled over the chains that moved, regularised as in Stan;
+- the inverse mass, diagonal or full (Stan's ``dense_e``; by default the full one only
+  where it makes the posterior nearly round), at the ends of Stan's doubling windows,
+  from the variance (covariance) of the window's draws pooled over the chains that
+  moved, regularised as in Stan;
   chains stuck over a window are restarted at the positions of moving ones
   (:class:`~ebmlab.samplers.adaptation.WarmupTuning`);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion

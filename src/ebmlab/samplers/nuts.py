@@ -35,11 +35,12 @@ restart, a swap of parallel tempering) drop the queued transitions and continue 
 the state's positions. Tempered chains, and a pooled step size while it adapts, keep
 ``run_ahead`` at 1.
 
-During burn-in the step size and the diagonal mass adapt as in Stan
+During burn-in the step size and the mass adapt as in Stan
 (:class:`~ebmlab.samplers.adaptation.WarmupTuning`): a step-size search per chain, then
 dual averaging of each chain's step size towards a mean acceptance statistic (the
 average of min(1, exp(H_0 - H)) over the new points), the mass re-estimated at the ends
-of doubling windows, and chains that stay stuck restarted at the windows' ends.
+of doubling windows (diagonal, or dense where that makes the posterior nearly round),
+and chains that stay stuck restarted at the windows' ends.
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ class NUTS(Sampler[NUTSState]):
     """No-U-Turn Sampler with multinomial proposals, batched over chains that each build
     their own trees.
 
-    Use with ``burn_in`` (a few hundred steps) so that the step size and diagonal mass
+    Use with ``burn_in`` (a few hundred steps) so that the step size and mass
     adapt: ``NUTS().sample(energy, x0, n, burn_in=500)``. A step moves a chain unless
     every point it drew was outweighed by the start; ``run(...).info["acceptance_rate"]``
     is the fraction of steps that moved, and each state's ``info.accept_prob`` the
