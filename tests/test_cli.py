@@ -350,6 +350,7 @@ def test_mcmc_samples_a_posterior_from_a_file(capsys, tmp_path):
     draws = np.load(out / "draws.npz")["draws"]
     assert draws.shape == (150, 8, 2) and (out / "trace.png").is_file()
     assert json.loads((out / "summary.json").read_text()) == summary
+    assert summary["mass"] == "dense"  # correlation 0.89: the default --mass auto chose it
     truth_sd = [1.0, math.sqrt(1.25)]
     for d in range(2):
         assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
