@@ -45,7 +45,12 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import SamplerState, per_chain
-from ebmlab.samplers.diagnostics import DENSE_UP_TO, SamplingWarning, rarely_moving
+from ebmlab.samplers.diagnostics import (
+    DENSE_UP_TO,
+    SamplingWarning,
+    condition_number,
+    rarely_moving,
+)
 from ebmlab.samplers.integrators import (
     DenseMass,
     Mass,
@@ -282,8 +287,8 @@ class WindowStats:
             return var
         fisher = self.fisher / draws
         cov, scale = self.covariance(keep), var.sqrt()
-        diagonal = _condition(scale[:, None] * fisher * scale[None, :])
-        dense = _condition(cov.chol.mT @ fisher @ cov.chol)
+        diagonal = condition_number(scale[:, None] * fisher * scale[None, :])
+        dense = condition_number(cov.chol.mT @ fisher @ cov.chol)
         return cov if dense <= WHITE_ENOUGH and diagonal >= DENSE_GAIN * dense else var
 
 
@@ -291,13 +296,6 @@ class WindowStats:
 WHITE_ENOUGH = 10.0
 # ... and the diagonal leaves it this many times less round (sqrt(10) ~ 3x the steps)
 DENSE_GAIN = 10.0
-
-
-def _condition(matrix: torch.Tensor) -> float:
-    """The condition number of a symmetric positive semi-definite matrix (inf if
-    singular)."""
-    eig = torch.linalg.eigvalsh((matrix + matrix.mT) / 2)
-    return float(eig[-1] / eig[0]) if float(eig[0]) > 0 else math.inf
 
 
 def _shrunk(estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float) -> torch.Tensor:
@@ -506,16 +504,15 @@ class WarmupTuning:
                                else groups.means(accept_prob).min())  # fmt: skip
             dual, step_size = new.dual.update(accept_prob.to(new.dual.h.dtype))
             new = new.replace(step_size=step_size, dual=dual)
-        window = new.window
-        if window.fisher is None:
-            window = window.add(new.x, moments=self.adapt_mass)
-        else:
-            arrived = ~self.far_behind(new)
-            window = window.add(new.x, grad=new.grad, arrived=arrived)
+        # a window that chooses its mass leaves chains far behind out of F at every step
+        behind = self.far_behind(new) if new.window.fisher is not None else None
+        arrived = None if behind is None else ~behind
+        window = new.window.add(new.x, moments=self.adapt_mass, grad=new.grad, arrived=arrived)
         new = new.replace(window=window)
         if new.t not in new.windows.checks:
             return new
-        stuck, behind = new.window.stuck(new), self.far_behind(new)
+        stuck = new.window.stuck(new)
+        behind = self.far_behind(new) if behind is None else behind
         behind = behind & ~stuck
         reasons, since = [], new.t - new.window.count
         if bool(stuck.any()):

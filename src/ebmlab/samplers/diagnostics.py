@@ -164,7 +164,14 @@ def correlation_condition(samples: torch.Tensor) -> float:
     flat = flat[:, flat.std(0) > 0]
     if flat.shape[1] < 2:
         return 1.0
-    eig = torch.linalg.eigvalsh(torch.corrcoef(flat.T))
+    return condition_number(torch.corrcoef(flat.T))
+
+
+def condition_number(matrix: torch.Tensor) -> float:
+    """The ratio of the largest to the smallest eigenvalue of a symmetric positive
+    semi-definite matrix (read from its lower triangle); the dtype's largest finite
+    ratios where it is singular."""
+    eig = torch.linalg.eigvalsh(matrix)
     return float(eig[-1] / eig[0].clamp(min=torch.finfo(eig.dtype).tiny))
 
 
