@@ -30,6 +30,25 @@ def test_frechet_distance_matches_the_gaussian_closed_form():
     assert 0 < stderr < 0.2
 
 
+
+@pytest.mark.parametrize("rows_a, rows_b", [(30, 40), (40, 30), (30, 2000), (2000, 30), (2000, 3000)])
+def test_frechet_distance_agrees_with_the_matrix_square_root_in_every_space(rows_a, rows_b):
+    """Fewer rows than features on one side or both (the trace term from the rows), or
+    more on both (from the covariances' roots): the same distance as scipy's square root
+    of S_a S_b, on correlated features with different means."""
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+    g = torch.Generator().manual_seed(rows_a + rows_b)
+    d = 64
+    a = torch.randn(rows_a, d, generator=g, dtype=torch.float64)
+    a = a @ torch.randn(d, d, generator=g, dtype=torch.float64)
+    b = torch.randn(rows_b, d, generator=g, dtype=torch.float64).add(0.3).exp()
+    sa, sb = torch.cov(a.T).numpy(), torch.cov(b.T).numpy()
+    mu = (a.mean(0) - b.mean(0)).numpy()
+    root = scipy_linalg.sqrtm(sa @ sb).real
+    expected = mu @ mu + sa.trace() + sb.trace() - 2 * root.trace()
+    value, _ = frechet_distance(a, b, bootstrap=1)
+    assert value == pytest.approx(expected, rel=1e-6)
+
 def test_kid_is_unbiased_near_zero_and_detects_a_shift():
     same = [kernel_distance(gaussian(400, 8, seed=i), gaussian(400, 8, seed=100 + i), 5, 200)
             for i in range(10)]  # fmt: skip

@@ -52,12 +52,30 @@ def penultimate_features(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _gaussian_fd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The Fréchet distance of the Gaussians fitted to ``a`` and ``b`` (N, D), with
+    Tr (S_a S_b)^{1/2} computed in the smallest space that holds it. Write S_a = R^T R
+    and S_b = C^T C with C the centred rows of ``b`` over sqrt(n_b - 1); the
+    eigenvalues of S_a S_b are those of R S_b R^T = (R C^T)(R C^T)^T. R is the centred
+    rows of ``a`` when it has no more rows than columns (``a`` is the smaller set), else
+    the symmetric root of S_a: with 500 samples of 2048 Inception features the
+    eigenproblem is 500 x 500 rather than 2048 x 2048."""
+    if len(b) < len(a):
+        a, b = b, a
     mu = a.mean(0) - b.mean(0)
-    sa, sb = torch.cov(a.T), torch.cov(b.T)
-    vals, vecs = torch.linalg.eigh(sa)
-    root_a = (vecs * vals.clamp_min(0).sqrt()) @ vecs.T
-    cross = torch.linalg.eigvalsh(root_a @ sb @ root_a).clamp_min(0).sqrt().sum()
-    return mu @ mu + torch.trace(sa) + torch.trace(sb) - 2 * cross
+    ca = (a - a.mean(0)) / math.sqrt(len(a) - 1)
+    cb = (b - b.mean(0)) / math.sqrt(len(b) - 1)
+    if len(a) <= a.shape[1]:
+        root = ca
+    else:
+        vals, vecs = torch.linalg.eigh(ca.T @ ca)
+        root = (vecs * vals.clamp_min(0).sqrt()) @ vecs.T
+    if len(b) <= b.shape[1]:
+        product = root @ cb.T
+        inner = product @ product.T
+    else:
+        inner = root @ (cb.T @ cb) @ root.T
+    cross = torch.linalg.eigvalsh(inner).clamp_min(0).sqrt().sum()
+    return mu @ mu + ca.square().sum() + cb.square().sum() - 2 * cross
 
 
 def _features(name: str, x: torch.Tensor) -> torch.Tensor:
