@@ -31,7 +31,9 @@ def test_frechet_distance_matches_the_gaussian_closed_form():
 
 
 
-@pytest.mark.parametrize("rows_a, rows_b", [(30, 40), (40, 30), (30, 2000), (2000, 30), (2000, 3000)])
+@pytest.mark.parametrize(
+    "rows_a, rows_b", [(30, 40), (40, 30), (30, 2000), (2000, 30), (2000, 3000)]
+)
 def test_frechet_distance_agrees_with_the_matrix_square_root_in_every_space(rows_a, rows_b):
     """Fewer rows than features on one side or both (the trace term from the rows), or
     more on both (from the covariances' roots): the same distance as scipy's square root
