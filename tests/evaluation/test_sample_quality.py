@@ -30,7 +30,6 @@ def test_frechet_distance_matches_the_gaussian_closed_form():
     assert 0 < stderr < 0.2
 
 
-
 @pytest.mark.parametrize(
     "rows_a, rows_b", [(30, 40), (40, 30), (30, 2000), (2000, 30), (2000, 3000)]
 )
@@ -50,6 +49,7 @@ def test_frechet_distance_agrees_with_the_matrix_square_root_in_every_space(rows
     expected = mu @ mu + sa.trace() + sb.trace() - 2 * root.trace()
     value, _ = frechet_distance(a, b, bootstrap=1)
     assert value == pytest.approx(expected, rel=1e-6)
+
 
 def test_kid_is_unbiased_near_zero_and_detects_a_shift():
     same = [kernel_distance(gaussian(400, 8, seed=i), gaussian(400, 8, seed=100 + i), 5, 200)
