@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.roofline import count_flops, peak_flops
-from ebmlab import hardware
+from benchmarks.roofline import count_flops, roofline
 
 
 @dataclass
@@ -91,9 +90,7 @@ def measure(case: Case | MetricCase) -> Result:
     seconds = statistics.median(ours)
     flops = count_flops(case.ebmlab)
     cpu = torch.device("cpu")
-    # a CPU without bfloat16 units runs the row in float32 (hardware.reduced_precision)
-    peak = peak_flops(cpu, hardware.reduced_precision(cpu, case.dtype) or torch.float32)
-    fraction = flops / seconds / peak if flops else None
+    fraction = roofline(flops, seconds, cpu, case.dtype)["fraction_of_peak"] if flops else None
     return Result(case.what, case.anchor_name, seconds, statistics.median(theirs),
                   flops=flops, fraction_of_peak=fraction)  # fmt: skip
 

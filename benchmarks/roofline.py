@@ -21,6 +21,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from ebmlab import hardware
+
 
 def count_flops(fn: Callable[[], object]) -> int:
     """The matrix-product and convolution FLOPs of one call of ``fn`` (run eagerly),
@@ -74,13 +76,17 @@ def _best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) 
     return best
 
 
-@functools.cache
 def peak_flops(
     device: torch.device, dtype: torch.dtype = torch.float32, tf32: bool = False
 ) -> float:
     """FLOP/s of an n x n x n matrix product in ``dtype`` on ``device`` (n = 8192 on a
     GPU, 2048 on a CPU; the best of a few); ``tf32``: float32 products on a GPU's
     TF32 tensor cores, as cuDNN runs float32 convolutions by default."""
+    return _probe(device, dtype, tf32)
+
+
+@functools.cache  # one probe per device, dtype and TF32 setting, however it is asked for
+def _probe(device: torch.device, dtype: torch.dtype, tf32: bool) -> float:
     n = 8192 if device.type == "cuda" else 2048
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
@@ -116,7 +122,10 @@ def roofline(
     flops: int, seconds: float, device: torch.device, dtype: torch.dtype, tf32: bool = False
 ) -> dict:
     """The roofline fields of a row that did ``flops`` in ``seconds`` in ``dtype``
-    (``tf32``: its float32 products ran on TF32 tensor cores)."""
+    (``tf32``: its float32 products ran on TF32 tensor cores). A bfloat16 row on a CPU
+    without bfloat16 units ran in float32 (``hardware.reduced_precision``), and is set
+    against the float32 peak."""
+    dtype = hardware.reduced_precision(device, dtype) or torch.float32
     tf32 = tf32 and dtype == torch.float32 and device.type == "cuda"
     peak = peak_flops(device, dtype, tf32)
     return {

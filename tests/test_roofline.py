@@ -42,3 +42,16 @@ def test_a_row_gets_its_rate_and_fraction_of_the_probe_peak():
     assert result.fraction_of_peak > 0  # a ratio of timings: a loaded machine moves either
     none = measure(Case("elementwise", lambda: a + 1, lambda: b + 1, "the other", repeats=2))
     assert none.flops == 0 and none.fraction_of_peak is None
+
+
+def test_a_bfloat16_row_that_ran_in_float32_is_set_against_the_float32_peak(monkeypatch):
+    """Where a CPU has no bfloat16 units, ebmlab's bfloat16 requests run in float32, and
+    the row's peak is float32's: the probe in emulated bfloat16 would both misstate the
+    peak and take minutes (a 2048^3 product, some twenty times slower than float32)."""
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(hardware, "_cpu_bfloat16", lambda: False)
+    row = roofline(10**9, 1.0, cpu, torch.bfloat16)
+    assert row["peak"] == "float32 matmul 2048^3 probe"
+    assert row["peak_tflop_per_s"] == peak_flops(cpu, torch.float32) / 1e12
+    monkeypatch.setattr(hardware, "_cpu_bfloat16", lambda: True)
+    assert roofline(10**9, 1.0, cpu, torch.bfloat16)["peak"] == "bfloat16 matmul 2048^3 probe"
