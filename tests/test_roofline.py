@@ -2,6 +2,7 @@
 fields. A count that missed a product kind (oneDNN's packed one) would understate a
 row's rate, so the counts are checked against the products' own sizes."""
 
+import benchmarks.roofline as roofline_module
 import pytest
 import torch
 from benchmarks.harness import Case, measure
@@ -47,11 +48,14 @@ def test_a_row_gets_its_rate_and_fraction_of_the_probe_peak():
 def test_a_bfloat16_row_that_ran_in_float32_is_set_against_the_float32_peak(monkeypatch):
     """Where a CPU has no bfloat16 units, ebmlab's bfloat16 requests run in float32, and
     the row's peak is float32's: the probe in emulated bfloat16 would both misstate the
-    peak and take minutes (a 2048^3 product, some twenty times slower than float32)."""
+    peak and take minutes (a 2048^3 product, some twenty times slower than float32).
+    The probes are stood in for by fixed rates, so that no product runs here."""
     cpu = torch.device("cpu")
+    rates = {torch.float32: 1e11, torch.bfloat16: 4e11}
+    monkeypatch.setattr(roofline_module, "_probe", lambda device, dtype, tf32: rates[dtype])
     monkeypatch.setattr(hardware, "_cpu_bfloat16", lambda: False)
     row = roofline(10**9, 1.0, cpu, torch.bfloat16)
-    assert row["peak"] == "float32 matmul 2048^3 probe"
-    assert row["peak_tflop_per_s"] == peak_flops(cpu, torch.float32) / 1e12
+    assert row["peak"] == "float32 matmul 2048^3 probe" and row["peak_tflop_per_s"] == 0.1
     monkeypatch.setattr(hardware, "_cpu_bfloat16", lambda: True)
-    assert roofline(10**9, 1.0, cpu, torch.bfloat16)["peak"] == "bfloat16 matmul 2048^3 probe"
+    row = roofline(10**9, 1.0, cpu, torch.bfloat16)
+    assert row["peak"] == "bfloat16 matmul 2048^3 probe" and row["peak_tflop_per_s"] == 0.4
