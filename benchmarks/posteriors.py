@@ -136,14 +136,11 @@ def main() -> None:
         }
         if args.lockstep:
             samplers["ebmlab NUTS, lockstep"] = NUTS(target_accept=accept, run_ahead=1)
-        if args.diagonal:
-            diagonal = {"target_accept": accept, "dense_mass": False}
-            samplers["ebmlab NUTS, diagonal mass"] = NUTS(**diagonal)
-            samplers["ebmlab AdaptiveHMC, diagonal mass"] = AdaptiveHMC(**diagonal)
-        if args.dense:
-            samplers["ebmlab NUTS, dense mass"] = NUTS(target_accept=accept, dense_mass=True)
-            samplers["ebmlab AdaptiveHMC, dense mass"] = AdaptiveHMC(target_accept=accept,
-                                                                     dense_mass=True)  # fmt: skip
+        for asked, mass, dense in ((args.diagonal, "diagonal", False), (args.dense, "dense", True)):
+            if asked:
+                for kind in (NUTS, AdaptiveHMC):
+                    sampler = kind(target_accept=accept, dense_mass=dense)
+                    samplers[f"ebmlab {kind.__name__}, {mass} mass"] = sampler
         for name, sampler in samplers.items():
             if args.sampler and args.sampler not in name:
                 continue
