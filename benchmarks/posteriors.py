@@ -1,7 +1,7 @@
 """Samplers on real-world posteriors, started where Stan starts them.
 
 ``python -m benchmarks.posteriors [--chains 32] [--warmup 300] [--draws 300]`` runs
-ebmlab's ``NUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax`` are installed,
+ebmlab's ``NUTS``, ``WALNUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax`` are installed,
 BlackJAX's window-adapted NUTS and its ChEES-HMC (AdaptiveHMC's peer) on every posterior of
 :mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
 unconstrained scale, default settings but ``target_accept`` where the posterior names
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from benchmarks.posterior_models import POSTERIORS, Posterior, run_arguments
-from ebmlab.samplers import NUTS, AdaptiveHMC
+from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC
 from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
 
 RESULTS = Path(__file__).parent / "results"
@@ -132,6 +132,7 @@ def main() -> None:
         accept = posterior.target_accept
         samplers = {
             "ebmlab NUTS": NUTS(target_accept=accept),
+            "ebmlab WALNUTS": WALNUTS(target_accept=accept),
             "ebmlab AdaptiveHMC": AdaptiveHMC(target_accept=accept),
         }
         if args.lockstep:

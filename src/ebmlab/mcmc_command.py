@@ -4,9 +4,9 @@ does for a model, and say whether to trust the draws.
 The target is ``FILE.py:NAME``, a function of chains x (B, D) returning the energy
 E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in (-2, 2)
 on every coordinate, as Stan starts them on the unconstrained scale (``--init-radius R``:
-in (-R, R), as Stan's ``init=R``; 0 starts every chain at zero); NUTS (or AdaptiveHMC)
-warms up as Stan does, with a diagonal or a dense mass (``--mass``; by default the one
-that pays, chosen at each window's end), and keeps ``--draws`` steps. The command
+in (-R, R), as Stan's ``init=R``; 0 starts every chain at zero); NUTS (or WALNUTS or
+AdaptiveHMC) warms up as Stan does, with a diagonal or a dense mass (``--mass``; by
+default the one that pays, chosen at each window's end), and keeps ``--draws`` steps. The command
 prints a JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS,
 divergences, stuck chains) with every failed one also printed as a warning, the mass
 used, and each coordinate's mean and sd with its Monte Carlo error. With ``--out`` it
@@ -32,7 +32,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import resolve_device
 from ebmlab.plotting import save_figure, subplots
-from ebmlab.samplers import NUTS, AdaptiveHMC, SampleRun
+from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC, SampleRun
 from ebmlab.samplers.diagnostics import (
     Diagnostics,
     SamplingWarning,
@@ -41,7 +41,9 @@ from ebmlab.samplers.diagnostics import (
 )
 from ebmlab.samplers.integrators import DenseMass
 
-SAMPLERS = {"nuts": NUTS, "adaptive-hmc": AdaptiveHMC}
+# walnuts: NUTS whose steps halve where the curvature needs it (funnels, centred
+# hierarchical models), at the cost of more gradients there
+SAMPLERS = {"nuts": NUTS, "walnuts": WALNUTS, "adaptive-hmc": AdaptiveHMC}
 MASSES = {"auto": "auto", "diagonal": False, "dense": True}  # --mass: the samplers' dense_mass
 TRACED = 4  # coordinates drawn in trace.png
 

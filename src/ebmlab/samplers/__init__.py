@@ -25,12 +25,14 @@ from ebmlab.samplers.replay_buffer import (
 )
 from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path, tuned_ladder
 from ebmlab.samplers.underdamped import SGHMC, UnderdampedLangevin
+from ebmlab.samplers.walnuts import WALNUTS
 
 __all__ = [
     "HMC",
     "MALA",
     "NUTS",
     "SGHMC",
+    "WALNUTS",
     "AdaptiveHMC",
     "BlockGibbs",
     "DiscreteLangevin",

@@ -50,6 +50,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -150,10 +151,10 @@ def _layouts(d: int) -> tuple[_Layout, _Layout, _Layout]:
     point = _Layout(x=d, p=d, grad=d, energy=None)
     tree = _Layout(step=None, h0=None, left=point.width, right=point.width,
                    proposal=point.width, log_weight=None, rho=d, depth=None, moved=None,
-                   divergent=None, accept_sum=None, n_points=None)  # fmt: skip
+                   divergent=None, accept_sum=None, n_points=None, n_grads=None)  # fmt: skip
     doubling = _Layout(forward=None, i=None, point=point.width, first_p=d, rho=d,
                        log_weight=None, proposal=point.width, valid=None, divergent=None,
-                       accept_sum=None, n_points=None)  # fmt: skip
+                       accept_sum=None, n_points=None, n_grads=None)  # fmt: skip
     return point, tree, doubling
 
 
@@ -182,7 +183,9 @@ class _Trees:
       adapts as its trees end); ``building`` and ``pending``: which chains have a tree
       under way and which start a new doubling at the next step; ``anchor``: the
       positions of the state these trees belong to, so a state changed from outside is
-      recognised; ``powers``: 2^k for k = 0 ... max_depth.
+      recognised; ``powers``: 2^k for k = 0 ... max_depth; ``macro``: the registers
+      of a step that spans several leapfrog steps of the batch (None where every step
+      is one leapfrog step).
     """
 
     tree: torch.Tensor
@@ -198,6 +201,30 @@ class _Trees:
     pending: torch.Tensor
     anchor: torch.Tensor
     powers: torch.Tensor
+    macro: torch.Tensor | None = None
+
+
+class Move(NamedTuple):
+    """One step of every chain along its trajectory, from its last point: the new
+    position, momentum, energy and gradient, the gradients each chain's step used
+    (``grads``, a count or (B,)) and the batch computed (``evals``). A step that may
+    take several leapfrog steps also says which chains finished it (``ready``; None:
+    all), each step's log
+    acceptance statistic (``log_accept``, (B,); else the tree's min(0, H_0 - H) is used),
+    the chains whose step no size could integrate (``diverged``) and those whose step
+    is not the one the reverse step would take (``irreversible``): both end the
+    chain's doubling."""
+
+    x: torch.Tensor
+    p: torch.Tensor
+    energy: torch.Tensor
+    grad: torch.Tensor
+    grads: torch.Tensor | int = 1
+    evals: int = 1
+    ready: torch.Tensor | None = None
+    log_accept: torch.Tensor | None = None
+    diverged: torch.Tensor | None = None
+    irreversible: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -288,7 +315,7 @@ class NUTS(Sampler[NUTSState]):
             x.new_zeros(n, tree.width),
             x.new_zeros(n, doubling.width),
             x.new_zeros(n, self.max_depth + 1, 3 * d),
-            x.new_zeros(n, self.run_ahead, point.width + 4),
+            x.new_zeros(n, self.run_ahead, point.width + 5),
             counts,
             counts,
             tip,
@@ -298,6 +325,7 @@ class NUTS(Sampler[NUTSState]):
             no,
             state.x,
             2 ** torch.arange(self.max_depth + 1, device=x.device),
+            self._idle_steps(tip),
         )
 
     def step(
@@ -325,8 +353,8 @@ class NUTS(Sampler[NUTSState]):
             inv_mass = mass.flatten()
         n_leapfrogs = 0
         while not bool((trees.count > 0).all()):
-            trees = self._leapfrog_step(trees, flat_energy, inv_mass, capacity, generator)
-            n_leapfrogs += 1
+            trees, evals = self._leapfrog_step(trees, flat_energy, inv_mass, capacity, generator)
+            n_leapfrogs += evals
         trees, draw = self._pop(trees)
         new = state.replace(
             x=draw["x"].view_as(state.x),
@@ -335,7 +363,7 @@ class NUTS(Sampler[NUTSState]):
             accepted=state.accepted + draw["moved"].long(),
             divergent=state.divergent + draw["divergent"].long(),
             n_grad_evals=state.n_grad_evals + n_leapfrogs,
-            chain_grad_evals=state.chain_grad_evals + draw["n_points"].long(),
+            chain_grad_evals=state.chain_grad_evals + draw["n_grads"].long(),
             t=state.t + 1,
             info=StepInfo(state.energy, draw["mean_accept"].log(), draw["divergent"] > 0),
         )
@@ -357,11 +385,32 @@ class NUTS(Sampler[NUTSState]):
         w = point.width
         draw = {name: point(oldest, name) for name in ("x", "energy", "grad")}
         draw["moved"], draw["divergent"] = oldest[:, w], oldest[:, w + 1]
-        draw["n_points"] = oldest[:, w + 3]
+        draw["n_points"], draw["n_grads"] = oldest[:, w + 3], oldest[:, w + 4]
         draw["mean_accept"] = oldest[:, w + 2] / draw["n_points"].clamp(min=1)
         capacity = trees.draws.shape[1]
         return dataclasses.replace(trees, head=(trees.head + 1) % capacity,
                                    count=trees.count - 1), draw  # fmt: skip
+
+    def _idle_steps(self, tip: torch.Tensor) -> torch.Tensor | None:
+        """The registers of steps that span several leapfrog steps, none under way
+        (NUTS: none; every step is one leapfrog step)."""
+        return None
+
+    def _advance(
+        self,
+        energy: EnergyFn,
+        point: torch.Tensor,
+        step: torch.Tensor,
+        inv_mass: Mass,
+        live: torch.Tensor,
+        steps: torch.Tensor | None,
+    ) -> tuple[Move, torch.Tensor | None]:
+        """One leapfrog step of ``step`` (per chain, signed by the direction) from each
+        chain's last point (packed registers, :func:`_layouts`); ``steps`` and the
+        second result are the registers of steps under way (:meth:`_idle_steps`)."""
+        P = _layouts(point.shape[1] // 3)[0]
+        return Move(*leapfrog(energy, P(point, "x"), P(point, "p"), P(point, "grad"), step, 1,
+                              inv_mass)), steps  # fmt: skip
 
     def _leapfrog_step(
         self,
@@ -370,13 +419,14 @@ class NUTS(Sampler[NUTSState]):
         inv_mass: Mass,
         capacity: int,
         generator: torch.Generator | None,
-    ) -> _Trees:
-        """One leapfrog step of every chain in its own tree: chains with room in their
-        queue start a tree, then each building chain takes the next step of its
-        doubling; a doubling that ends joins its tree, and a tree that ends queues its
-        transition. On the CPU, checks on the host skip the parts no chain needs; on an
-        accelerator every part runs, masked, so that the loop in :meth:`step` reads
-        one flag per leapfrog step and nothing else."""
+    ) -> tuple[_Trees, int]:
+        """One step of every chain in its own tree, and the gradients the batch
+        computed: chains with room in their queue start a tree, then each building
+        chain takes the next step of its doubling (or goes on with a step that spans
+        several leapfrog steps); a doubling that ends joins its tree, and a tree that
+        ends queues its transition. On the CPU, checks on the host skip the parts no
+        chain needs; on an accelerator every part runs, masked, so that the loop in
+        :meth:`step` reads one flag per leapfrog step and nothing else."""
         tip, tree, dbl, slots = trees.tip, trees.tree, trees.doubling, trees.slots
         host = tip.device.type == "cpu"
 
@@ -399,7 +449,7 @@ class NUTS(Sampler[NUTSState]):
             h0 = P(tip, "energy") + kinetic_energy(p0, inv_mass)
             fresh = T.pack(tip, step=trees.next_step, h0=h0, left=tip, right=tip, proposal=tip,
                            log_weight=0.0, rho=p0, depth=0.0, moved=0.0, divergent=0.0,
-                           accept_sum=0.0, n_points=0.0)  # fmt: skip
+                           accept_sum=0.0, n_points=0.0, n_grads=0.0)  # fmt: skip
             tree = where_rows(start, fresh, tree)
             live = live | start
         # new doublings, from an end of the tree in a random direction
@@ -408,19 +458,28 @@ class NUTS(Sampler[NUTSState]):
             edge = where_rows(forward, T(tree, "right"), T(tree, "left"))
             begun = S.pack(tip, forward=forward, i=0.0, point=edge, first_p=P(edge, "p"),
                            rho=0.0, log_weight=-math.inf, proposal=edge, valid=1.0,
-                           divergent=0.0, accept_sum=0.0, n_points=0.0)  # fmt: skip
+                           divergent=0.0, accept_sum=0.0, n_points=0.0, n_grads=0.0)  # fmt: skip
             dbl = where_rows(begin, begun, dbl)
-        # one leapfrog step each
+        # one step each
         step, forward = T(tree, "step"), S(dbl, "forward") > 0
         point = S(dbl, "point")
-        x1, p1, e1, g1 = leapfrog(energy, P(point, "x"), P(point, "p"), P(point, "grad"),
-                                  torch.where(forward, step, -step), 1, inv_mass)  # fmt: skip
+        signed = torch.where(forward, step, -step)
+        move, macro = self._advance(energy, point, signed, inv_mass, live, trees.macro)
+        x1, p1, e1, g1 = move.x, move.p, move.energy, move.grad
+        stepping = live if move.ready is None else live & move.ready
+        if not needed(stepping):  # every chain is inside a step that spans several
+            waiting = dataclasses.replace(trees, tip=tip, tree=tree, doubling=dbl, building=live,
+                                          pending=torch.zeros_like(live), macro=macro)  # fmt: skip
+            return waiting, move.evals
         new_point = P.pack(tip, x=x1, p=p1, grad=g1, energy=e1)
         log_w = torch.nan_to_num(T(tree, "h0") - e1 - kinetic_energy(p1, inv_mass), nan=-math.inf)
         diverged = log_w < -self.divergence_threshold
+        if move.diverged is not None:
+            diverged = diverged | move.diverged
+        log_accept = log_w.clamp(max=0) if move.log_accept is None else move.log_accept
         i, depth, rho = S(dbl, "i").long(), T(tree, "depth").long(), S(dbl, "rho")
         powers, size = trees.powers, trees.powers[depth]  # 2^k for k <= max_depth; 2^depth
-        marks = live[:, None] & (i[:, None] % powers == 0)
+        marks = stepping[:, None] & (i[:, None] % powers == 0)
         mark = torch.cat([p1, P(point, "p"), rho], -1).unsqueeze(1)
         slots = torch.where(marks.unsqueeze(-1), mark, slots)
         rho = rho + p1
@@ -440,6 +499,9 @@ class NUTS(Sampler[NUTSState]):
                                                first_p[:, :m], p1.unsqueeze(1),
                                                rho.unsqueeze(1) - rho_before[:, :m],
                                                slot_mass)  # fmt: skip
+        stopped = turned.any(1)
+        if move.irreversible is not None:
+            stopped = stopped | move.irreversible
         stepped = S.pack(
             tip,
             forward=forward,
@@ -449,21 +511,24 @@ class NUTS(Sampler[NUTSState]):
             rho=rho,
             log_weight=total,
             proposal=where_rows(take, new_point, S(dbl, "proposal")),
-            valid=(S(dbl, "valid") > 0) & ~diverged & ~turned.any(1),
+            valid=(S(dbl, "valid") > 0) & ~(diverged | stopped),
             divergent=(S(dbl, "divergent") > 0) | diverged,
-            accept_sum=S(dbl, "accept_sum") + log_w.clamp(max=0).exp(),
+            accept_sum=S(dbl, "accept_sum") + log_accept.exp(),
             n_points=S(dbl, "n_points") + 1,
+            n_grads=S(dbl, "n_grads") + move.grads,
         )
-        dbl = where_rows(live, stepped, dbl)
+        dbl = where_rows(stepping, stepped, dbl)
         # doublings that end join their tree if valid (in time order A then B going
         # forwards, else B then A)
         valid = S(dbl, "valid") > 0
-        ended = live & (~valid | (i + 1 == size))
+        ended = stepping & (~valid | (i + 1 == size))
         done = dataclasses.replace(trees, tip=tip, tree=tree, doubling=dbl, slots=slots,
-                                   building=live, pending=torch.zeros_like(live))  # fmt: skip
+                                   building=live, pending=torch.zeros_like(live),
+                                   macro=macro)  # fmt: skip
         if not needed(ended):
-            return done
-        return self._join(done, ended, valid & ended, P, T, S, inv_mass, log_u[1], needed)
+            return done, move.evals
+        joined = self._join(done, ended, valid & ended, P, T, S, inv_mass, log_u[1], needed)
+        return joined, move.evals
 
     def _join(
         self,
@@ -514,6 +579,7 @@ class NUTS(Sampler[NUTSState]):
             divergent=(T(tree, "divergent") > 0) | (S(dbl, "divergent") > 0),
             accept_sum=T(tree, "accept_sum") + S(dbl, "accept_sum"),
             n_points=T(tree, "n_points") + S(dbl, "n_points"),
+            n_grads=T(tree, "n_grads") + S(dbl, "n_grads"),
         )
         tree = where_rows(ended, merged, tree)
         trees = dataclasses.replace(trees, tree=tree, building=trees.building & ~finished,
@@ -522,7 +588,7 @@ class NUTS(Sampler[NUTSState]):
             return trees
         # queue the finished transitions
         proposal = T(tree, "proposal")
-        outcome = [T(tree, k) for k in ("moved", "divergent", "accept_sum", "n_points")]
+        outcome = [T(tree, k) for k in ("moved", "divergent", "accept_sum", "n_points", "n_grads")]
         draw = torch.cat([proposal, torch.stack(outcome, -1)], -1)
         capacity = trees.draws.shape[1]
         slot = (trees.head + trees.count) % capacity
