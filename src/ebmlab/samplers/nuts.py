@@ -208,12 +208,11 @@ class Move(NamedTuple):
     """One step of every chain along its trajectory, from its last point: the new
     position, momentum, energy and gradient, the gradients each chain's step used
     (``grads``, a count or (B,)) and the batch computed (``evals``). A step that may
-    take several leapfrog steps also says which chains finished it (``ready``; None:
-    all), each step's log
-    acceptance statistic (``log_accept``, (B,); else the tree's min(0, H_0 - H) is used),
-    the chains whose step no size could integrate (``diverged``) and those whose step
-    is not the one the reverse step would take (``irreversible``): both end the
-    chain's doubling."""
+    take several leapfrog steps (:class:`~ebmlab.samplers.WALNUTS`) also says which
+    chains finished it (``ready``; None: all), each step's log acceptance statistic
+    (``log_accept``, (B,); else the tree's min(0, H_0 - H) is used), the chains whose
+    step no size could integrate (``diverged``) and those whose step is not the one the
+    reverse step would take (``irreversible``): both end the chain's doubling."""
 
     x: torch.Tensor
     p: torch.Tensor

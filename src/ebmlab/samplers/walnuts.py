@@ -49,13 +49,16 @@ class WALNUTS(NUTS):
     For posteriors whose curvature varies strongly, such as the centred eight schools
     or Neal's funnel: a chain entering a region of strong curvature halves its step
     there rather than diverging or forcing a small step everywhere. Elsewhere it costs
-    what NUTS costs. Arguments as :class:`~ebmlab.samplers.NUTS`, plus:
+    what NUTS costs.
 
     Args:
+        step_size: initial macro step size (tuned during burn-in, as NUTS's step).
         max_error: the largest energy error |H(end) - H(start)| a macro step may make
             (the authors' default, 0.5).
         max_halvings: the finest level tried: a macro step of at most 2^max_halvings
             micro steps.
+        nuts_options: :class:`~ebmlab.samplers.NUTS`'s keyword arguments
+            (``max_depth``, ``target_accept``, ``dense_mass``, ...).
     """
 
     def __init__(
