@@ -250,6 +250,7 @@ def test_summarize_warns_of_each_failed_check():
         diagnostics = summarize(run)
     message = str(caught[0].message)
     assert "R-hat" in message and "bulk ESS" in message and "20 of 800" in message
+    assert "WALNUTS" in message  # the sampler that halves its steps where they diverge
     assert len(diagnostics.problems) == 3 and "warning: R-hat" in str(diagnostics)
     # well-mixed chains with enough draws pass every check, silently
     good = SampleRun(samples=torch.randn(500, 4, 2, generator=g), final=None,

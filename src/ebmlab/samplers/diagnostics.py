@@ -234,8 +234,9 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
     if transitions and diagnostics.n_divergent > DIVERGENT_LIMIT * transitions:
         diagnostics.problems.append(
             f"{diagnostics.n_divergent} of {transitions} kept transitions divergent "
-            f"(> {DIVERGENT_LIMIT:.0%}): the draws may be biased; raise target_accept or "
-            "reparametrise"
+            f"(> {DIVERGENT_LIMIT:.0%}): the draws may be biased; raise target_accept, "
+            "reparametrise (non-centre a hierarchical model), or use WALNUTS (ebmlab mcmc "
+            "--sampler walnuts), whose steps halve where the curvature needs it"
         )
     if warn and diagnostics.problems:
         warnings.warn("; ".join(diagnostics.problems), SamplingWarning, stacklevel=2)
