@@ -110,6 +110,23 @@ def test_walnuts_keeps_the_funnel_where_nuts_with_its_step_diverges():
     assert_mean_close(stats.reshape(-1, 3), expected, ess=effective_sample_size(stats))
 
 
+@pytest.mark.cuda
+def test_walnuts_keeps_the_funnel_on_a_gpu():
+    """On an accelerator nothing is read back to the host within a macro step: the trees'
+    bookkeeping runs at every micro step, masked. The funnel's moments hold there too."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    v = torch.randn(128, generator=gen, dtype=torch.float64, device="cuda") * SCALE
+    x = torch.randn(128, generator=gen, dtype=torch.float64, device="cuda") * (v / 2).exp()
+    run = WALNUTS(1.0, adapt_mass=False).run(funnel, torch.stack([v, x], 1), 100, thin=1,
+                                             generator=1)  # fmt: skip
+    assert run.info["n_divergent"] == 0
+    z = run.samples
+    stats = torch.stack([z[..., 0], z[..., 0] ** 2, z[..., 1] ** 2], -1)
+    expected = torch.tensor([0.0, SCALE**2, math.exp(SCALE**2 / 2)], dtype=torch.float64)
+    assert_mean_close(stats.reshape(-1, 3).cpu(), expected,
+                      ess=effective_sample_size(stats.cpu()))  # fmt: skip
+
+
 def test_validation():
     with pytest.raises(ValueError, match="max_error"):
         WALNUTS(max_error=0.0)
