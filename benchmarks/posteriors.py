@@ -1,9 +1,9 @@
 """Samplers on real-world posteriors, started where Stan starts them.
 
 ``python -m benchmarks.posteriors [--chains 32] [--warmup 300] [--draws 300]`` runs
-ebmlab's ``NUTS``, ``WALNUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax`` are installed,
-BlackJAX's window-adapted NUTS and its ChEES-HMC (AdaptiveHMC's peer) on every posterior of
-:mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
+ebmlab's ``NUTS``, ``WALNUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax``
+are installed, BlackJAX's window-adapted NUTS and its ChEES-HMC (AdaptiveHMC's peer) on
+every posterior of :mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
 unconstrained scale, default settings but ``target_accept`` where the posterior names
 one (their mass chosen by ``dense_mass="auto"``; ``--diagonal`` adds both with
 ``dense_mass=False``, ``--dense`` with ``dense_mass=True`` and BlackJAX's NUTS with a

@@ -6,8 +6,8 @@ E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in 
 on every coordinate, as Stan starts them on the unconstrained scale (``--init-radius R``:
 in (-R, R), as Stan's ``init=R``; 0 starts every chain at zero); NUTS (or WALNUTS or
 AdaptiveHMC) warms up as Stan does, with a diagonal or a dense mass (``--mass``; by
-default the one that pays, chosen at each window's end), and keeps ``--draws`` steps. The command
-prints a JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS,
+default the one that pays, chosen at each window's end), and keeps ``--draws`` steps.
+The command prints a JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS,
 divergences, stuck chains) with every failed one also printed as a warning, the mass
 used, and each coordinate's mean and sd with its Monte Carlo error. With ``--out`` it
 also writes the draws (``draws.npz``, (draws, chains, D)), the summary and a trace plot

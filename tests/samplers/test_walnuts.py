@@ -1,5 +1,6 @@
 """WALNUTS (Bou-Rabee et al. 2025): NUTS when no step is split, reversible macro steps
-where steps are split, and the right moments of a funnel whose neck NUTS cannot enter."""
+where steps are split, and the right moments of a funnel where NUTS with the same step
+diverges."""
 
 import math
 

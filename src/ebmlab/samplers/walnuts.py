@@ -93,14 +93,15 @@ class WALNUTS(NUTS):
         M = _macro_layout(point.shape[1] // 3)
         begin = live & (M(steps, "phase") == _IDLE)
         host = point.device.type == "cpu"
+        starting = None if host and not bool(begin.any()) else begin
         evals = 0
         while True:
-            starting = None if host and not bool(begin.any()) else begin
             move, steps = self._micro_step(energy, point, step, inv_mass, starting, steps)
             evals += 1
-            if not host or bool(move.ready.any()) or not bool((M(steps, "phase") != _IDLE).any()):
+            # one host read: some macro step ended, or none is under way
+            if not host or bool(move.ready.any() | (M(steps, "phase") == _IDLE).all()):
                 return move._replace(evals=evals), steps
-            begin = torch.zeros_like(begin)
+            starting = None  # every live chain began at the first micro step
 
     def _micro_step(
         self,
@@ -126,13 +127,14 @@ class WALNUTS(NUTS):
             steps = where_rows(begin, fresh, steps)
         phase, level = M(steps, "phase"), M(steps, "level")
         active, reverse = phase != _IDLE, phase == _REVERSE
-        micro_step = torch.where(reverse, -step, step) / level.exp2()
+        n_micro = level.exp2()  # micro steps of the level under way
+        micro_step = torch.where(reverse, -step, step) / n_micro
         current = M(steps, "current")
         x1, p1, e1, g1 = leapfrog(energy, P(current, "x"), P(current, "p"), P(current, "grad"),
                                   micro_step, 1, inv_mass)  # fmt: skip
         now = P.pack(point, x=x1, p=p1, grad=g1, energy=e1)
         micro, grads = M(steps, "micro") + 1, M(steps, "grads") + active
-        level_done = active & (micro >= level.exp2())
+        level_done = active & (micro >= n_micro)
         h_from = torch.where(reverse, M(steps, "h_end"), M(steps, "h_start"))
         h1 = e1 + kinetic_energy(p1, inv_mass)
         error = torch.nan_to_num((h1 - h_from).abs(), nan=math.inf)
