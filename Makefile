@@ -20,10 +20,11 @@ $(VENV)/.installed: pyproject.toml
 # (oneDNN and ATen limited to AVX2, and every ebmlab CPU fast path off). The numerical
 # packages run once more on ATen's plain kernels (no vector units), whose summation
 # order differs from every vectorised one: a tolerance that holds on one CPU only fails
-# here, not on a user's machine. The whole suite runs on every core, one test file per
-# worker (tests/conftest.py shares the threads out).
+# here, not on a user's machine. (tests/conformance is not among them: it compares a
+# simulated device with the CPU, both on the same kernels.) The whole suite runs on
+# every core, one test file per worker (tests/conftest.py shares the threads out).
 PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
-NUMERICAL := tests/partition tests/samplers tests/energies tests/transport tests/conformance tests/test_convergence.py
+NUMERICAL := tests/partition tests/samplers tests/energies tests/transport tests/test_convergence.py
 
 test: setup docs
 	$(VENV)/bin/ruff check src tests benchmarks docs
