@@ -465,11 +465,14 @@ class NUTS(Sampler[NUTSState]):
         signed = torch.where(forward, step, -step)
         move, macro = self._advance(energy, point, signed, inv_mass, live, trees.macro)
         x1, p1, e1, g1 = move.x, move.p, move.energy, move.grad
-        stepping = live if move.ready is None else live & move.ready
-        if not needed(stepping):  # every chain is inside a step that spans several
-            waiting = dataclasses.replace(trees, tip=tip, tree=tree, doubling=dbl, building=live,
-                                          pending=torch.zeros_like(live), macro=macro)  # fmt: skip
-            return waiting, move.evals
+        stepping = live
+        if move.ready is not None:  # steps that span several: only those that ended go on
+            stepping = live & move.ready
+            if not needed(stepping):
+                waiting = dataclasses.replace(trees, tip=tip, tree=tree, doubling=dbl,
+                                              building=live, pending=torch.zeros_like(live),
+                                              macro=macro)  # fmt: skip
+                return waiting, move.evals
         new_point = P.pack(tip, x=x1, p=p1, grad=g1, energy=e1)
         log_w = torch.nan_to_num(T(tree, "h0") - e1 - kinetic_energy(p1, inv_mass), nan=-math.inf)
         diverged = log_w < -self.divergence_threshold
