@@ -57,6 +57,11 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
         action="store_true",
         help="add ebmlab NUTS and AdaptiveHMC with dense_mass=True",
     )
+    parser.add_argument(
+        "--softabs",
+        action="store_true",
+        help="add ebmlab SoftAbsHMC (Riemannian; D + 1 backward passes per Hessian, slow)",
+    )
     parser.add_argument("--out", default="posteriors.json", help="file under benchmarks/results")
     return parser.parse_args()
 

@@ -3,14 +3,15 @@
 ``python -m benchmarks.posteriors [--chains 32] [--warmup 300] [--draws 300]`` runs
 ebmlab's ``NUTS``, ``WALNUTS`` and ``AdaptiveHMC`` and, when ``jax`` and ``blackjax``
 are installed, BlackJAX's window-adapted NUTS and its ChEES-HMC (AdaptiveHMC's peer) on
-every posterior of :mod:`benchmarks.posterior_models`: float64, chains from uniform(-2, 2) on the
-unconstrained scale, default settings but ``target_accept`` where the posterior names
-one (their mass chosen by ``dense_mass="auto"``; ``--diagonal`` adds both with
-``dense_mass=False``, ``--dense`` with ``dense_mass=True`` and BlackJAX's NUTS with a
-dense mass, ``--lockstep`` NUTS with ``run_ahead=1``). Each row gives the worst split R-hat,
-the divergent share of kept transitions, the chains stuck after warm-up, the min bulk
-ESS per 1000 gradient evaluations (warm-up included) and per second, and the worst |z|
-of the means and sds against the reference (closed forms, or long BlackJAX runs in
+every posterior of :mod:`benchmarks.posterior_models`: float64, chains from
+uniform(-2, 2) on the unconstrained scale, default settings but ``target_accept`` where
+the posterior names one (their mass chosen by ``dense_mass="auto"``; ``--diagonal``
+adds both with ``dense_mass=False``, ``--dense`` with ``dense_mass=True`` and
+BlackJAX's NUTS with a dense mass, ``--lockstep`` NUTS with ``run_ahead=1``,
+``--softabs`` SoftAbsHMC). Each row gives the worst split R-hat, the divergent share of
+kept transitions, the chains stuck after warm-up, the min bulk ESS per 1000 gradient
+evaluations (warm-up included) and per second, and the worst |z| of the means and sds
+against the reference (closed forms, or long BlackJAX runs in
 ``results/posterior_references.json``, made by :mod:`benchmarks.blackjax_runner`), the
 Monte Carlo errors of both counted. Writes ``results/posteriors.json`` (a run of some
 posteriors or samplers replaces their rows there and keeps the others) and prints a
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 from benchmarks.posterior_models import POSTERIORS, Posterior, run_arguments
-from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC
+from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC, Sampler, SoftAbsHMC
 from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
 
 RESULTS = Path(__file__).parent / "results"
@@ -62,7 +63,7 @@ def scores(draws: np.ndarray, ref: dict[str, Any]) -> dict[str, float]:
 
 
 def run_ebmlab(
-    sampler: NUTS | AdaptiveHMC,
+    sampler: Sampler,
     posterior: Posterior,
     chains: int,
     warmup: int,
@@ -137,6 +138,8 @@ def main() -> None:
         }
         if args.lockstep:
             samplers["ebmlab NUTS, lockstep"] = NUTS(target_accept=accept, run_ahead=1)
+        if args.softabs:
+            samplers["ebmlab SoftAbsHMC"] = SoftAbsHMC(target_accept=accept)
         for asked, mass, dense in ((args.diagonal, "diagonal", False), (args.dense, "dense", True)):
             if asked:
                 for kind in (NUTS, AdaptiveHMC):

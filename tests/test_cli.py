@@ -361,17 +361,23 @@ def test_mcmc_samples_a_posterior_from_a_file(capsys, tmp_path):
     assert json.loads(again)["mean"] == summary["mean"]
 
 
-def test_mcmc_with_walnuts_recovers_the_moments(capsys, tmp_path):
+@pytest.mark.parametrize("sampler", ["walnuts", "softabs-hmc"])
+def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sampler):
     model = tmp_path / "model.py"
     model.write_text(MODEL)
     code, printed, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2",
-                               "--sampler", "walnuts", "--chains", "8", "--warmup", "100",
+                               "--sampler", sampler, "--chains", "8", "--warmup", "100",
                                "--draws", "100")  # fmt: skip
     assert code == 0
     summary = json.loads(printed)
     for d, truth_sd in enumerate([1.0, math.sqrt(1.25)]):
         assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
         assert abs(summary["sd"][d] - truth_sd) < 0.15
+    if sampler == "softabs-hmc":
+        assert summary["mass"] == "softabs metric"
+        code, _, err = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2",
+                               "--sampler", sampler, "--mass", "dense")  # fmt: skip
+        assert code == 2 and "--mass dense does not apply to --sampler softabs-hmc" in err
 
 
 def test_mcmc_starts_chains_within_the_init_radius_as_stan_does(capsys, tmp_path):

@@ -6,7 +6,8 @@ E(x) (B,), or the log density with ``--log-density``. Chains start uniformly in 
 on every coordinate, as Stan starts them on the unconstrained scale (``--init-radius R``:
 in (-R, R), as Stan's ``init=R``; 0 starts every chain at zero); NUTS (or WALNUTS or
 AdaptiveHMC) warms up as Stan does, with a diagonal or a dense mass (``--mass``; by
-default the one that pays, chosen at each window's end), and keeps ``--draws`` steps.
+default the one that pays, chosen at each window's end), and keeps ``--draws`` steps;
+SoftAbsHMC's metric follows the Hessian, so it tunes step sizes only.
 The command prints a JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS,
 divergences, stuck chains) with every failed one also printed as a warning, the mass
 used, and each coordinate's mean and sd with its Monte Carlo error. With ``--out`` it
@@ -32,7 +33,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.devices import resolve_device
 from ebmlab.plotting import save_figure, subplots
-from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC, SampleRun
+from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC, SampleRun, SoftAbsHMC
 from ebmlab.samplers.diagnostics import (
     Diagnostics,
     SamplingWarning,
@@ -42,8 +43,12 @@ from ebmlab.samplers.diagnostics import (
 from ebmlab.samplers.integrators import DenseMass
 
 # walnuts: NUTS whose steps halve where the curvature needs it (funnels, centred
-# hierarchical models), at the cost of more gradients there
-SAMPLERS = {"nuts": NUTS, "walnuts": WALNUTS, "adaptive-hmc": AdaptiveHMC}
+# hierarchical models), at the cost of more gradients there; softabs-hmc: momenta
+# scaled by the Hessian at each point (the same posteriors; D + 1 backward passes a
+# Hessian)
+SAMPLERS = {"nuts": NUTS, "walnuts": WALNUTS, "adaptive-hmc": AdaptiveHMC,
+            "softabs-hmc": SoftAbsHMC}  # fmt: skip
+METRIC_SAMPLERS = {"softabs-hmc"}  # no mass to choose: the metric follows the position
 MASSES = {"auto": "auto", "diagonal": False, "dense": True}  # --mass: the samplers' dense_mass
 TRACED = 4  # coordinates drawn in trace.png
 
@@ -135,6 +140,11 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
         _checks.positive_int(f"--{name}", getattr(args, name))
     _checks.positive_int("--warmup", args.warmup, allow_zero=True)
     _checks.positive("--init-radius", args.init_radius, allow_zero=True)
+    if args.sampler in METRIC_SAMPLERS and args.mass != "auto":
+        raise ArgumentError(
+            f"--mass {args.mass} does not apply to --sampler {args.sampler}: its metric is "
+            "made from the Hessian at each point"
+        )
     fn = load_target(args.target)
     device = resolve_device(args.device)
     dtype = torch.float32 if args.float32 else torch.float64
@@ -153,8 +163,11 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
             f"{args.target} must map chains ({args.chains}, {args.dim}) to one value per "
             f"chain, shape ({args.chains},); got {got}"
         )
-    sampler = SAMPLERS[args.sampler](target_accept=args.target_accept,
-                                     dense_mass=MASSES[args.mass])  # fmt: skip
+    kind = SAMPLERS[args.sampler]
+    if args.sampler in METRIC_SAMPLERS:
+        sampler = kind(target_accept=args.target_accept)
+    else:
+        sampler = kind(target_accept=args.target_accept, dense_mass=MASSES[args.mass])
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SamplingWarning)
@@ -175,6 +188,13 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         trace_plot(draws, out / "trace.png")
     return 0
+
+
+def mass_used(run: SampleRun, sampler: str) -> str:
+    """The mass a run ended with: dense, diagonal, or the position's own metric."""
+    if sampler in METRIC_SAMPLERS:
+        return "softabs metric"
+    return "dense" if isinstance(run.final.inv_mass, DenseMass) else "diagonal"
 
 
 def summary_of(
@@ -202,7 +222,7 @@ def summary_of(
         "stuck_chains": run.info["stuck_chains"],
         "n_grad_evals": run.info["n_grad_evals"],
         "n_grad_evals_used": run.info["n_grad_evals_used"],
-        "mass": "dense" if isinstance(run.final.inv_mass, DenseMass) else "diagonal",
+        "mass": mass_used(run, args.sampler),
         "passed": not diagnostics.problems,
         "problems": diagnostics.problems + said,
         **chain_moments(draws),

@@ -23,6 +23,7 @@ from ebmlab.samplers.replay_buffer import (
     mixture_init,
     uniform_init,
 )
+from ebmlab.samplers.riemannian import SoftAbsHMC
 from ebmlab.samplers.tempering import ParallelTempering, anneal, geometric_path, tuned_ladder
 from ebmlab.samplers.underdamped import SGHMC, UnderdampedLangevin
 from ebmlab.samplers.walnuts import WALNUTS
@@ -48,6 +49,7 @@ __all__ = [
     "SampleRun",
     "Sampler",
     "SamplerState",
+    "SoftAbsHMC",
     "StepInfo",
     "UnderdampedLangevin",
     "anneal",

@@ -407,6 +407,10 @@ class WarmupTuning:
             the one that pays (``"auto"``: :meth:`WindowStats.chosen_mass`; diagonal
             for chains that are not flat rows, of more than
             :data:`~ebmlab.samplers.diagnostics.DENSE_UP_TO` coordinates, or tempered).
+        keep_step_average: dual averaging runs on through the window ends rather than
+            restarting there, for a kernel whose metric is not tuned (nothing the step
+            size fits changes at a window's end; a restart would try steps near ten
+            times the last and drop the average of all steps so far).
     """
 
     MAX_PROBES: ClassVar[int] = 100  # one-step trials of a step-size search (2^99 range)
@@ -418,6 +422,7 @@ class WarmupTuning:
         adapt_mass: bool,
         pool_step_size: bool = False,
         dense_mass: bool | str = "auto",
+        keep_step_average: bool = False,
     ):
         self.target_accept = _checks.probability("target_accept", target_accept)
         self.adapt_mass = adapt_mass
@@ -425,6 +430,7 @@ class WarmupTuning:
         if dense_mass not in (True, False, "auto"):
             raise ArgumentError(f"dense_mass must be True, False or 'auto', got {dense_mass!r}")
         self.dense_mass = dense_mass
+        self.keep_step_average = keep_step_average
         # per-chain inverse temperatures and their groups when tempered, else None
         self.chain_betas: torch.Tensor | None = None
         self.groups: ChainGroups | None = None
@@ -493,7 +499,7 @@ class WarmupTuning:
         ``new.dual`` itself, chain by chain), and at the end of the initial buffer or a
         window the chains that were stuck or are :meth:`far_behind` restarted and (at a
         window's end) a new inverse mass from the others, after which the step size is
-        searched again and dual averaging restarts."""
+        searched again and dual averaging restarts (unless ``keep_step_average``)."""
         if not self.warming(old):
             return new
         if not step_adapted:
@@ -535,6 +541,8 @@ class WarmupTuning:
             else:
                 mass = window.variance(moving, self.groups)
             new = new.replace(inv_mass=mass, search_due=True)
+        if self.keep_step_average:
+            return new.replace(window=self._window(new))
         restart = DualAveraging.start(new.step_size, self.target_accept)
         return new.replace(dual=restart, window=self._window(new))
 
@@ -621,6 +629,23 @@ class WarmupTuning:
         final = float(step) if step.ndim == 0 else step
         return state.replace(step_size=final, warmup_steps=0, dual=None, windows=None, window=None)
 
+    def finite_starts(self, state: T) -> T:
+        """``state`` with the chains whose energy or gradient is not finite restarted at
+        chains whose are; raises, naming the first such chain and its position, when no
+        chain's is (or when tempered: a restart would need a donor of the same
+        temperature)."""
+        bad = ~torch.isfinite(state.energy) | ~torch.isfinite(state.grad).flatten(1).all(1)
+        if not bool(bad.any()):
+            return state
+        i = int(bad.nonzero()[0])
+        if bool(bad.all()) or self.groups is not None:
+            raise ArgumentError(
+                f"the energy or its gradient is not finite at chain {i}'s start "
+                f"x0[{i}] = {_position(state.x[i])} (energy {float(state.energy[i])}): "
+                "start the chains where both are finite"
+            )
+        return self._restart(state, bad, "their energy or gradient is not finite")
+
     def search_step_size(self, state: T, energy: EnergyFn, generator: torch.Generator | None) -> T:
         """``state`` with each chain's step size searched as Stan does before warm-up
         and after each mass update: from the current size, double (or halve) until one
@@ -630,16 +655,7 @@ class WarmupTuning:
         Chains whose energy is not finite at their start are restarted at finite ones
         first; raises when no chain's is, or when a chain finds no step size that keeps
         its energy finite."""
-        bad = ~torch.isfinite(state.energy) | ~torch.isfinite(state.grad).flatten(1).all(1)
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
-            if bool(bad.all()) or self.groups is not None:
-                raise ArgumentError(
-                    f"the energy or its gradient is not finite at chain {i}'s start "
-                    f"x0[{i}] = {_position(state.x[i])} (energy {float(state.energy[i])}): "
-                    "start the chains where both are finite"
-                )
-            state = self._restart(state, bad, "their energy or gradient is not finite")
+        state = self.finite_starts(state)
         x, inv_mass = state.x, state.inv_mass
         eps = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device).expand(len(x))
 
