@@ -163,11 +163,10 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
             f"{args.target} must map chains ({args.chains}, {args.dim}) to one value per "
             f"chain, shape ({args.chains},); got {got}"
         )
-    kind = SAMPLERS[args.sampler]
-    if args.sampler in METRIC_SAMPLERS:
-        sampler = kind(target_accept=args.target_accept)
-    else:
-        sampler = kind(target_accept=args.target_accept, dense_mass=MASSES[args.mass])
+    options: dict = {"target_accept": args.target_accept}
+    if args.sampler not in METRIC_SAMPLERS:
+        options["dense_mass"] = MASSES[args.mass]
+    sampler = SAMPLERS[args.sampler](**options)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SamplingWarning)

@@ -23,6 +23,7 @@ from ebmlab.samplers import (
     MetropolisHastings,
     ParallelTempering,
     ReplayBuffer,
+    SoftAbsHMC,
     StepInfo,
     UnderdampedLangevin,
     anneal,
@@ -58,6 +59,7 @@ CONTINUOUS = {
     "hmc": lambda: HMC(0.2, 5),
     "adaptive_hmc": lambda: AdaptiveHMC(),
     "nuts": lambda: NUTS(max_depth=4),
+    "softabs_hmc": lambda: SoftAbsHMC(0.3, 3),
     "metropolis_hastings": lambda: MetropolisHastings(0.5),
     "parallel_tempering": lambda: ParallelTempering(MALA(0.1), [1.0, 0.5, 0.25]),
     "parallel_tempering_tuned": lambda: ParallelTempering(

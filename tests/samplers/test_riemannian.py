@@ -157,9 +157,9 @@ def test_samples_the_funnel_from_exact_draws_where_nuts_with_its_step_diverges()
 
 def test_warms_up_per_chain_step_sizes_from_stan_starts():
     """From uniform(-2, 2) starts with 100 warm-up steps, on a funnel with sd 1.5 of v,
-    each chain has its own step size, the chains agree (R-hat < 1.1) and E[v] = 0,
-    E[v^2] = 2.25 hold within 4 Monte Carlo errors; an event-shaped chain (B, 2, 1) runs
-    through the same energy."""
+    each chain has its own step size (tuned to acceptance 0.8); after 150 draws the
+    chains agree (R-hat < 1.1; 1.03 here) and E[v] = 0, E[v^2] = 2.25 hold within 4 Monte
+    Carlo errors. An event-shaped chain (B, 2, 1) runs through the same energy."""
     gen = torch.Generator().manual_seed(3)
     x0 = torch.rand(32, 2, 1, generator=gen, dtype=torch.float64) * 4 - 2
 
@@ -167,7 +167,8 @@ def test_warms_up_per_chain_step_sizes_from_stan_starts():
         v, x = z[:, 0, 0], z[:, 1, 0]
         return 0.5 * v**2 / 1.5**2 + 0.5 * x**2 * torch.exp(-v) + 0.5 * v
 
-    run = SoftAbsHMC(n_leapfrog=6).run(shaped, x0, 100, burn_in=100, thin=1, generator=0)
+    sampler = SoftAbsHMC(n_leapfrog=6, target_accept=0.8)
+    run = sampler.run(shaped, x0, 150, burn_in=100, thin=1, generator=0)
     step = run.final.step_size
     assert step.shape == (32,) and float(step.std()) > 0
     z = run.samples[..., 0]

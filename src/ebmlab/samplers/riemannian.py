@@ -225,7 +225,9 @@ class SoftAbsHMC(Sampler[TunedState]):
         tolerance: if given, the largest relative change of an implicit update's last
             iteration for the trajectory to count as solved (else it is divergent and
             rejected); None uses every solve as it ends.
-        target_accept: mean acceptance probability each chain's step size is tuned to.
+        target_accept: mean acceptance probability each chain's step size is tuned to
+            (higher: fewer divergent trajectories, shorter ones; on the centred eight
+            schools 0.8 mixes best, docs/results/posteriors.md).
         jitter: each chain's step size is drawn uniformly in step_size [1 - jitter,
             1 + jitter] every step, which avoids periodic trajectories.
         divergence_threshold: energy error beyond which a trajectory is divergent.
