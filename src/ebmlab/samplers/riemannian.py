@@ -291,7 +291,11 @@ class SoftAbsHMC(Sampler[TunedState]):
         momentum ``p`` (B, D) (Girolami & Calderhead 2011, eqs. 16-18): the end's
         geometry, its momentum, and the chains (B,) whose step failed (a position or
         Hessian not finite, or given a ``tolerance``, an implicit update not solved to
-        it)."""
+        it).
+
+        Args:
+            energy: E of flat chains, (B, D) -> (B,).
+        """
         half = step / 2
         p_half = p - half * start.force(p)
         for _ in range(self.fixed_point_steps - 1):
