@@ -22,12 +22,13 @@ iteration at fixed x; a full step in x implicit in the new x (the metric at both
 solved the same way; an explicit half step in p. Both solves run ``fixed_point_steps``
 iterations, a fixed count, so no step reads anything back to the host. As in Girolami &
 Calderhead's and Betancourt's samplers, a solve that has not converged by then is used
-as it is, and the Metropolis test on H weighs its error; given a ``tolerance``, a
+as it is: the Metropolis test corrects its energy error, but the step is then only
+nearly reversible, which can bias the draws a little. Given a ``tolerance``, a
 trajectory whose last iteration still moved x or p by more than that (relative) is
-counted as divergent and rejected instead (on the centred eight schools that rejects
-far more trajectories than it makes safer: docs/results/posteriors.md). A trajectory
-whose energy error exceeds ``divergence_threshold``, or whose Hessian or position is not
-finite, is divergent and rejected.
+counted as divergent and rejected instead, which trades mixing for exactness
+(docs/results/posteriors.md). A trajectory whose energy error exceeds
+``divergence_threshold``, or whose Hessian or position is not finite, is divergent and
+rejected.
 
 dH/dx needs the derivative of the metric. By the Daleckii-Krein formula,
 dG/dx_i = Q (J o (Q^T (dHess/dx_i) Q)) Q^T with J the divided differences of
