@@ -125,10 +125,7 @@ class HMC(Sampler[SamplerState]):
         self._inv_mass_copies: dict[torch.device, torch.Tensor] = {}
         if not (torch.isfinite(self.inv_mass).all() and (self.inv_mass > 0).all()):
             raise ArgumentError("inv_mass must be finite and > 0 everywhere")
-        _checks.probability("jitter", jitter)
-        if jitter >= 1:
-            raise ArgumentError(f"jitter must be < 1, got {jitter}")
-        self.jitter = jitter
+        self.jitter = _checks.below_one("jitter", jitter)
         self.step_spread = _checks.positive("step_spread", step_spread)
         if step_spread < 1:
             raise ArgumentError(f"step_spread must be >= 1, got {step_spread}")

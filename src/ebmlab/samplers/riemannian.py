@@ -256,10 +256,7 @@ class SoftAbsHMC(Sampler[TunedState]):
                 f"{fixed_point_steps}"
             )
         self.tolerance = None if tolerance is None else _checks.positive("tolerance", tolerance)
-        _checks.probability("jitter", jitter)
-        if jitter >= 1:
-            raise ArgumentError(f"jitter must be < 1, got {jitter}")
-        self.jitter = jitter
+        self.jitter = _checks.below_one("jitter", jitter)
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
         self.tuning = WarmupTuning(target_accept, adapt_mass=False, keep_step_average=True)
 
