@@ -45,6 +45,7 @@ coordinates whose geometry defeats Euclidean HMC, not for images.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def softabs(lam: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor
     f_series = (1 + a2 * (1 / 3 + a2 * (-1 / 45 + a2 * 2 / 945))) / alpha
     fp_series = a * (2 / 3 + a2 * (-4 / 45 + a2 * 4 / 315))
     coth = 1 / torch.tanh(safe)
-    f = torch.where(small, f_series, lam * torch.where(small, torch.ones_like(a), coth))
+    f = torch.where(small, f_series, lam * coth)
     fp = torch.where(small, fp_series, coth - safe / torch.sinh(safe).square())
     return f, fp
 
@@ -126,11 +127,13 @@ class SoftAbsMetric:
         """log det G / 2 + p^T G^{-1} p / 2 (B,): H without E."""
         return 0.5 * (self.f.log() + self.rotated(p).square() / self.f).sum(-1)
 
+    @functools.cached_property
     def divided_differences(self) -> torch.Tensor:
         """J_ij = (f_i - f_j) / (lambda_i - lambda_j), f' at the midpoint where the two
         eigenvalues are within eps^(1/3) of each other (relative to their size or
         1 / alpha): there the quotient loses its digits, and the midpoint's f' is as
-        close as the quotient's rounding, eps^(2/3) (B, D, D)."""
+        close as the quotient's rounding, eps^(2/3) (B, D, D). Computed once per metric:
+        every force at one position (each fixed-point iteration in p) shares it."""
         lam_i, lam_j = self.lam.unsqueeze(-1), self.lam.unsqueeze(-2)
         gap = lam_i - lam_j
         scale = torch.maximum(lam_i.abs(), lam_j.abs()).clamp(min=1 / self.alpha)
@@ -144,7 +147,7 @@ class SoftAbsMetric:
         tr(A dHess/dx_i) at fixed p: A = Q (diag(f'/f) - J o v v^T) Q^T / 2 with
         v = Q^T G^{-1} p = Q^T p / f (Betancourt 2013, eqs. 10-12)."""
         v = self.rotated(p) / self.f
-        inner = torch.diag_embed(self.fp / self.f) - self.divided_differences() * (
+        inner = torch.diag_embed(self.fp / self.f) - self.divided_differences * (
             v.unsqueeze(-1) * v.unsqueeze(-2)
         )
         return 0.5 * self.vectors @ inner @ self.vectors.mT
