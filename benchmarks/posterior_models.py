@@ -62,6 +62,11 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
         action="store_true",
         help="add ebmlab SoftAbsHMC (Riemannian; D + 1 backward passes per Hessian, slow)",
     )
+    parser.add_argument(
+        "--neutra",
+        action="store_true",
+        help="add ebmlab NeuTra (WALNUTS in the latent space of a flow fitted first)",
+    )
     parser.add_argument("--out", default="posteriors.json", help="file under benchmarks/results")
     return parser.parse_args()
 

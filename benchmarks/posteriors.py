@@ -8,7 +8,8 @@ uniform(-2, 2) on the unconstrained scale, default settings but ``target_accept`
 the posterior names one (their mass chosen by ``dense_mass="auto"``; ``--diagonal``
 adds both with ``dense_mass=False``, ``--dense`` with ``dense_mass=True`` and
 BlackJAX's NUTS with a dense mass, ``--lockstep`` NUTS with ``run_ahead=1``,
-``--softabs`` SoftAbsHMC, at its default target of 0.8). Each row gives the worst split
+``--softabs`` SoftAbsHMC, at its default target of 0.8, ``--neutra`` NeuTra: WALNUTS in
+the latent space of a flow fitted by variational inference). Each row gives the worst split
 R-hat, the divergent share of kept transitions, the chains stuck after warm-up, the min
 bulk ESS per 1000 gradient evaluations (warm-up included) and per second, and the
 worst |z| of the means and sds against the reference (closed forms, or long BlackJAX
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from benchmarks.posterior_models import POSTERIORS, Posterior, run_arguments
-from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC, Sampler, SoftAbsHMC
+from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC, NeuTra, Sampler, SoftAbsHMC
 from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
 
 RESULTS = Path(__file__).parent / "results"
@@ -140,6 +141,8 @@ def main() -> None:
             samplers["ebmlab NUTS, lockstep"] = NUTS(target_accept=accept, run_ahead=1)
         if args.softabs:
             samplers["ebmlab SoftAbsHMC"] = SoftAbsHMC()  # its default target, 0.8, everywhere
+        if args.neutra:
+            samplers["ebmlab NeuTra"] = NeuTra(WALNUTS(target_accept=accept))
         for asked, mass, dense in ((args.diagonal, "diagonal", False), (args.dense, "dense", True)):
             if asked:
                 for kind in (NUTS, AdaptiveHMC):

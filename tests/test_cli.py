@@ -361,7 +361,7 @@ def test_mcmc_samples_a_posterior_from_a_file(capsys, tmp_path):
     assert json.loads(again)["mean"] == summary["mean"]
 
 
-@pytest.mark.parametrize("sampler", ["walnuts", "softabs-hmc"])
+@pytest.mark.parametrize("sampler", ["walnuts", "softabs-hmc", "neutra"])
 def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sampler):
     model = tmp_path / "model.py"
     model.write_text(MODEL)
@@ -373,6 +373,8 @@ def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sample
     for d, truth_sd in enumerate([1.0, math.sqrt(1.25)]):
         assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
         assert abs(summary["sd"][d] - truth_sd) < 0.15
+    if sampler == "neutra":
+        assert summary["mass"].endswith("in the flow's latent space")
     if sampler == "softabs-hmc":
         assert summary["mass"] == "softabs metric"
         code, _, err = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2",
