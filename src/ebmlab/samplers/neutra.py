@@ -21,10 +21,11 @@ tau, which is what non-centring fixes by hand.
 The flow is fitted once, at the first step, from the step's generator; its gradient
 evaluations (``fit_steps`` x ``fit_batch`` backward passes through E) count in the
 run's ``n_grad_evals``. Where the fit leaves a residual funnel (the flow extrapolates
-into a neck its draws rarely reached), the inner sampler still meets it: an inner
-sampler that halves its steps there (:class:`~ebmlab.samplers.WALNUTS`, the default)
-keeps the draws unbiased, where NUTS's divergences lose the neck
-(docs/results/posteriors.md).
+into a neck its draws rarely reached), the inner sampler still meets it: one that
+halves its steps there (:class:`~ebmlab.samplers.WALNUTS`, the default) goes on
+through it, where NUTS's trajectories end at divergences and its chains leave the neck
+out. Even so the chains may visit the neck too rarely, together, which R-hat does not
+see: a second seed is the check (docs/results/posteriors.md).
 """
 
 from __future__ import annotations
