@@ -174,6 +174,13 @@ def finite_parameters(name: str, model: Any) -> Any:
     return model
 
 
+def instance(name: str, value: Any, kind: type, what: str) -> Any:
+    """Return ``value`` if it is a ``kind``; ``what`` names the kind in the error."""
+    if not isinstance(value, kind):
+        raise ArgumentError(f"{name} must be {what}, got {type(value).__name__}")
+    return value
+
+
 def callable_(name: str, value: Any) -> Callable[..., Any]:
     """Return ``value`` if it can be called."""
     if not callable(value):

@@ -208,10 +208,9 @@ def mass_used(run: SampleRun, sampler: str) -> str:
     """The mass a run ended with: dense, diagonal, or the position's own metric."""
     if sampler in METRIC_SAMPLERS:
         return "softabs metric"
+    mass = "dense" if isinstance(run.final.inv_mass, DenseMass) else "diagonal"
     # NeuTra's chains, and their mass, live in its flow's latent space
-    state = getattr(run.final, "inner", run.final)
-    mass = "dense" if isinstance(state.inv_mass, DenseMass) else "diagonal"
-    return mass if state is run.final else f"{mass}, in the flow's latent space"
+    return f"{mass}, in the flow's latent space" if sampler == "neutra" else mass
 
 
 def summary_of(

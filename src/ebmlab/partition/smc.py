@@ -266,8 +266,7 @@ def _check_population(
         raise ArgumentError(f"ess_fraction must be in (0, 1), got {ess_fraction}")
     _checks.positive_int("steps_per_stage", steps_per_stage)
     _checks.positive_int("max_stages", max_stages)
-    if not isinstance(kernel, Sampler):
-        raise ArgumentError(f"kernel must be an ebmlab Sampler, got {type(kernel).__name__}")
+    _checks.instance("kernel", kernel, Sampler, "an ebmlab Sampler")
     for method in ("sample", "log_partition"):
         if not hasattr(base, method):
             raise ArgumentError(f"base must provide {method}() (an analytic energy), got {base!r}")

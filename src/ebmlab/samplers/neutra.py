@@ -203,21 +203,35 @@ def fit_flow(
 class NeuTraState(SamplerState):
     """The chains in x (``x``, with E(x) in ``energy``; no gradient: the chains move in
     z), and while they run: the inner sampler's state in the flow's latent space
-    (``inner``), the fitted ``flow`` and its bound on log Z (``fit_elbo``), the burn-in
-    the inner sampler plans for and whether it has ended, and each chain's share of the
-    gradient evaluations, the fit's included (``chain_grad_evals``)."""
+    (``inner``), the fitted ``flow`` and its bound on log Z (``fit_elbo``), each chain's
+    share of the fit's gradient evaluations (``fit_share``, (B,)), the burn-in the inner
+    sampler plans for and whether it has ended."""
 
     inner: SamplerState | None = None
     flow: AutoregressiveFlow | None = None
     fit_elbo: torch.Tensor | None = None
+    fit_share: torch.Tensor | None = None
     burn_in: int = 0
     warmed: bool = False
-    chain_grad_evals: torch.Tensor | None = None
 
     @property
     def step_size(self) -> float | torch.Tensor | None:
         """The inner sampler's step size (named in stuck-chain warnings)."""
         return getattr(self.inner, "step_size", None)
+
+    @property
+    def inv_mass(self) -> torch.Tensor | None:
+        """The inner sampler's inverse mass, in the flow's latent space."""
+        return getattr(self.inner, "inv_mass", None)
+
+    @property
+    def chain_grad_evals(self) -> torch.Tensor | None:
+        """Per chain, the gradient evaluations its own transitions used (the inner
+        sampler's count) plus its share of the fit's (None before the fit)."""
+        if self.inner is None or self.fit_share is None:
+            return None
+        used = getattr(self.inner, "chain_grad_evals", None)
+        return (self.inner.n_grad_evals if used is None else used) + self.fit_share
 
 
 class NeuTra(Sampler[NeuTraState]):
@@ -254,9 +268,10 @@ class NeuTra(Sampler[NeuTraState]):
         fit_samples: int = 8,
         learning_rate: float = 1e-2,
     ) -> None:
-        if sampler is not None and not isinstance(sampler, Sampler):
-            raise ArgumentError(f"sampler must be an ebmlab Sampler, got {type(sampler).__name__}")
-        self.sampler = WALNUTS() if sampler is None else sampler
+        self.sampler = (
+            WALNUTS() if sampler is None
+            else _checks.instance("sampler", sampler, Sampler, "an ebmlab Sampler")
+        )  # fmt: skip
         self.layers = _checks.positive_int("layers", layers)
         self.hidden = _checks.positive_int("hidden", hidden)
         self.fit_steps = _checks.positive_int("fit_steps", fit_steps)
@@ -309,10 +324,7 @@ class NeuTra(Sampler[NeuTraState]):
         inner = self.sampler.step(state.inner, latent, generator)
         with torch.no_grad():
             x, log_det = state.flow(inner.x)
-        used = getattr(inner, "chain_grad_evals", None)
-        used = torch.full_like(inner.accepted, inner.n_grad_evals) if used is None else used
-        fit_share = self._fit_share(len(x), x.device)
-        most = -(-self.fit_steps * self.fit_batch // len(x))  # the largest share
+        most = -(-self.fit_steps * self.fit_batch // len(x))  # the largest fit share
         info = inner.info
         return state.replace(
             x=x.view_as(state.x),
@@ -323,7 +335,6 @@ class NeuTra(Sampler[NeuTraState]):
             t=state.t + 1,
             info=StepInfo(state.energy, info.log_ratio, info.divergent_flags) if info else None,
             inner=inner,
-            chain_grad_evals=used + fit_share,
         )
 
     def _fit_share(self, chains: int, device: torch.device) -> torch.Tensor:
@@ -349,4 +360,5 @@ class NeuTra(Sampler[NeuTraState]):
         inner = self.sampler.begin_warmup(self.sampler.init(z0, latent), state.burn_in)
         if state.warmed:
             inner = self.sampler.end_warmup(inner)
-        return state.replace(inner=inner, flow=flow, fit_elbo=loss)
+        share = self._fit_share(len(flat), flat.device)
+        return state.replace(inner=inner, flow=flow, fit_elbo=loss, fit_share=share)

@@ -75,8 +75,7 @@ class ParallelTempering(Sampler[TemperingState]):
         scale_steps: bool = True,
         tune_ladder: bool = False,
     ) -> None:
-        if not isinstance(base, Sampler):
-            raise ArgumentError(f"base must be a Sampler, got {type(base).__name__}")
+        _checks.instance("base", base, Sampler, "a Sampler")
         betas_t = torch.as_tensor(list(betas), dtype=torch.float64)
         if betas_t.ndim != 1 or len(betas_t) < 2:
             raise ArgumentError("betas must be a sequence of at least two inverse temperatures")
