@@ -21,15 +21,17 @@ $(VENV)/.installed: pyproject.toml
 # packages run once more on ATen's plain kernels (no vector units), whose summation
 # order differs from every vectorised one: a tolerance that holds on one CPU only fails
 # here, not on a user's machine. (tests/conformance is not among them: it compares a
-# simulated device with the CPU, both on the same kernels.) The whole suite runs on
-# every core, one test file per worker (tests/conftest.py shares the threads out).
+# simulated device with the CPU, both on the same kernels; nor are the tests marked
+# slow, long statistical runs whose tolerances are Monte Carlo errors, far above any
+# kernel's rounding.) The whole suite runs on every core, one test file per worker
+# (tests/conftest.py shares the threads out).
 PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
 NUMERICAL := tests/partition tests/samplers tests/energies tests/transport tests/test_convergence.py
 
 test: setup docs
 	$(VENV)/bin/ruff check src tests benchmarks docs
 	$(PORTABLE) $(PY) -m pytest -m fastpath
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -n auto --dist loadfile $(NUMERICAL)
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -n auto --dist loadfile -m "not slow" $(NUMERICAL)
 	$(PY) -m pytest -n auto --dist loadfile
 
 # The documentation site (mkdocs, Material theme, API pages from the docstrings) into

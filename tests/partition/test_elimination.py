@@ -65,6 +65,7 @@ def test_log_z_and_marginals_match_enumeration(n, k, p):
     )
 
 
+@pytest.mark.slow
 def test_a_sparse_boltzmann_machine_of_24_units_agrees_with_enumeration():
     torch.manual_seed(0)
     bm = BoltzmannMachine(24).double()

@@ -69,10 +69,11 @@ def test_the_window_covariance_pools_chains_and_is_regularised_as_in_stan():
 @pytest.mark.parametrize(
     "sampler",
     [
-        lambda dense: NUTS(max_depth=6, dense_mass=dense),
-        lambda dense: AdaptiveHMC(dense_mass=dense),
+        pytest.param(
+            lambda dense: NUTS(max_depth=6, dense_mass=dense), id="nuts", marks=pytest.mark.slow
+        ),
+        pytest.param(lambda dense: AdaptiveHMC(dense_mass=dense), id="adaptive-hmc"),
     ],
-    ids=["nuts", "adaptive-hmc"],
 )
 def test_a_dense_mass_whitens_a_correlated_gaussian(sampler):
     """After warm-up the inverse mass is the target's covariance (within 0.25), the
@@ -161,6 +162,7 @@ def test_the_auto_mass_is_dense_only_where_it_makes_the_posterior_round():
     assert isinstance(_chosen(draws, steep, behind), DenseMass)
 
 
+@pytest.mark.slow
 def test_the_auto_mass_runs_on_any_chains():
     """The default, ``dense_mass="auto"``: NUTS picks the dense mass for the correlated
     Gaussian and keeps it diagonal for a diagonal one; images and tempered chains get

@@ -296,7 +296,13 @@ def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(mo
     assert torch.equal(g, energy_and_grad(target, x0)[1])
 
 
-@pytest.mark.parametrize("kernel", [NUTS(), AdaptiveHMC()], ids=["nuts", "adaptive-hmc"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        pytest.param(NUTS(), id="nuts", marks=pytest.mark.slow),
+        pytest.param(AdaptiveHMC(), id="adaptive-hmc"),
+    ],
+)
 def test_tree_and_tuned_sampler_runs_replay_their_gradients(stand_in_captures, kernel):
     """Sampler.run's path on a GPU, with each capture standing in as a rerun: the same
     draws as the eager run, the energy called from Python for the first evaluations

@@ -217,6 +217,7 @@ def test_mala_tunes_its_step_size_to_the_target_acceptance():
         sampler.tempered(torch.ones(4))
 
 
+@pytest.mark.slow
 def test_nuts_chains_do_not_wait_for_the_deepest_tree():
     # Without a mass, trees on a Gaussian with scales 0.1 to 3 vary from a few steps to
     # a hundred or more. Queued transitions let each chain start its next tree at once,

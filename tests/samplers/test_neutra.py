@@ -89,6 +89,7 @@ def funnel_moments(sampler: NeuTra):
     return run, stats
 
 
+@pytest.mark.slow
 def test_funnel_moments_in_the_latent_space():
     """E[v], E[v^2] and E[x^2] of the funnel within 4 Monte Carlo errors, from the
     draws of NUTS in the latent space mapped back; without the Jacobian term they

@@ -139,6 +139,7 @@ def test_an_unsolved_implicit_update_is_a_rejected_divergence():
     assert run.info["n_divergent"] == 0 and run.info["acceptance_rate"] > 0.5
 
 
+@pytest.mark.slow
 def test_samples_the_funnel_from_exact_draws_where_nuts_with_its_step_diverges():
     """Neal's funnel with sd 3 of v (the neck's scale is 1e-4 of the mouth's at 3 sd):
     with step 0.1 and no tuning, NUTS diverges on more than 1 % of its transitions,
@@ -158,6 +159,7 @@ def test_samples_the_funnel_from_exact_draws_where_nuts_with_its_step_diverges()
     assert run.info["n_grad_evals"] == 64 * (1 + 60 * SoftAbsHMC().grad_evals_per_step(2))
 
 
+@pytest.mark.slow
 def test_warms_up_per_chain_step_sizes_from_stan_starts():
     """From uniform(-2, 2) starts with 100 warm-up steps, on a funnel with sd 1.5 of v,
     each chain has its own step size (tuned to acceptance 0.8); after 150 draws the

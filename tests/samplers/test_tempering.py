@@ -15,6 +15,7 @@ def mode_weights(toy, x):
     )
 
 
+@pytest.mark.slow
 def test_parallel_tempering_finds_all_eight_modes_where_langevin_cannot():
     toy = EightGaussians(std=0.1)  # barriers of ~29 nats between neighbouring modes
 
@@ -30,6 +31,7 @@ def test_parallel_tempering_finds_all_eight_modes_where_langevin_cannot():
     assert (mode_weights(toy, single) - 1 / 8).abs().max() > 0.1
 
 
+@pytest.mark.slow
 def test_nuts_as_the_base_kernel_balances_two_separated_modes():
     toy = EightGaussians(std=0.1)
 
@@ -45,7 +47,13 @@ def test_nuts_as_the_base_kernel_balances_two_separated_modes():
     assert bool((single[..., 0] > 0).all())
 
 
-@pytest.mark.parametrize("kernel", [AdaptiveHMC(), NUTS(max_depth=6)], ids=["ahmc", "nuts"])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        pytest.param(AdaptiveHMC(), id="ahmc"),
+        pytest.param(NUTS(max_depth=6), id="nuts", marks=pytest.mark.slow),
+    ],
+)
 def test_adaptive_base_kernels_tune_a_mass_per_temperature(kernel):
     scales = torch.tensor([0.05, 0.3, 1.0])
     target = DiagonalGaussian(torch.zeros(3), scales)

@@ -98,6 +98,7 @@ def badly_scaled_regression() -> tuple[torch.Tensor, torch.Tensor]:
     return X, X @ beta + 18 * torch.randn(n, generator=g, dtype=torch.float64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dense", [False, True], ids=["diagonal", "dense"])
 def test_adaptive_hmc_samples_a_badly_scaled_regression_from_stans_starts(dense):
     """Flat priors on the coefficients, sigma uniform (sampled as log sigma): the
