@@ -12,8 +12,8 @@ BlackJAX's NUTS with a dense mass, ``--lockstep`` NUTS with ``run_ahead=1``,
 the latent space of a flow fitted by variational inference). Each row gives the worst split
 R-hat, the divergent share of kept transitions, the chains stuck after warm-up, the min
 bulk ESS per 1000 gradient evaluations (warm-up included) and per second, and the
-worst |z| of the means and sds against the reference (closed forms, or long BlackJAX
-runs in ``results/posterior_references.json``, made by
+worst |z| of the means and sds against the reference (closed forms or quadrature, or
+long BlackJAX runs in ``results/posterior_references.json``, made by
 :mod:`benchmarks.blackjax_runner`), the Monte Carlo errors of both counted. Writes
 ``results/posteriors.json`` (a run of some posteriors or samplers replaces their rows
 there and keeps the others) and prints a Markdown table.
@@ -33,7 +33,7 @@ import torch
 
 from benchmarks.posterior_models import POSTERIORS, Posterior, run_arguments
 from ebmlab.samplers import NUTS, WALNUTS, AdaptiveHMC, NeuTra, Sampler, SoftAbsHMC
-from ebmlab.samplers.diagnostics import effective_sample_size, split_rhat
+from ebmlab.samplers.diagnostics import effective_sample_size, monte_carlo_errors, split_rhat
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -41,20 +41,23 @@ RESULTS = Path(__file__).parent / "results"
 def reference(posterior: Posterior) -> dict[str, Any]:
     """Means and sds (with the reference's min ESS; infinite for closed forms)."""
     if posterior.exact is not None:
-        return {**posterior.exact, "min_bulk_ess": float("inf")}
+        return {**posterior.exact(), "min_bulk_ess": float("inf")}
     return json.loads((RESULTS / "posterior_references.json").read_text())[posterior.name]
 
 
 def scores(draws: np.ndarray, ref: dict[str, Any]) -> dict[str, float]:
-    """R-hat, min bulk ESS and the worst |z| of means and sds for draws (T, C, D)."""
+    """R-hat, min bulk ESS and the worst |z| of means and sds for draws (T, C, D): the
+    draws' Monte Carlo errors as ``monte_carlo_errors`` gives them (the sd's from the
+    fourth moment, so heavy tails count), the reference's from its min ESS."""
     t = torch.as_tensor(draws)
     ess = effective_sample_size(t).numpy()
+    of_mean, of_sd = (e.numpy() for e in monte_carlo_errors(t))
     flat = draws.reshape(-1, draws.shape[-1])
     mean, sd = flat.mean(0), flat.std(0, ddof=1)
     ref_mean, ref_sd = np.asarray(ref["mean"]), np.asarray(ref["sd"])
     ref_ess = ref["min_bulk_ess"]
-    z_mean = (mean - ref_mean) / np.sqrt(sd**2 / ess + ref_sd**2 / ref_ess)
-    z_sd = (sd - ref_sd) / np.sqrt(sd**2 / (2 * ess) + ref_sd**2 / (2 * ref_ess))
+    z_mean = (mean - ref_mean) / np.sqrt(of_mean**2 + ref_sd**2 / ref_ess)
+    z_sd = (sd - ref_sd) / np.sqrt(of_sd**2 + ref_sd**2 / (2 * ref_ess))
     return {
         "max_rhat": float(split_rhat(t).max()),
         "min_bulk_ess": float(ess.min()),

@@ -46,7 +46,7 @@ from ebmlab.samplers import (
 from ebmlab.samplers.diagnostics import (
     Diagnostics,
     SamplingWarning,
-    effective_sample_size,
+    monte_carlo_errors,
     summarize,
 )
 from ebmlab.samplers.integrators import DenseMass
@@ -128,12 +128,16 @@ def load_target(spec: str) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def chain_moments(draws: torch.Tensor) -> dict[str, list[float]]:
-    """Each coordinate's mean and sd over draws (T, C, D), with the mean's Monte Carlo
-    standard error sd / sqrt(bulk ESS)."""
+    """Each coordinate's mean and sd over draws (T, C, D), with their Monte Carlo
+    standard errors (:func:`~ebmlab.samplers.diagnostics.monte_carlo_errors`)."""
     flat = draws.reshape(-1, draws.shape[-1])
-    sd = flat.std(0)
-    mcse = sd / effective_sample_size(draws).clamp(min=1).sqrt()
-    return {"mean": flat.mean(0).tolist(), "sd": sd.tolist(), "mcse_mean": mcse.tolist()}
+    of_mean, of_sd = monte_carlo_errors(draws)
+    return {
+        "mean": flat.mean(0).tolist(),
+        "sd": flat.std(0).tolist(),
+        "mcse_mean": of_mean.tolist(),
+        "mcse_sd": of_sd.tolist(),
+    }
 
 
 def trace_plot(draws: np.ndarray, path: Path) -> None:

@@ -1,4 +1,4 @@
-"""MCMC diagnostics: split R-hat and bulk effective sample size.
+"""MCMC diagnostics: split R-hat, bulk effective sample size and Monte Carlo errors.
 
 Both follow Vehtari, Gelman, Simpson, Carpenter & Buerkner (2021): chains are
 split in halves, draws are rank-normalised (z = Phi^{-1}((rank - 3/8) / (S + 1/4))),
@@ -110,6 +110,33 @@ def effective_sample_size(samples: torch.Tensor) -> torch.Tensor:
     """Bulk ESS (rank-normalised, split chains) per coordinate; samples (T, C, *event)."""
     x = _check(samples)
     return _ess(_rank_normalise(_split(x))).reshape(samples.shape[2:])
+
+
+def monte_carlo_errors(samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Monte Carlo standard errors of the posterior mean and sd per coordinate, as the
+    ``posterior`` R package's ``mcse_mean`` and ``mcse_sd`` compute them (Vehtari et al.
+    2021): sd / sqrt(ESS) for the mean, with the ESS of the draws themselves (split
+    chains, not rank-normalised); for the sd, the delta method on the mean squared
+    deviation, whose error uses the ESS of the squared deviations and the draws' fourth
+    moment. A heavy-tailed marginal (the log scale of a funnel) gets a larger error than
+    the Gaussian sd / sqrt(2 ESS), a light-tailed one a smaller.
+
+    Args:
+        samples: kept states (T, B, ...): T draws of B chains.
+
+    Returns:
+        The errors of the mean and of the sd, each of shape ``samples.shape[2:]``.
+    """
+    x = _check(samples)
+    flat = x.reshape(-1, x.shape[-1])
+    squared = (x - flat.mean(0)) ** 2
+    var = squared.mean((0, 1))
+    of_mean = (var / _ess(_split(x))).sqrt()
+    var_of_var = (squared**2).mean((0, 1)) - var**2
+    of_sd = (
+        var_of_var / _ess(_split(squared)) / (4 * var.clamp(min=torch.finfo(var.dtype).tiny))
+    ).sqrt()
+    return of_mean.reshape(samples.shape[2:]), of_sd.reshape(samples.shape[2:])
 
 
 def split_rhat(samples: torch.Tensor) -> torch.Tensor:
