@@ -246,10 +246,10 @@ class NeuTra(Sampler[NeuTraState]):
 
     One autoregressive layer, in the coordinates' own order, is the default: it sets
     each coordinate's scale from those before it, which is what non-centring a model
-    whose hyperparameters come first does (theta = mu + tau eta). More layers fit the
-    bulk at least as well, but their scales extrapolate worse into a funnel's neck,
-    where the chains then stall: on the centred eight schools four layers gave R-hat
-    1.010-1.025 over three seeds, one layer 1.004-1.011 (docs/results/posteriors.md).
+    whose hyperparameters come first does (theta = mu + tau eta). More layers, in
+    alternating orders, can fit more shapes, but on a funnel they learned the scales
+    less well and extrapolated them worse into the neck, where the chains then stall
+    (docs/results/posteriors.md, "A learned change of variables").
 
     Args:
         sampler: the sampler run in the latent space (default: :class:`WALNUTS`, whose
