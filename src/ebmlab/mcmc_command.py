@@ -11,7 +11,7 @@ SoftAbsHMC's metric follows the Hessian, so it tunes step sizes only; NeuTra run
 WALNUTS in the latent space of a flow it fits first.
 The command prints a JSON summary: the checks of Vehtari et al. (2021) (R-hat, bulk ESS,
 divergences, stuck chains) with every failed one also printed as a warning, the mass
-used, and each coordinate's mean and sd with its Monte Carlo error. With ``--out`` it
+used, and each coordinate's mean and sd with their Monte Carlo errors. With ``--out`` it
 also writes the draws (``draws.npz``, (draws, chains, D)), the summary and a trace plot
 of the first coordinates.
 """
