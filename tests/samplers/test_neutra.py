@@ -44,6 +44,24 @@ def test_flow_is_autoregressive_and_its_log_det_is_the_jacobians():
     assert float(jac.tril(-1).abs().max()) > 0.01
 
 
+def test_inverse_holds_where_a_guess_of_the_later_coordinates_overflows():
+    """A funnel-like layer: coordinate 1 shifts by 30 x coordinate 0 and coordinate 2's
+    log-scale is 50 x coordinate 1. Solving from x = (-1, -20, 1) with x itself as the
+    first guess of z puts -20 where z_1 = 10 belongs, so the guess of z_2 overflows to
+    inf, and masked weights times inf made every coordinate NaN. The inverse solves one
+    rank per pass from zeros and recovers z."""
+    flow = AutoregressiveFlow(3, 1, 4, None, D64)
+    layer = flow.steps[0]
+    with torch.no_grad():
+        layer.w_skip[1, 0] = 30.0
+        layer.w_skip[3 + 2, 1] = 50.0
+    x = torch.tensor([[-1.0, -20.0, 1.0]], dtype=torch.float64)
+    z = flow.inverse(x)
+    assert bool(z.isfinite().all())
+    torch.testing.assert_close(z[0, :2], torch.tensor([-1.0, 10.0], dtype=torch.float64))
+    torch.testing.assert_close(flow(z)[0], x, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize("samples", [1, 8])
 def test_fit_reaches_a_gaussians_log_z(samples):
     """A correlated Gaussian is in the flow's family: the evidence lower bound (1
@@ -140,3 +158,12 @@ def test_bad_input_is_refused_before_sampling():
 
     with pytest.raises(ArgumentError, match="energy is not finite"):
         NeuTra(MALA(0.1), fit_steps=5).run(nowhere, torch.zeros(4, 2), 3)
+
+    def narrow(x: torch.Tensor) -> torch.Tensor:
+        return 5000.0 * (x * x).sum(-1)
+
+    # the fit narrows the flow (sd 0.01), so its inverse overflows at a start of 1e308
+    starts = torch.zeros(4, 2, dtype=torch.float64)
+    starts[2, 1] = 1e308
+    with pytest.raises(FloatingPointError, match="chain 2's start"):
+        NeuTra(MALA(0.1), fit_steps=100, fit_batch=8).run(narrow, starts, 3, generator=0)

@@ -57,6 +57,7 @@ class _MaskedAffine(nn.Module):
         rank[order] = torch.arange(d, device=order.device)
         unit = torch.arange(hidden, device=order.device) % max(d - 1, 1)
         kw = {"dtype": like.dtype, "device": like.device}
+        self.register_buffer("rank", rank)
         self.register_buffer("mask_in", (unit[:, None] >= rank[None, :]).to(**kw))
         self.register_buffer("mask_out", (rank[:, None] > unit[None, :]).to(**kw).repeat(2, 1))
         self.register_buffer("mask_skip", (rank[:, None] > rank[None, :]).to(**kw).repeat(2, 1))
@@ -113,13 +114,16 @@ class AutoregressiveFlow(nn.Module):
         return x, log_det
 
     def inverse(self, x: torch.Tensor) -> torch.Tensor:
-        """z with T(z) = x, for x (B, D)."""
+        """z with T(z) = x, for x (B, D). Pass k solves the coordinate of rank k from
+        those before it; the coordinates not yet solved are held at zero, since a
+        guess there can overflow, and a masked weight times an infinite input is NaN."""
         y = x
         for step in reversed(self.steps):
-            z = y
-            for _ in range(y.shape[-1]):
+            z = torch.zeros_like(y)
+            for k in range(y.shape[-1]):
                 shift, log_scale = step(z)
-                z = (y - shift) * (-log_scale).exp()
+                solved = (y - shift) * (-log_scale).exp()
+                z = torch.where(step.rank <= k, solved, z)
             y = z
         return (y - self.loc) * (-self.log_scale).exp()
 
@@ -363,6 +367,13 @@ class NeuTra(Sampler[NeuTraState]):
                         self.fit_samples, self.learning_rate, generator)  # fmt: skip
         with torch.no_grad():
             z0 = flow.inverse(flat)
+        lost = (~z0.isfinite().all(1)).nonzero().flatten()
+        if len(lost):
+            i = int(lost[0])
+            raise FloatingPointError(
+                f"the fitted flow maps chain {i}'s start {flat[i].tolist()} to a non-finite "
+                "latent position; start the chains nearer the posterior's bulk"
+            )
         latent = self.pulled_back(energy, flow, state.x.shape[1:])
         inner = self.sampler.begin_warmup(self.sampler.init(z0, latent), state.burn_in)
         if state.warmed:
