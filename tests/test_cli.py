@@ -382,6 +382,20 @@ def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sample
         assert code == 2 and "--mass dense does not apply to --sampler softabs-hmc" in err
 
 
+def test_mcmc_says_in_one_line_when_neutras_flow_cannot_map_a_start(capsys, tmp_path):
+    """A target narrower than 1e-3 and starts near the largest float: the fitted flow
+    shrinks, so its inverse overflows at a start; one line names the chain, exit 1."""
+    model = tmp_path / "narrow.py"
+    model.write_text("import torch\n\ndef energy(x):\n"
+                     "    return 5000.0 * torch.log1p(x.abs()).sum(-1)\n")  # fmt: skip
+    code, _, err = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--sampler",
+                           "neutra", "--chains", "4", "--warmup", "5", "--draws", "5",
+                           "--init-radius", "1.7e308")  # fmt: skip
+    assert code == 1
+    assert err.startswith("ebmlab: the fitted flow maps chain ") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_mcmc_starts_chains_within_the_init_radius_as_stan_does(capsys, tmp_path):
     """--init-radius R starts the chains in (-R, R) (Stan's init=R): 2 is the default,
     0 starts every chain at zero and still recovers the moments; a negative radius is

@@ -69,6 +69,9 @@ from ebmlab.training.run_dir import jsonable, write_json
 # downloads, unreadable checkpoints. Anything else is an internal error and surfaces
 # with its traceback (exit status 1).
 USAGE_ERRORS = (ArgumentError, FileNotFoundError, DownloadError, CheckpointError)
+# A run that went numerically wrong (training diverged; NeuTra's flow fit diverged or
+# cannot map a start) says so in one line, exit status 1.
+RUN_FAILURES = (DivergenceError, CheckpointWriteError, FloatingPointError)
 
 
 # every recipe's log Z methods: the Boltzmann family's policy, and the continuous ones
@@ -686,7 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (DivergenceError, CheckpointWriteError) as err:
+    except RUN_FAILURES as err:
         print(f"ebmlab: {err}", file=sys.stderr)
         return 1
 
