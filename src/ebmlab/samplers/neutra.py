@@ -39,7 +39,7 @@ from torch import nn
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, diverged_rows
 from ebmlab.samplers.walnuts import WALNUTS
 
 
@@ -367,7 +367,7 @@ class NeuTra(Sampler[NeuTraState]):
                         self.fit_samples, self.learning_rate, generator)  # fmt: skip
         with torch.no_grad():
             z0 = flow.inverse(flat)
-        lost = (~z0.isfinite().all(1)).nonzero().flatten()
+        lost = diverged_rows(z0).nonzero().flatten()
         if len(lost):
             i = int(lost[0])
             raise FloatingPointError(
