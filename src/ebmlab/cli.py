@@ -50,6 +50,7 @@ from ebmlab.evaluation.inception import PREPROCESSING
 from ebmlab.evaluation.progress import Stages
 from ebmlab.partition.binary_products import quantized_available
 from ebmlab.plotting import image_grid
+from ebmlab.samplers import FlowFitError
 from ebmlab.threads import apply_threads, busy_warning, load_average, usable_cpus
 from ebmlab.training import (
     CheckpointError,
@@ -71,7 +72,7 @@ from ebmlab.training.run_dir import jsonable, write_json
 USAGE_ERRORS = (ArgumentError, FileNotFoundError, DownloadError, CheckpointError)
 # A run that went numerically wrong (training diverged; NeuTra's flow fit diverged or
 # cannot map a start) says so in one line, exit status 1.
-RUN_FAILURES = (DivergenceError, CheckpointWriteError, FloatingPointError)
+RUN_FAILURES = (DivergenceError, CheckpointWriteError, FlowFitError)
 
 
 # every recipe's log Z methods: the Boltzmann family's policy, and the continuous ones

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ebmlab._checks import ArgumentError
-from ebmlab.samplers import MALA, NUTS, NeuTra
+from ebmlab.samplers import MALA, NUTS, FlowFitError, NeuTra
 from ebmlab.samplers.diagnostics import effective_sample_size
 from ebmlab.samplers.neutra import AutoregressiveFlow, fit_flow
 from ebmlab.testing import assert_mean_close
@@ -165,5 +165,10 @@ def test_bad_input_is_refused_before_sampling():
     # the fit narrows the flow (sd 0.01), so its inverse overflows at a start of 1e308
     starts = torch.zeros(4, 2, dtype=torch.float64)
     starts[2, 1] = 1e308
-    with pytest.raises(FloatingPointError, match="chain 2's start"):
+    with pytest.raises(FlowFitError, match="chain 2's start"):
         NeuTra(MALA(0.1), fit_steps=100, fit_batch=8).run(narrow, starts, 3, generator=0)
+    # a learning rate that takes the flow's weights past float64's range
+    with pytest.raises(FlowFitError, match="fit diverged"):
+        NeuTra(MALA(0.1), fit_steps=20, fit_batch=8, learning_rate=1e308).run(
+            narrow, torch.zeros(4, 2, dtype=torch.float64), 3, generator=0
+        )

@@ -16,7 +16,7 @@ from ebmlab.samplers.hmc import HMC, AdaptiveHMC
 from ebmlab.samplers.langevin import Langevin
 from ebmlab.samplers.mala import MALA
 from ebmlab.samplers.metropolis import MetropolisHastings
-from ebmlab.samplers.neutra import NeuTra
+from ebmlab.samplers.neutra import FlowFitError, NeuTra
 from ebmlab.samplers.nuts import NUTS
 from ebmlab.samplers.replay_buffer import (
     ReplayBuffer,
@@ -40,6 +40,7 @@ __all__ = [
     "DiscreteLangevin",
     "EnergyMatchingSampler",
     "EquilibriumDescent",
+    "FlowFitError",
     "Gibbs",
     "GibbsWithGradients",
     "Langevin",

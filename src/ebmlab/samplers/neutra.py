@@ -43,6 +43,11 @@ from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, diverged_rows
 from ebmlab.samplers.walnuts import WALNUTS
 
 
+class FlowFitError(FloatingPointError):
+    """NeuTra's variational fit diverged, or its fitted flow cannot map a chain's start
+    to a finite latent position."""
+
+
 class _MaskedAffine(nn.Module):
     """One affine autoregressive layer: shift and log scale of coordinate i from the
     coordinates before it in ``order``, by a one-hidden-layer MADE (Germain et al. 2015)
@@ -196,7 +201,7 @@ def fit_flow(
                 recent = recent + bound.detach() / tail
     flow.requires_grad_(False)
     if not bool(torch.stack([p.isfinite().all() for p in flow.parameters()]).all()):
-        raise FloatingPointError(
+        raise FlowFitError(
             "the flow's variational fit diverged (non-finite weights); a smaller "
             "learning_rate keeps it finite"
         )
@@ -370,7 +375,7 @@ class NeuTra(Sampler[NeuTraState]):
         lost = diverged_rows(z0).nonzero().flatten()
         if len(lost):
             i = int(lost[0])
-            raise FloatingPointError(
+            raise FlowFitError(
                 f"the fitted flow maps chain {i}'s start {flat[i].tolist()} to a non-finite "
                 "latent position; start the chains nearer the posterior's bulk"
             )
