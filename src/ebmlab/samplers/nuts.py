@@ -481,14 +481,15 @@ class NUTS(Sampler[NUTSState]):
         log_accept = log_w.clamp(max=0) if move.log_accept is None else move.log_accept
         i, depth, rho = S(dbl, "i").long(), T(tree, "depth").long(), S(dbl, "rho")
         powers, size = trees.powers, trees.powers[depth]  # 2^k for k <= max_depth; 2^depth
-        marks = stepping[:, None] & (i[:, None] % powers == 0)
+        below = powers - 1  # i % 2^k == 0 as a bit test, which integer division is not
+        marks = stepping[:, None] & ((i[:, None] & below) == 0)
         mark = torch.cat([p1, P(point, "p"), rho], -1).unsqueeze(1)
         slots = torch.where(marks.unsqueeze(-1), mark, slots)
         rho = rho + p1
         total = torch.logaddexp(S(dbl, "log_weight"), log_w)
         take = ~diverged & (log_u[0] < log_w - total)
         # U-turns of the aligned stretches that end at this point
-        ends = (powers[1:] <= size[:, None]) & ((i[:, None] + 1) % powers[1:] == 0)
+        ends = (powers[1:] <= size[:, None]) & (((i[:, None] + 1) & below[1:]) == 0)
         m = ends.shape[1]
         if host:  # only up to the longest stretch that ends here for some chain
             hits = ends.any(0).nonzero()
