@@ -237,6 +237,16 @@ def test_nuts_chains_do_not_wait_for_the_deepest_tree():
     assert waste[1] > 2.0 and waste[4] < 0.6 * waste[1]
 
 
+def test_nuts_queues_more_transitions_for_more_chains():
+    # up to 64 chains queue 4 finished transitions each by default, more chains 8 (the
+    # slowest of many keeps the others waiting longer); run_ahead overrides either
+    g = DiagonalGaussian(torch.zeros(2), torch.ones(2))
+    for chains, sampler, queue in ((64, NUTS(), 4), (65, NUTS(), 8), (65, NUTS(run_ahead=2), 2)):
+        x0 = g.sample(chains, torch.Generator().manual_seed(0))
+        state = sampler.step(sampler.init(x0, g), g, torch.Generator().manual_seed(1))
+        assert state.trees.draws.shape[1] == queue, (chains, queue)
+
+
 def test_nuts_goes_on_from_a_state_changed_between_steps():
     # Queued transitions and trees under way belong to the state they were made from: a
     # state whose positions change (a restart, a tempering swap) continues from the new

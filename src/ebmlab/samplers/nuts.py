@@ -68,6 +68,10 @@ from ebmlab.samplers.integrators import (
     velocity,
 )
 
+# Up to this many chains NUTS queues 4 finished transitions per chain by default, beyond
+# it 8 (``run_ahead``; the measurements are in docs/results/posteriors.md).
+FEW_CHAINS = 64
+
 
 class _Layout:
     """Named column ranges of a per-chain register tensor (B, width): the chains' tree
@@ -256,8 +260,11 @@ class NUTS(Sampler[NUTSState]):
         divergence_threshold: energy error beyond which a subtree is divergent.
         run_ahead: how many finished transitions a chain may queue ahead of the step
             being returned, so that it need not wait for deeper trees (1: every chain
-            waits for the deepest tree of the batch, as in lockstep). Large batches
-            gain from more (each queued transition holds 3D + 5 numbers per chain).
+            waits for the deepest tree of the batch, as in lockstep); each queued
+            transition holds 3D + 5 numbers per chain. By default 4 for up to 64
+            chains and 8 for more, where the slowest of many chains would keep the
+            others waiting longer (docs/results/posteriors.md, "How many transitions
+            a chain queues").
         dense_mass: the inverse mass to adapt: True for a dense one (the draws'
             covariance, Stan's ``dense_e``; chains of flat rows (B, D)), False for a
             diagonal one (Stan's default), ``"auto"`` for the one that pays at each
@@ -274,14 +281,20 @@ class NUTS(Sampler[NUTSState]):
         adapt_mass: bool = True,
         pool_step_size: bool = False,
         divergence_threshold: float = 1000.0,
-        run_ahead: int = 4,
+        run_ahead: int | None = None,
         dense_mass: bool | str = "auto",
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
         self.max_depth = _checks.positive_int("max_depth", max_depth)
         self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size, dense_mass)
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
-        self.run_ahead = _checks.positive_int("run_ahead", run_ahead)
+        self.run_ahead = None if run_ahead is None else _checks.positive_int("run_ahead", run_ahead)
+
+    def _queue(self, chains: int) -> int:
+        """Finished transitions each of ``chains`` chains may queue (``run_ahead``)."""
+        if self.run_ahead is not None:
+            return self.run_ahead
+        return 4 if chains <= FEW_CHAINS else 8
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> NUTSState:
         start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
@@ -314,7 +327,7 @@ class NUTS(Sampler[NUTSState]):
             x.new_zeros(n, tree.width),
             x.new_zeros(n, doubling.width),
             x.new_zeros(n, self.max_depth + 1, 3 * d),
-            x.new_zeros(n, self.run_ahead, point.width + 5),
+            x.new_zeros(n, self._queue(n), point.width + 5),
             counts,
             counts,
             tip,
@@ -336,7 +349,7 @@ class NUTS(Sampler[NUTSState]):
         # tempered chains swap positions between steps, which would void queued
         # transitions; a pooled step size adapts on every chain's latest transition
         lockstep = self.tuning.groups is not None or (warming and self.tuning.pool_step_size)
-        capacity = 1 if lockstep else self.run_ahead
+        capacity = 1 if lockstep else self._queue(len(state.x))
         trees = state.trees
         # in lockstep no transition is queued between steps, and the step size tuned on
         # the last one (pooled, or per tempered chain) must reach the next trees
