@@ -104,3 +104,15 @@ def test_format_versions(tmp_path):
         load_checkpoint(future)
     save_checkpoint({"step": 4}, tmp_path / "now.pt")
     assert load_checkpoint(tmp_path / "now.pt") == {"step": 4}
+
+
+def test_a_checksum_removed_between_a_readers_look_and_its_read_is_no_error(tmp_path, monkeypatch):
+    # A writer replacing the checkpoint removes the old checksum before it renames the
+    # new file into place; a reader that saw the checksum a moment earlier must still
+    # read the (complete) checkpoint rather than fail on the vanished file.
+    path = tmp_path / "last.pt"
+    save_checkpoint({"step": 2}, path)
+    (tmp_path / "last.pt.sha256").unlink()
+    real = type(path).is_file
+    monkeypatch.setattr(type(path), "is_file", lambda p: p.suffix == ".sha256" or real(p))
+    assert load_checkpoint(path)["step"] == 2

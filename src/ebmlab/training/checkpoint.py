@@ -120,9 +120,10 @@ def _read_verified(path: Path) -> bytes:
     for wait in (0.0, 0.2):  # a writer may be between replacing the file and its checksum
         time.sleep(wait)
         data = path.read_bytes()
-        if not stored.is_file():
+        try:  # read, not looked for first: a writer may remove it in between
+            expected = stored.read_text().strip()
+        except FileNotFoundError:  # format 1, or a writer between a file and its checksum
             return data
-        expected = stored.read_text().strip()
         actual = hashlib.sha256(data).hexdigest()
         if actual == expected:
             return data
