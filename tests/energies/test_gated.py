@@ -99,6 +99,7 @@ def test_transformations_move_the_pixels_they_name():
         transform_images(image, torch.tensor([8]))
 
 
+@pytest.mark.slow
 def test_mapping_units_identify_held_out_transformations():
     x, y, labels = transformed_pairs(5000, seed=0)
     xt, yt, labels_t = transformed_pairs(1000, seed=1)
@@ -125,6 +126,7 @@ def test_mapping_units_identify_held_out_transformations():
     assert ((analogy - yt) ** 2).mean() < 0.5 * ((xt - yt) ** 2).mean()
 
 
+@pytest.mark.slow
 def test_the_scikit_learn_estimator_learns_to_name_transformations_in_a_pipeline():
     """Pairs as rows [x | y]: the gated RBM's features with a logistic regression name
     held-out transformations; analogies and exact scores agree with the energy's."""

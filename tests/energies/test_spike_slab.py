@@ -87,6 +87,7 @@ def test_every_spike_state_is_normalisable_even_with_large_weights():
     assert torch.isfinite(weights).all()
 
 
+@pytest.mark.slow
 def test_ais_agrees_with_enumeration_within_five_hundredths_of_a_nat():
     model = random_model(4, 5, seed=1)
     estimate = log_partition(model, "ais", n_temperatures=500, generator=0)

@@ -86,6 +86,7 @@ def test_cd_training_raises_the_conditional_likelihood_and_generates():
     assert sequences.shape == (5, 2) and torch.isfinite(sequences).all()
 
 
+@pytest.mark.slow
 def test_on_simulated_walking_it_predicts_the_next_frame_better_than_linear_autoregression():
     from ebmlab.data.motion import JOINTS, walking_gaits
 

@@ -111,6 +111,7 @@ def genealogy_calibration(seeds=200):
     return float(stderrs.square().mean().sqrt() / errors.std())
 
 
+@pytest.mark.slow
 def test_single_population_stderr_matches_the_spread_across_seeds():
     """Lee & Whiteley's genealogy estimate of Var(Z_hat) / Z^2: its root-mean-square
     over 200 seeds is within 20 % of the actual spread of log Z_hat (the spread's own
@@ -118,6 +119,7 @@ def test_single_population_stderr_matches_the_spread_across_seeds():
     assert 0.8 < genealogy_calibration() < 1.25
 
 
+@pytest.mark.slow
 def test_single_population_stderr_needs_multinomial_resampling(monkeypatch):
     """Negative control: the same check rejects the estimate under systematic
     resampling, whose evenly spread offspring make the genealogy look too diverse."""
@@ -165,6 +167,7 @@ def test_bad_input():
         smc(lambda x: x.sum(1) * float("nan"), base, kernel, n_particles=8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("d", "scale"), [(8, 0.5), (32, 0.3)])
 def test_box_smc_recovers_a_gaussian_truncated_to_a_box(d, scale):
     """Z of exp(-|x - mu|^2 / (2 s^2)) on [-1, 1]^D: a product of normal CDF

@@ -196,6 +196,7 @@ def test_dual_averaging_runs_through_the_window_ends():
     assert state.dual.count == 100
 
 
+@pytest.mark.slow
 def test_as_the_kernel_of_parallel_tempering():
     """Tempered, each temperature's chains form a group of the tuning (no restarts across
     them), and the metric follows beta E by itself: the cold replicas of a Gaussian with

@@ -127,6 +127,7 @@ def ring_energy():
     return lambda x: -ring.log_prob(x)
 
 
+@pytest.mark.slow
 def test_tuned_ladder_equalises_swap_rejection():
     energy, x0 = ring_energy(), torch.tensor([2.0, 0.0]).repeat(64, 1)
     spreads = {}
@@ -144,6 +145,7 @@ def test_tuned_ladder_equalises_swap_rejection():
     assert spreads[True] < 0.05 < spreads[False]
 
 
+@pytest.mark.slow
 def test_tuned_ladder_on_a_deep_double_well_keeps_mode_weights():
     """Energy barrier 20 between x = -1 and x = 1: equal mass on both sides."""
     well = DoubleWell(dim=1, depth=20.0)

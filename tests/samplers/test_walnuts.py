@@ -88,6 +88,7 @@ def test_a_macro_step_is_undone_by_the_reverse_step_unless_flagged_irreversible(
     assert torch.allclose(out["log_accept"], -torch.nan_to_num(error, nan=math.inf))
 
 
+@pytest.mark.slow
 def test_walnuts_keeps_the_funnel_where_nuts_with_its_step_diverges():
     """From exact draws of the funnel, macro steps of 1.0 (NUTS diverges on about 5 % of
     its transitions with that step) halve where the neck needs it: no divergence, and

@@ -48,7 +48,13 @@ def test_windows_follow_stans_schedule():
     assert WarmupWindows.plan(19).checks == ()
 
 
-@pytest.mark.parametrize("sampler", [NUTS(), AdaptiveHMC()], ids=["nuts", "ahmc"])
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        pytest.param(NUTS(), id="nuts", marks=pytest.mark.slow),
+        pytest.param(AdaptiveHMC(), id="ahmc"),
+    ],
+)
 def test_a_chain_started_in_a_steep_region_does_not_stay_stuck(sampler):
     """32 chains from uniform(-2, 2) as Stan starts them: with the step size pooled and
     no restart, chain 22 (at -1.56) diverged on all 600 steps and the pooled mean was
@@ -175,6 +181,7 @@ def test_nuts_tunes_one_step_size_per_chain_or_one_for_all():
     assert isinstance(pooled.final.step_size, float) and pooled.final.step_size > 0
 
 
+@pytest.mark.slow
 def test_a_pooled_step_size_reaches_the_trees_it_was_tuned_for():
     """Before, trees kept the step size they started with while the pooled dual
     averaging moved on: on this Gaussian the step shrank to 1e-34 at an acceptance

@@ -68,7 +68,7 @@ def mmd2(
     _checks.tensor("y", y, min_ndim=2)
     if x.shape[0] < 2 or y.shape[0] < 2:
         raise ArgumentError("mmd2 needs at least two points in each sample")
-    xf, yf = widen(x.flatten(1)), widen(y.flatten(1))
+    xf, yf = widen(x.detach().flatten(1)), widen(y.detach().flatten(1))
     if xf.shape[1] != yf.shape[1]:
         raise ArgumentError(
             f"x and y must have the same event size, got {xf.shape[1]} and {yf.shape[1]}"
@@ -77,7 +77,8 @@ def mmd2(
     _checks.positive("bandwidth", h)
 
     def k(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.exp(-torch.cdist(a, b).pow(2) / (2 * h * h))
+        # in place: the (N, M) matrix is made once, not once per operation
+        return torch.cdist(a, b).square_().mul_(-0.5 / (h * h)).exp_()
 
     def within(kaa: torch.Tensor) -> torch.Tensor:
         """Each point's mean kernel value to the other points of its own sample."""
