@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ebmlab.cli import main
 from ebmlab.training import load_checkpoint
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -74,7 +75,7 @@ def full(tmp_path_factory):
     return out
 
 
-def test_jem_with_two_processes_resumes_exactly_and_loads_as_one(tmp_path, full):
+def test_jem_with_two_processes_resumes_exactly_and_loads_as_one(tmp_path, capsys, full):
     part = train(tmp_path / "part", "--nproc", "2", "--max-steps", "3")
     assert part.returncode == 0, part.stderr
     resumed = train(tmp_path / "part", "--nproc", "2", "--max-steps", "6", "--resume")
@@ -90,14 +91,12 @@ def test_jem_with_two_processes_resumes_exactly_and_loads_as_one(tmp_path, full)
     steps = [r["step"] for r in records if r["split"] == "train"]
     assert steps == sorted(set(steps))  # written once, by rank 0
     # a single process cannot resume it exactly, and says so
-    single = train(full, "--max-steps", "9", "--resume")
-    assert single.returncode == 2
-    assert "resume with --nproc 2" in single.stderr
+    single = ["train", "jem", "--out", str(full), *JEM, "--max-steps", "9", "--resume"]
+    assert main(single) == 2
+    assert "resume with --nproc 2" in capsys.readouterr().err
     # but evaluation tools load the merged state as one process
     out = tmp_path / "grid.png"
-    cmd = [sys.executable, "-m", "ebmlab", "sample", str(full), "--n", "4",
-           "--steps", "2", "--out", str(out)]  # fmt: skip
-    subprocess.run(cmd, check=True, env=ENV, timeout=120, capture_output=True)
+    assert main(["sample", str(full), "--n", "4", "--steps", "2", "--out", str(out)]) == 0
     assert out.is_file()
 
 
@@ -148,10 +147,11 @@ def test_a_rank_killed_under_torchrun_restarts_all_from_the_last_checkpoint(tmp_
 
 
 @pytest.mark.parametrize("nproc", ["0", "-2"])
-def test_bad_nproc_is_a_usage_error(tmp_path, nproc):
-    result = train(tmp_path / "bad", "--nproc", nproc)
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and "--nproc" in result.stderr
+def test_bad_nproc_is_a_usage_error(tmp_path, capsys, nproc):
+    assert main(["train", "jem", "--out", str(tmp_path / "bad"), *JEM, "--nproc", nproc]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "--nproc" in err
+    assert not (tmp_path / "bad").exists()
 
 
 def test_rbm_dbm_and_dbn_recipes_train_with_two_processes(tmp_path):

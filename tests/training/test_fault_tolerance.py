@@ -165,26 +165,10 @@ def test_signal_checkpoints_then_auto_resume_matches_uninterrupted(tmp_path, sig
     assert [r["split"] for r in records].count("interrupted") == 1  # kept across the resume
 
 
-def test_auto_resume_without_a_checkpoint_starts_fresh(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ebmlab",
-            "train",
-            "density",
-            "--out",
-            str(tmp_path / "new"),
-            *ARGS,
-            "--epochs",
-            "1",
-            "--auto-resume",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0 and json.loads(out.stdout)["status"] == "completed"
+def test_auto_resume_without_a_checkpoint_starts_fresh(tmp_path, capsys):
+    args = ["train", "density", "--out", str(tmp_path / "new"), *ARGS, "--epochs", "1"]
+    assert main([*args, "--auto-resume"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "completed"
 
 
 SLOW_STEP = """
