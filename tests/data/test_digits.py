@@ -9,10 +9,12 @@ def test_book_split_sizes_and_order():
     assert sizes == {"train": 1000, "val": 350, "test": 447}
     from sklearn.datasets import load_digits
 
-    ref = load_digits()
-    test = load_dataset("digits", "test", transform="raw")
-    assert torch.equal(test.x[0], torch.tensor(ref.data[1350], dtype=torch.float32))
-    assert int(test.y[-1]) == int(ref.target[-1])
+    ref = load_digits()  # every image and label as scikit-learn's loader gives them
+    for split, rows in (("train", slice(0, 1000)), ("val", slice(1000, 1350)),
+                        ("test", slice(1350, 1797))):  # fmt: skip
+        part = load_dataset("digits", split, transform="raw")
+        assert torch.equal(part.x, torch.tensor(ref.data[rows], dtype=torch.float32))
+        assert torch.equal(part.y, torch.tensor(ref.target[rows]))
 
 
 def test_transforms():

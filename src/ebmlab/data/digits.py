@@ -11,6 +11,8 @@ dark background (fixed per image, seed ``COLOUR_SEED``): an RGB set of 8-bit pix
 from __future__ import annotations
 
 import functools
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 
@@ -21,10 +23,15 @@ IMAGE_SHAPE = (8, 8)
 
 @functools.cache
 def _all_digits() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    return bunch.images.astype(np.uint8), bunch.target.astype(np.int64)
+    """The file ``sklearn.datasets.load_digits`` reads (rows of 64 pixels, then the
+    label), read here without importing scikit-learn, whose import takes longer than
+    a short training run; ``tests/data`` checks the arrays against ``load_digits``."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the digits data set ships with scikit-learn: install it")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    rows = np.loadtxt(path, delimiter=",")
+    return rows[:, :-1].reshape(-1, *IMAGE_SHAPE).astype(np.uint8), rows[:, -1].astype(np.int64)
 
 
 def load_digits_arrays(split: str) -> tuple[np.ndarray, np.ndarray]:
