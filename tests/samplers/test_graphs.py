@@ -299,7 +299,7 @@ def test_a_gradient_that_cannot_be_captured_is_evaluated_eagerly_from_then_on(mo
 @pytest.mark.parametrize(
     "kernel",
     [
-        pytest.param(NUTS(), id="nuts", marks=pytest.mark.slow),
+        pytest.param(NUTS(max_depth=6), id="nuts", marks=pytest.mark.slow),
         pytest.param(AdaptiveHMC(), id="adaptive-hmc"),
     ],
 )
