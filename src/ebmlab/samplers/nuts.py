@@ -349,12 +349,12 @@ class NUTS(Sampler[NUTSState]):
         # tempered chains swap positions between steps, which would void queued
         # transitions; a pooled step size adapts on every chain's latest transition
         lockstep = self.tuning.groups is not None or (warming and self.tuning.pool_step_size)
-        capacity = 1 if lockstep else self._queue(len(state.x))
         trees = state.trees
         # in lockstep no transition is queued between steps, and the step size tuned on
         # the last one (pooled, or per tempered chain) must reach the next trees
         if trees is None or lockstep or trees.anchor is not state.x:
             trees = self._start(state, state.dual if warming and not lockstep else None)
+        capacity = 1 if lockstep else trees.draws.shape[1]  # the ring _start made
         flat_energy = energy if state.x.ndim == 2 else _FlatEnergy(energy, state.x.shape[1:])
         mass = state.inv_mass  # flat: (D,), (B, D) per chain when tempered, or dense
         if isinstance(mass, DenseMass):
