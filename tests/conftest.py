@@ -36,6 +36,20 @@ def assert_keys_documented():
 
 
 @pytest.fixture
+def evaluate_density_run():
+    """Evaluate a density run as ``ebmlab evaluate`` does, with 1,000 samples after 100
+    Langevin steps (the command's 5,000 after 500 cost five times more and test nothing
+    more where the command's path is not what is tested)."""
+    from ebmlab.cli import load_run
+
+    def evaluate(run: Path) -> dict:
+        recipe, setup, run_dir = load_run(run)
+        return recipe.evaluate(setup, run_dir, n_samples=1000, sample_steps=100)
+
+    return evaluate
+
+
+@pytest.fixture
 def mnist_dir() -> Path:
     if not (MNIST_DIR / "t10k-images-idx3-ubyte.gz").is_file():
         pytest.skip(f"MNIST test split not found at {MNIST_DIR}")

@@ -140,14 +140,13 @@ def test_shipped_configs_are_valid(path):
 
 
 @pytest.mark.parametrize("method", ["cd", "sm", "ssm", "dsm", "nce", "ed", "drl"])
-def test_density_training_principles(tmp_path, method):
+def test_density_training_principles(tmp_path, method, evaluate_density_run):
     run = tmp_path / method
     assert (
         main(["train", "density", "--method", method, "--out", str(run), "--epochs", "1", *TINY])
         == 0
     )
-    recipe, setup, run_dir = cli.load_run(run)  # the test NLL; fewer samples than the command
-    result = recipe.evaluate(setup, run_dir, n_samples=1000, sample_steps=100)
+    result = evaluate_density_run(run)
     assert math.isfinite(result["test_nll"]) and result["test_nll"] > result["true_nll"] - 0.1
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ebmlab.cli import load_run, main
+from ebmlab.cli import main
 from ebmlab.data import load_dataset
 from ebmlab.energies import DiagonalGaussian
 from ebmlab.partition import quadrature_log_partition
@@ -56,14 +56,9 @@ def _features(path, x):
     return str(path)
 
 
-def evaluated(run) -> dict:
-    """The recipe's evaluation of a run, with 1,000 samples after 100 Langevin steps
-    (the command's 5,000 after 500 cost five times more and test nothing more here)."""
-    recipe, setup, run_dir = load_run(run)
-    return recipe.evaluate(setup, run_dir, n_samples=1000, sample_steps=100)
-
-
-def test_own_features_train_with_nlls_in_their_units(tmp_path, assert_keys_documented):
+def test_own_features_train_with_nlls_in_their_units(
+    tmp_path, assert_keys_documented, evaluate_density_run
+):
     """A user's 2-D features are standardised for the model, and the NLL is reported in
     their units: the same points scaled by 10 train the same model and cost exactly
     2 log 10 nats more."""
@@ -76,7 +71,7 @@ def test_own_features_train_with_nlls_in_their_units(tmp_path, assert_keys_docum
         args = ["train", "density", "--data", data, "--method", "sm", "--epochs", "2",
                 "--no-progress", "--out", str(run)]  # fmt: skip
         assert main(args) == 0
-        result = evaluated(run)
+        result = evaluate_density_run(run)
         assert_keys_documented(result)
         assert result["log_z"]["method"] == "quadrature" and "true_nll" not in result
         nlls.append(result["test_nll"])
@@ -112,7 +107,7 @@ def test_bad_own_features_are_refused_before_training(tmp_path):
 
 @pytest.mark.parametrize("method", ["em", "eqm", "fm"])
 def test_transport_methods_train_a_potential_scored_as_a_boltzmann_density(
-    method, tmp_path, assert_keys_documented
+    method, tmp_path, assert_keys_documented, evaluate_density_run
 ):
     """A potential V learned by Energy or Equilibrium Matching or flow matching is the
     density exp(-V / eps_max): its NLL uses log Z of V / eps_max, and its own generator
@@ -121,7 +116,7 @@ def test_transport_methods_train_a_potential_scored_as_a_boltzmann_density(
     args = ["train", "density", "--method", method, "--epochs", "2", "--eps-max", "0.25",
             "--flow-steps", "10", "--no-progress", "--out", str(run)]  # fmt: skip
     assert main(args) == 0
-    result = evaluated(run)
+    result = evaluate_density_run(run)
     assert_keys_documented(result)
     assert math.isfinite(result["test_nll"]) and result["mmd2_generated"] < 0.5
 
