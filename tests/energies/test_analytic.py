@@ -67,12 +67,15 @@ def test_normalized_mixture_has_the_given_component_weights():
     ).double()
     mix = GaussianMixture.normalized(pi, means, covs)
     x = torch.randn(50, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2
-    expected = sum(
-        float(p) * multivariate_normal(m.numpy(), c.numpy()).pdf(x.numpy())
+    terms = torch.stack([
+        float(p) * torch.from_numpy(multivariate_normal(m.numpy(), c.numpy()).pdf(x.numpy()))
         for p, m, c in zip(pi, means, covs, strict=True)
-    )
-    torch.testing.assert_close(mix.log_prob(x), torch.from_numpy(expected).log())
+    ], dim=1)  # fmt: skip
+    torch.testing.assert_close(mix.log_prob(x), terms.sum(1).log())
     torch.testing.assert_close(mix.mixture_weights(), pi)
+    # the responsibilities p(k | x); the covariances differ, so a stray log-determinant
+    # term in them would move every row
+    torch.testing.assert_close(mix.component_posterior(x), terms / terms.sum(1, keepdim=True))
 
 
 def test_gaussian_sample_covariance():

@@ -239,9 +239,12 @@ class GaussianMixture(AnalyticEnergy):
         return -torch.logsumexp(self._log_components(x), dim=1)
 
     def component_posterior(self, x: torch.Tensor) -> torch.Tensor:
-        """p(k | x) under the normalised mixture, shape (B, K)."""
-        logdet = torch.log(torch.diagonal(self.chol, dim1=-2, dim2=-1)).sum(-1)
-        return torch.softmax(self._log_components(x) - logdet, dim=1)
+        """p(k | x) under p(x) = exp(-E(x)) / Z, shape (B, K): the responsibilities
+        w_k exp(-1/2 z_k^2) / sum_j w_j exp(-1/2 z_j^2). Written as sum_k pi_k N(mu_k,
+        Sigma_k), the same density has pi_k proportional to w_k |Sigma_k|^{1/2}, and pi_k
+        N(x; mu_k, Sigma_k) is proportional to the same terms (Bishop 2006, eq. 9.13)."""
+        self._check_x(x)
+        return torch.softmax(self._log_components(x), dim=1)
 
     def log_partition(self) -> torch.Tensor:
         logdet = torch.log(torch.diagonal(widen(self.chol), dim1=-2, dim2=-1)).sum(-1)
