@@ -198,6 +198,44 @@ def test_callbacks_see_every_record_and_epoch():
     assert rec.records == trainer.history and rec.epochs == 2 and rec.ended == "completed"
 
 
+def test_tensorboard_option_writes_every_logged_metric_as_a_scalar(tmp_path, monkeypatch):
+    """``tensorboard=True`` attaches one TensorBoardLogger writing into the run
+    directory: every numeric metric of every logged record becomes the scalar
+    ``<split>/<name>`` at the record's step, and the writer is closed at the end. The
+    writer is a stand-in, so the test needs no tensorboard package."""
+    import sys
+    import types
+
+    writers = []
+
+    class Writer:
+        def __init__(self, log_dir):
+            self.log_dir, self.scalars, self.closed = log_dir, [], False
+            writers.append(self)
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, value, step))
+
+        def close(self):
+            self.closed = True
+
+    stand_in = types.ModuleType("torch.utils.tensorboard")
+    stand_in.SummaryWriter = Writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", stand_in)
+    trainer = Trainer(NoisyRegression(), data(), config(epochs=2, tensorboard=True), tmp_path)
+    trainer.fit()
+    (writer,) = writers
+    assert writer.log_dir == str(tmp_path.resolve() / "tensorboard") and writer.closed
+    expected = [
+        (f"{r.get('split', 'train')}/{k}", v, r["step"])
+        for r in RunDirectory(tmp_path).read_metrics()
+        for k, v in r.items()
+        if k not in ("split", "step", "epoch") and isinstance(v, int | float)
+    ]
+    assert writer.scalars == expected
+    assert {tag for tag, _, _ in expected} >= {"train/mse", "val/val_loss"}
+
+
 def test_opt_in_restart_after_divergence_with_a_lower_learning_rate(tmp_path):
     class TransientFault(NoisyRegression):
         """Diverges once at step 13 (a fault that does not come back after a restart)."""
