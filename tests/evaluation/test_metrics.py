@@ -14,6 +14,25 @@ def test_mmd_near_zero_for_same_distribution_and_positive_otherwise():
     assert diff > 10 * abs(same) and diff > 0.02
 
 
+def test_bandwidth_pools_both_samples_whatever_their_order_and_size():
+    """The median heuristic over more points than it uses: both samples still count in
+    proportion to their sizes, so the bandwidth and MMD^2 do not depend on which sample
+    comes first (taking the first 2000 pooled rows left y out whenever x had as many)."""
+    from ebmlab.evaluation import median_bandwidth
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(3000, 2, generator=gen, dtype=torch.float64)
+    y = 4 * torch.randn(1000, 2, generator=gen, dtype=torch.float64)
+    h = median_bandwidth(x, y)
+    assert h == median_bandwidth(y, x)
+    assert mmd2(x, y) == mmd2(y, x)
+    # against the median over all 4000 points (a quarter of them wide)
+    pooled = torch.cat([x, y])
+    d = torch.cdist(pooled, pooled)
+    assert abs(h / float(d[d > 0].median()) - 1) < 0.05
+    assert h > 1.2 * median_bandwidth(x, x[:10])  # y widens it
+
+
 def test_permutation_test_rejects_different_distributions_only():
     from ebmlab.evaluation import mmd_permutation_test
 

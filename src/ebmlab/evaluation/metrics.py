@@ -11,16 +11,30 @@ from ebmlab._checks import ArgumentError
 from ebmlab.devices import widen
 
 
+def _evenly_spaced(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """``k`` of the rows, evenly spaced from the first."""
+    return rows[torch.arange(k, device=rows.device) * len(rows) // max(k, 1)]
+
+
 def median_bandwidth(x: torch.Tensor, y: torch.Tensor, max_points: int = 2000) -> float:
-    """The median pairwise distance of the pooled sample (the usual kernel bandwidth);
-    1 when all points coincide.
+    """The median pairwise distance of the pooled sample (the usual kernel bandwidth;
+    the median heuristic of Gretton et al. 2012); 1 when all points coincide.
+
+    Beyond ``max_points`` pooled points, each sample gives evenly spaced rows in
+    proportion to its size, so both samples count and swapping them changes nothing.
 
     Args:
         x: one sample (N, D).
         y: the other sample (M, D).
-        max_points: pooled points used at most (a random subset beyond).
+        max_points: pooled points used at most.
     """
-    pooled = widen(torch.cat([x, y])[:max_points].flatten(1))
+    n, m = len(x), len(y)
+    if n + m > max_points:
+        x, y = (
+            _evenly_spaced(x, max_points * n // (n + m)),
+            _evenly_spaced(y, max_points * m // (n + m)),
+        )
+    pooled = widen(torch.cat([x, y]).flatten(1))
     d = torch.cdist(pooled, pooled)
     positive = d[d > 0]
     return float(positive.median()) if len(positive) else 1.0
