@@ -1,10 +1,12 @@
 """MCMC diagnostics: split R-hat, bulk effective sample size and Monte Carlo errors.
 
 Both follow Vehtari, Gelman, Simpson, Carpenter & Buerkner (2021): chains are
-split in halves, draws are rank-normalised (z = Phi^{-1}((rank - 3/8) / (S + 1/4))),
-autocorrelations are pooled across chains, and the sum of autocorrelations is
-truncated by Geyer's initial monotone positive sequence. ESS is clamped to
-[1, S log10 S] (S = all draws) so near-antithetic chains do not report absurd values.
+split in halves, draws are rank-normalised (z = Phi^{-1}((rank - 3/8) / (S + 1/4)),
+ties at their average rank), autocorrelations are pooled across chains, and the sum of
+autocorrelations is truncated by Geyer's initial monotone positive sequence. ESS is
+clamped to [1, S log10 S] (S = all draws) so near-antithetic chains do not report
+absurd values. On the same draws R-hat, bulk ESS and both Monte Carlo errors agree
+with ArviZ's to rounding (``tests/samplers/test_diagnostics.py``).
 Samples are laid out as returned by ``sampler.sample(..., thin=k)``: (T, C, *event).
 
 :func:`summarize` warns (:class:`SamplingWarning`) when a run fails the checks Vehtari
@@ -62,11 +64,18 @@ def _split(x: torch.Tensor) -> torch.Tensor:
 
 
 def _rank_normalise(x: torch.Tensor) -> torch.Tensor:
+    """Normal scores of the draws' ranks over all chains, per coordinate, with tied draws
+    (a rejected proposal repeats its state; discrete states repeat always) at their
+    average rank, as Vehtari et al. (2021, eq. 14) and ArviZ rank them. Ranking ties by
+    their position instead would give earlier chains the lower ranks of a tie."""
     t, c, d = x.shape
-    flat = x.reshape(t * c, d)
-    ranks = widen(flat.argsort(0).argsort(0)) + 1
+    columns = x.reshape(t * c, d).T.contiguous()  # (D, S)
+    ordered = columns.sort(1).values
+    below = torch.searchsorted(ordered, columns)  # draws smaller than each
+    up_to = torch.searchsorted(ordered, columns, right=True)  # ... or equal
+    ranks = widen(below + up_to + 1) / 2
     z = torch.special.ndtri((ranks - 0.375) / (t * c + 0.25))
-    return z.reshape(t, c, d)
+    return z.T.reshape(t, c, d)
 
 
 def _autocovariance(x: torch.Tensor) -> torch.Tensor:
@@ -79,22 +88,31 @@ def _autocovariance(x: torch.Tensor) -> torch.Tensor:
 
 
 def _ess(x: torch.Tensor) -> torch.Tensor:
-    """ESS per coordinate of already split chains (T, C, D)."""
+    """ESS per coordinate of already split chains (T, C, D), as Stan and ArviZ compute it
+    (Vehtari et al. 2021, eqs. 10-13): autocorrelations pooled over chains, summed in
+    pairs of lags (2k, 2k + 1) up to the first pair that is not positive (pairs up to
+    lag T - 3 at most), made monotone, plus the autocorrelation at the lag where the sum
+    stopped when it is positive. Draws that do not vary count as S independent ones."""
     t, c, _ = x.shape
+    total = t * c
     acov = _autocovariance(x)
-    chain_var = acov[0] * t / (t - 1)
-    w = chain_var.mean(0)
+    w = acov[0].mean(0) * t / (t - 1)
     var_plus = w * (t - 1) / t + (x.mean(0).var(0) if c > 1 else 0)
     rho = 1 - (w - acov.mean(1)) / var_plus  # (T, D)
     rho[0] = 1.0
-    n_pairs = t // 2
+    n_pairs = max((t - 1) // 2, 1)  # pairs 0 .. n_pairs - 1 can be summed, lags < T - 2
     pairs = rho[: 2 * n_pairs].reshape(n_pairs, 2, -1).sum(1)  # (n_pairs, D)
-    positive = widen(pairs > 0).cumprod(0)  # initial positive sequence
-    monotone = torch.cummin(torch.where(positive > 0, pairs, torch.inf), 0).values
-    monotone = torch.where(positive > 0, monotone, torch.zeros_like(monotone))
-    tau = -1 + 2 * monotone.sum(0)
-    total = t * c
-    return (total / tau.clamp_min(1e-12)).clamp(1.0, total * math.log10(max(total, 10)))
+    # the sum stops at the first pair k >= 1 that is not positive, else at the last one
+    ends = torch.cat([torch.zeros_like(pairs[:1]), widen(pairs[1:] <= 0)])
+    ends[-1] = 1.0
+    stop = ends.argmax(0)  # (D,)
+    kept = torch.arange(n_pairs, device=x.device)[:, None] < stop
+    monotone = torch.cummin(pairs, 0).values
+    tail = rho[(2 * stop).clamp(max=t - 1), torch.arange(rho.shape[1], device=x.device)]
+    tau = -1 + 2 * torch.where(kept, monotone, 0.0).sum(0) + tail.clamp(min=0.0)
+    tau = tau.clamp(min=1 / math.log10(max(total, 10)))
+    ess = (total / tau).clamp(min=1.0)
+    return torch.where(var_plus > 0, ess, float(total))
 
 
 def _check(samples: torch.Tensor) -> torch.Tensor:
@@ -131,7 +149,7 @@ def monte_carlo_errors(samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     flat = x.reshape(-1, x.shape[-1])
     squared = (x - flat.mean(0)) ** 2
     var = squared.mean((0, 1))
-    of_mean = (var / _ess(_split(x))).sqrt()
+    of_mean = (flat.var(0) / _ess(_split(x))).sqrt()
     var_of_var = (squared**2).mean((0, 1)) - var**2
     of_sd = (
         var_of_var / _ess(_split(squared)) / (4 * var.clamp(min=torch.finfo(var.dtype).tiny))
@@ -154,7 +172,10 @@ def split_rhat(samples: torch.Tensor) -> torch.Tensor:
         return (var_plus / w).sqrt()
 
     split = _split(x)
-    folded = (split - split.median()).abs()
+    ordered = split.flatten(0, 1).sort(0).values
+    n = len(ordered)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2  # each coordinate's, as numpy's
+    folded = (split - median).abs()
     return torch.maximum(rhat(_rank_normalise(split)), rhat(_rank_normalise(folded))).reshape(
         samples.shape[2:]
     )
@@ -228,13 +249,15 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
         warn: issue the warning (the problems are in ``Diagnostics.problems`` either way).
     """
     ess = effective_sample_size(run.samples)
+    rhat = split_rhat(run.samples)
+    rhat = rhat[~rhat.isnan()]  # coordinates whose draws never vary have none
     n_chains = run.samples.shape[1]
     diagnostics = Diagnostics(
         acceptance_rate=run.info["acceptance_rate"],
         n_divergent=run.info["n_divergent"],
         min_ess=float(ess.min()),
         median_ess=float(ess.median()),
-        max_rhat=float(split_rhat(run.samples).max()),
+        max_rhat=float(rhat.max()) if len(rhat) else math.nan,
         n_grad_evals=run.info["n_grad_evals"],
     )
     needed = min(ESS_PER_CHAIN * n_chains, ESS_ENOUGH)
