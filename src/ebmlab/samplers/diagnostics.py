@@ -66,7 +66,7 @@ def _split(x: torch.Tensor) -> torch.Tensor:
 def _rank_normalise(x: torch.Tensor) -> torch.Tensor:
     """Normal scores of the draws' ranks over all chains, per coordinate, with tied draws
     (a rejected proposal repeats its state; discrete states repeat always) at their
-    average rank, as Vehtari et al. (2021, eq. 14) and ArviZ rank them. Ranking ties by
+    average rank, as Vehtari et al. (2021) and ArviZ rank them. Ranking ties by
     their position instead would give earlier chains the lower ranks of a tie."""
     t, c, d = x.shape
     columns = x.reshape(t * c, d).T.contiguous()  # (D, S)
@@ -89,7 +89,7 @@ def _autocovariance(x: torch.Tensor) -> torch.Tensor:
 
 def _ess(x: torch.Tensor) -> torch.Tensor:
     """ESS per coordinate of already split chains (T, C, D), as Stan and ArviZ compute it
-    (Vehtari et al. 2021, eqs. 10-13): autocorrelations pooled over chains, summed in
+    (Vehtari et al. 2021, section 3.2): autocorrelations pooled over chains, summed in
     pairs of lags (2k, 2k + 1) up to the first pair that is not positive (pairs up to
     lag T - 3 at most), made monotone, plus the autocorrelation at the lag where the sum
     stopped when it is positive. Draws that do not vary count as S independent ones."""
