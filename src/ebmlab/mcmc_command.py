@@ -237,6 +237,7 @@ def summary_of(
         "seconds": round(seconds, 3),
         "max_rhat": diagnostics.max_rhat,
         "min_bulk_ess": diagnostics.min_ess,
+        "min_tail_ess": diagnostics.min_tail_ess,
         "divergent": run.info["n_divergent"],
         "acceptance_rate": run.info["acceptance_rate"],
         "stuck_chains": run.info["stuck_chains"],

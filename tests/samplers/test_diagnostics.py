@@ -10,6 +10,7 @@ from ebmlab.samplers.diagnostics import (
     monte_carlo_errors,
     split_rhat,
     summarize,
+    tail_effective_sample_size,
 )
 
 
@@ -87,29 +88,40 @@ def _arviz_cases() -> dict[str, np.ndarray]:
 
 
 # ArviZ 0.23.4 (numpy 2.4.6, scipy 1.17.1) on those draws: rhat(method="rank"),
-# ess(method="bulk"), mcse(method="mean"), mcse(method="sd")
+# ess(method="bulk"), mcse(method="mean"), mcse(method="sd"), ess(method="tail")
 ARVIZ = {
-    "iid": (1.001352422824363, 763.8583735943981, 0.03428640487903205, 0.023100766768935556),
-    "ar1": (1.1013694145510489, 34.047688783040414, 0.41006974652084455, 0.14823680211955517),
-    "shifted": (1.02967976577149, 140.56463878610097, 0.08540086975894937, 0.02292464829069506),
-    "binary": (0.9973814522819018, 777.4023392730793, 0.016325813823607652, 0.007442094484159863),
-    "sticky": (1.047953182903295, 106.15044600573077, 0.10605464524859842, 0.06553852921787297),
-    "offset100": (1.1516575608946005, 899.2768570405237, 0.06115725219317037, 0.4779142542363255),
-}
+    "iid": (1.001352422824363, 763.8583735943981, 0.03428640487903205, 0.023100766768935556,
+            708.8887192718626),
+    "ar1": (1.1013694145510489, 34.047688783040414, 0.41006974652084455, 0.14823680211955517,
+            131.8629444842332),
+    "shifted": (1.02967976577149, 140.56463878610097, 0.08540086975894937, 0.02292464829069506,
+                771.3543388349345),
+    "binary": (0.9973814522819018, 777.4023392730793, 0.016325813823607652,
+               0.007442094484159863, 777.4023392730796),
+    "sticky": (1.047953182903295, 106.15044600573077, 0.10605464524859842, 0.06553852921787297,
+               103.23232119293232),
+    "offset100": (1.1516575608946005, 899.2768570405237, 0.06115725219317037,
+                  0.4779142542363255, 41.050141829379875),
+}  # fmt: skip
+
+
+def _all_diagnostics(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return (split_rhat(x), effective_sample_size(x), *monte_carlo_errors(x),
+            tail_effective_sample_size(x))  # fmt: skip
 
 
 def test_diagnostics_agree_with_arviz_to_rounding():
-    """R-hat (bulk and folded), bulk ESS and both Monte Carlo errors against ArviZ's, a
-    second implementation of Vehtari et al. (2021), on draws with ties, autocorrelation,
-    a shifted chain and a wide one; and the same numbers for each coordinate when the
-    six sit side by side in one run, whatever the other coordinates' locations."""
+    """R-hat (bulk and folded), bulk and tail ESS and both Monte Carlo errors against
+    ArviZ's, a second implementation of Vehtari et al. (2021), on draws with ties,
+    autocorrelation, a shifted chain and a wide one; and the same numbers for each
+    coordinate when the six sit side by side in one run, whatever the other
+    coordinates' locations."""
     cases = _arviz_cases()
     joint = torch.from_numpy(np.stack([v.T for v in cases.values()], -1))  # (T, C, 6)
-    together = (split_rhat(joint), effective_sample_size(joint), *monte_carlo_errors(joint))
-    columns = zip(*together, strict=True)
+    columns = zip(*_all_diagnostics(joint), strict=True)
     for (name, draws), column in zip(cases.items(), columns, strict=True):
         x = torch.from_numpy(draws.T[..., None])  # (T, C, 1)
-        alone = (split_rhat(x), effective_sample_size(x), *monte_carlo_errors(x))
+        alone = _all_diagnostics(x)
         for ours, both, theirs in zip(alone, column, ARVIZ[name], strict=True):
             assert float(ours) == pytest.approx(theirs, rel=1e-9), name
             assert float(both) == pytest.approx(theirs, rel=1e-9), name

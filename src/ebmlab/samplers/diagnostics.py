@@ -124,10 +124,35 @@ def _check(samples: torch.Tensor) -> torch.Tensor:
     return widen(samples.reshape(samples.shape[0], samples.shape[1], -1))
 
 
+def _quantile(x: torch.Tensor, prob: float) -> torch.Tensor:
+    """The ``prob`` quantile of each coordinate over all draws of (T, C, D), interpolated
+    linearly between order statistics (R's type 7, numpy's default): at 0.5, numpy's
+    median."""
+    ordered = x.flatten(0, 1).sort(0).values
+    at = (len(ordered) - 1) * prob
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (at - low) * (ordered[high] - ordered[low])
+
+
 def effective_sample_size(samples: torch.Tensor) -> torch.Tensor:
     """Bulk ESS (rank-normalised, split chains) per coordinate; samples (T, C, *event)."""
     x = _check(samples)
     return _ess(_rank_normalise(_split(x))).reshape(samples.shape[2:])
+
+
+def tail_effective_sample_size(samples: torch.Tensor) -> torch.Tensor:
+    """Tail ESS per coordinate: the smaller ESS of the indicators of the draws below
+    their 5 % and their 95 % quantile, split chains (Vehtari et al. 2021;
+    Stan's and ArviZ's ``ess_tail``). It says how well the chains pin down the tails,
+    hence intervals and sds, where the bulk ESS speaks for means and medians.
+
+    Args:
+        samples: kept states (T, B, ...): T draws of B chains.
+    """
+    x = _check(samples)
+    low, high = (_ess(_split(widen(x <= _quantile(x, p)))) for p in (0.05, 0.95))
+    return torch.minimum(low, high).reshape(samples.shape[2:])
 
 
 def monte_carlo_errors(samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,10 +197,7 @@ def split_rhat(samples: torch.Tensor) -> torch.Tensor:
         return (var_plus / w).sqrt()
 
     split = _split(x)
-    ordered = split.flatten(0, 1).sort(0).values
-    n = len(ordered)
-    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2  # each coordinate's, as numpy's
-    folded = (split - median).abs()
+    folded = (split - _quantile(split, 0.5)).abs()  # about each coordinate's median
     return torch.maximum(rhat(_rank_normalise(split)), rhat(_rank_normalise(folded))).reshape(
         samples.shape[2:]
     )
@@ -183,13 +205,15 @@ def split_rhat(samples: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Diagnostics:
-    """Summary of a sampling run: acceptance, divergences, worst ESS and R-hat, and the
-    checks it fails (``problems``, empty for a run whose draws can be used)."""
+    """Summary of a sampling run: acceptance, divergences, worst bulk and tail ESS and
+    R-hat, and the checks it fails (``problems``, empty for a run whose draws can be
+    used)."""
 
     acceptance_rate: float
     n_divergent: int
     min_ess: float
     median_ess: float
+    min_tail_ess: float
     max_rhat: float
     n_grad_evals: int
     problems: list[str] = field(default_factory=list)
@@ -197,7 +221,8 @@ class Diagnostics:
     def __str__(self) -> str:
         line = (
             f"acceptance {self.acceptance_rate:.3f} | divergent {self.n_divergent} | "
-            f"ESS min {self.min_ess:.0f} median {self.median_ess:.0f} | "
+            f"ESS min {self.min_ess:.0f} median {self.median_ess:.0f} "
+            f"tail min {self.min_tail_ess:.0f} | "
             f"R-hat max {self.max_rhat:.3f} | gradient evaluations {self.n_grad_evals}"
         )
         return line + "".join(f"\nwarning: {p}" for p in self.problems)
@@ -257,6 +282,7 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
         n_divergent=run.info["n_divergent"],
         min_ess=float(ess.min()),
         median_ess=float(ess.median()),
+        min_tail_ess=float(tail_effective_sample_size(run.samples).min()),
         max_rhat=float(rhat.max()) if len(rhat) else math.nan,
         n_grad_evals=run.info["n_grad_evals"],
     )
