@@ -213,9 +213,9 @@ class Diagnostics:
     n_divergent: int
     min_ess: float
     median_ess: float
-    min_tail_ess: float
     max_rhat: float
     n_grad_evals: int
+    min_tail_ess: float = math.nan  # last, so the fields before keep their positions
     problems: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
