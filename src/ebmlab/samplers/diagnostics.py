@@ -124,15 +124,18 @@ def _check(samples: torch.Tensor) -> torch.Tensor:
     return widen(samples.reshape(samples.shape[0], samples.shape[1], -1))
 
 
-def _quantile(x: torch.Tensor, prob: float) -> torch.Tensor:
-    """The ``prob`` quantile of each coordinate over all draws of (T, C, D), interpolated
-    linearly between order statistics (R's type 7, numpy's default): at 0.5, numpy's
-    median."""
+def _quantiles(x: torch.Tensor, *probs: float) -> list[torch.Tensor]:
+    """The ``probs`` quantiles of each coordinate over all draws of (T, C, D), from one
+    sort, interpolated linearly between order statistics (R's type 7, numpy's default):
+    at 0.5, numpy's median."""
     ordered = x.flatten(0, 1).sort(0).values
-    at = (len(ordered) - 1) * prob
-    low = math.floor(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (at - low) * (ordered[high] - ordered[low])
+    last = len(ordered) - 1
+    quantiles = []
+    for prob in probs:
+        low = math.floor(last * prob)
+        high = min(low + 1, last)
+        quantiles.append(ordered[low] + (last * prob - low) * (ordered[high] - ordered[low]))
+    return quantiles
 
 
 def effective_sample_size(samples: torch.Tensor) -> torch.Tensor:
@@ -151,7 +154,7 @@ def tail_effective_sample_size(samples: torch.Tensor) -> torch.Tensor:
         samples: kept states (T, B, ...): T draws of B chains.
     """
     x = _check(samples)
-    low, high = (_ess(_split(widen(x <= _quantile(x, p)))) for p in (0.05, 0.95))
+    low, high = (_ess(_split(widen(x <= q))) for q in _quantiles(x, 0.05, 0.95))
     return torch.minimum(low, high).reshape(samples.shape[2:])
 
 
@@ -174,7 +177,8 @@ def monte_carlo_errors(samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     flat = x.reshape(-1, x.shape[-1])
     squared = (x - flat.mean(0)) ** 2
     var = squared.mean((0, 1))
-    of_mean = (flat.var(0) / _ess(_split(x))).sqrt()
+    n = len(flat)
+    of_mean = (var * n / (n - 1) / _ess(_split(x))).sqrt()  # the sd with n - 1
     var_of_var = (squared**2).mean((0, 1)) - var**2
     of_sd = (
         var_of_var / _ess(_split(squared)) / (4 * var.clamp(min=torch.finfo(var.dtype).tiny))
@@ -197,7 +201,8 @@ def split_rhat(samples: torch.Tensor) -> torch.Tensor:
         return (var_plus / w).sqrt()
 
     split = _split(x)
-    folded = (split - _quantile(split, 0.5)).abs()  # about each coordinate's median
+    (median,) = _quantiles(split, 0.5)
+    folded = (split - median).abs()  # about each coordinate's median
     return torch.maximum(rhat(_rank_normalise(split)), rhat(_rank_normalise(folded))).reshape(
         samples.shape[2:]
     )
