@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= runs/demo
 
-.PHONY: setup test docs demo bench lint clean
+.PHONY: setup test test-oldest docs demo bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -33,6 +33,20 @@ test: setup docs
 	$(PORTABLE) $(PY) -m pytest -m fastpath
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -n auto --dist loadfile -m "not slow" $(NUMERICAL)
 	$(PY) -m pytest -n auto --dist loadfile
+
+# The suite on the oldest releases pyproject.toml allows (the last patch of each floor),
+# in an environment of its own; torch stays at TORCH_PIN, the one CPU wheel at hand.
+# tests/test_packaging.py keeps these pins on pyproject.toml's floors.
+OLDEST := numpy==1.24.4 scipy==1.10.1 scikit-learn==1.6.0 matplotlib==3.7.0 tqdm==4.60.0 \
+	pillow==9.1.0 pandas==2.0.3
+OLDEST_VENV ?= .venv-oldest
+
+test-oldest:
+	rm -rf $(OLDEST_VENV)
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/pip install --quiet "$(TORCH_PIN)" $(OLDEST) pytest pytest-xdist hypothesis
+	$(OLDEST_VENV)/bin/pip install --quiet --no-deps -e .
+	$(OLDEST_VENV)/bin/python -m pytest -n auto --dist loadfile
 
 # The documentation site (mkdocs, Material theme, API pages from the docstrings) into
 # site/; any warning fails the build.

@@ -1,9 +1,11 @@
 """The wheel holds the whole package and its command: built from the sources, installed
 on its own (no editable install, no source tree on the path), it runs ``ebmlab info``."""
 
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -46,3 +48,22 @@ def test_wheel_installs_and_runs_info(tmp_path):
     first, *rest = result.stdout.splitlines()
     assert first.startswith(str(target)), first  # the installed copy, not the sources
     assert any(line.startswith("ebmlab ") for line in rest) and "recipes: " in result.stdout
+
+
+def test_oldest_pins_sit_on_the_declared_floors():
+    """``make test-oldest`` pins each runtime dependency but torch (and pandas, of the
+    tests) to a release of its floor in pyproject.toml: raising a floor without moving
+    the pin, or adding a dependency without one, fails here."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for requirement in project["dependencies"] + project["optional-dependencies"]["dev"]:
+        name, floor = re.fullmatch(r"([A-Za-z0-9_-]+)>=([0-9.]+)(?:,.*)?", requirement).groups()
+        floors[name.lower()] = floor
+    makefile = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    line = next(x for x in makefile.splitlines() if x.startswith("OLDEST :="))
+    pins = dict(pin.lower().split("==") for pin in line.split(":=")[1].split())
+    runtime = {re.match(r"[A-Za-z0-9_-]+", r).group().lower() for r in project["dependencies"]}
+    assert set(pins) >= runtime - {"torch"}, sorted(runtime - {"torch"} - set(pins))
+    for name, version in pins.items():
+        floor = floors[name]
+        assert version == floor or version.startswith(floor + "."), (name, version, floor)

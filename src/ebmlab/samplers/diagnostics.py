@@ -268,11 +268,14 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
     """Diagnostics of a :class:`~ebmlab.samplers.SampleRun` made with ``thin``, with the
     checks of Vehtari et al. (2021): R-hat at most 1.01, bulk ESS at least 100 per chain
     (400 in all suffice), at most 1 % of the kept transitions divergent; with ``warn``
-    the failed ones are also raised as one :class:`SamplingWarning`. When R-hat or the
-    ESS fails after a diagonal mass was tuned and the draws are strongly correlated
-    (:func:`correlation_condition` above :data:`CORRELATED`; at most
-    :data:`DENSE_UP_TO` coordinates, ten draws or more per coordinate), it says that a
-    dense mass may mix faster.
+    the failed ones are also raised as one :class:`SamplingWarning`. R-hat and the ESS
+    are tied, R-hat ~ sqrt(1 + M / ESS) over M half-chains (Vats & Knudson 2021),
+    so R-hat <= 1.01 takes about 50 effective draws per half-chain: many short chains
+    that have mixed still fail it, and the warning says how far each half-chain is.
+    When R-hat or the ESS fails after a diagonal mass was tuned and the draws are
+    strongly correlated (:func:`correlation_condition` above :data:`CORRELATED`; at
+    most :data:`DENSE_UP_TO` coordinates, ten draws or more per coordinate), it says
+    that a dense mass may mix faster.
 
     Args:
         run: a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
@@ -294,9 +297,13 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
     needed = min(ESS_PER_CHAIN * n_chains, ESS_ENOUGH)
     transitions = run.info.get("n_kept_steps", 0) * n_chains
     if diagnostics.max_rhat > RHAT_LIMIT:
+        halves = 2 * n_chains
         diagnostics.problems.append(
-            f"R-hat {diagnostics.max_rhat:.4f} > {RHAT_LIMIT}: the chains disagree; run longer "
-            "or look for stuck chains"
+            f"R-hat {diagnostics.max_rhat:.4f} > {RHAT_LIMIT}: the chains are too short or "
+            f"disagree. Over {halves} half-chains R-hat is about sqrt(1 + {halves} / bulk ESS), "
+            f"so it reaches {RHAT_LIMIT} at {1 / (RHAT_LIMIT**2 - 1):.0f} effective draws per "
+            f"half-chain, and this run has {diagnostics.min_ess / halves:.1f}: run the chains "
+            "longer (or fewer, longer chains for the same draws), and look for stuck chains"
         )
     if diagnostics.min_ess < needed:
         diagnostics.problems.append(
