@@ -1,5 +1,6 @@
 """The wheel holds the whole package and its command: built from the sources, installed
-on its own (no editable install, no source tree on the path), it runs ``ebmlab info``."""
+on its own (no editable install, no source tree on the path), it runs ``ebmlab info``.
+The declared dependency floors are the ones ``make test-oldest`` tests."""
 
 import re
 import shutil

@@ -153,8 +153,8 @@ def _stationary_ar1(chains: int, draws: int, rho: float, seed: int) -> torch.Ten
 
 
 def test_many_short_mixed_chains_fail_rhat_and_the_warning_says_why():
-    """Chains in their stationary law have nothing left to forget, yet 256 of 400 draws
-    at autocorrelation 0.9 give R-hat above 1.01: each half-chain holds a handful of
+    """Chains in their stationary law have nothing left to forget, yet 256 chains of 400
+    draws at autocorrelation 0.9 give R-hat above 1.01: each half-chain holds a handful of
     effective draws, and R-hat ~ sqrt(1 + M / ESS) over M half-chains (Vats & Knudson
     2021). The warning gives that count; the same draws in 16 chains pass."""
     info = {"acceptance_rate": 1.0, "n_divergent": 0, "n_grad_evals": 0, "n_kept_steps": 400}
