@@ -109,6 +109,9 @@ def test_divergence_stops_with_message_and_keeps_last_good_checkpoint(tmp_path):
         DivergenceError, match=r"diverged at step 12: the loss is nan; the last good checkpoint"
     ):
         Trainer(task, data(), config(), tmp_path).fit()
+    assert (
+        "divergence_restarts > 0" in json.loads((tmp_path / "summary.json").read_text())["error"]
+    )  # the remedy: restart from that checkpoint at a lower learning rate
     state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert state["trainer"]["step"] == 10
     assert all(torch.isfinite(v).all() for v in state["model"].values())

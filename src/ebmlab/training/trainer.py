@@ -663,7 +663,13 @@ class Trainer:
         if self.run is None:
             return "no run directory, nothing was saved"
         if self.run.last.is_file():
-            return f"the last good checkpoint is {self.run.last}"
+            restart = (
+                ""
+                if self.config.divergence_restarts
+                else " (divergence_restarts > 0, --divergence-restarts on the command line, "
+                "restarts from it at a lower learning rate)"
+            )
+            return f"the last good checkpoint is {self.run.last}{restart}"
         return "no checkpoint had been written yet"
 
     def _flush(self, window: list[dict[str, float]]) -> None:
