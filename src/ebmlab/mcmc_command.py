@@ -83,10 +83,28 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="NAME returns the log density (up to a constant), not the energy",
     )
     p.add_argument("--sampler", choices=list(SAMPLERS), default="nuts")
-    p.add_argument("--chains", type=int, default=32)
-    p.add_argument("--warmup", type=int, default=300)
-    p.add_argument("--draws", type=int, default=300)
-    p.add_argument("--target-accept", type=float, default=0.8)
+    p.add_argument(
+        "--chains", type=int, default=32, help="chains run side by side (default: %(default)s)"
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=300,
+        help="adaptation steps of each chain (default: %(default)s)",
+    )
+    p.add_argument(
+        "--draws",
+        type=int,
+        default=300,
+        help="kept draws of each chain; R-hat <= 1.01 takes about 50 effective draws in "
+        "each half-chain, so fewer, longer chains pass it sooner (default: %(default)s)",
+    )
+    p.add_argument(
+        "--target-accept",
+        type=float,
+        default=0.8,
+        help="the step size's acceptance target (default: %(default)s)",
+    )
     p.add_argument(
         "--mass",
         choices=list(MASSES),
