@@ -16,6 +16,7 @@ from ebmlab.samplers.diagnostics import (
 
 
 def ar1(rho, t=1000, c=40, seed=0, d=1):
+    """AR(1) chains started in their stationary law N(0, 1): mixed from the first draw."""
     gen = torch.Generator().manual_seed(seed)
     e = torch.randn(t, c, d, generator=gen, dtype=torch.float64)
     z = torch.zeros(t, c, d, dtype=torch.float64)
@@ -141,31 +142,20 @@ def test_rhat_flags_chains_that_disagree():
     assert float(split_rhat(x)) > 1.1
 
 
-def _stationary_ar1(chains: int, draws: int, rho: float, seed: int) -> torch.Tensor:
-    """AR(1) chains started in their stationary law N(0, 1): mixed from the first draw."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.empty(draws, chains, 1, dtype=torch.float64)
-    z = torch.randn(chains, 1, generator=g, dtype=torch.float64)
-    for t in range(draws):
-        z = rho * z + math.sqrt(1 - rho**2) * torch.randn(chains, 1, generator=g, dtype=z.dtype)
-        x[t] = z
-    return x
-
-
 def test_many_short_mixed_chains_fail_rhat_and_the_warning_says_why():
     """Chains in their stationary law have nothing left to forget, yet 256 chains of 400
     draws at autocorrelation 0.9 give R-hat above 1.01: each half-chain holds a handful of
     effective draws, and R-hat ~ sqrt(1 + M / ESS) over M half-chains (Vats & Knudson
     2021). The warning gives that count; the same draws in 16 chains pass."""
     info = {"acceptance_rate": 1.0, "n_divergent": 0, "n_grad_evals": 0, "n_kept_steps": 400}
-    short = SampleRun(samples=_stationary_ar1(256, 400, 0.9, seed=0), final=None, info=info)
+    short = SampleRun(samples=ar1(0.9, t=400, c=256, seed=0), final=None, info=info)
     diagnostics = summarize(short, warn=False)
     ess, halves = diagnostics.min_ess, 512
     assert diagnostics.max_rhat > 1.03
     assert diagnostics.max_rhat == pytest.approx(math.sqrt(1 + halves / ess), abs=0.03)
     (problem,) = [p for p in diagnostics.problems if p.startswith("R-hat")]
     assert f"this run has {ess / halves:.1f}" in problem and "at 50 effective draws" in problem
-    long = SampleRun(samples=_stationary_ar1(16, 6400, 0.9, seed=1), final=None,
+    long = SampleRun(samples=ar1(0.9, t=6400, c=16, seed=1), final=None,
                      info={**info, "n_kept_steps": 6400})  # fmt: skip
     assert summarize(long, warn=False).max_rhat < 1.01
 
