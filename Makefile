@@ -1,5 +1,6 @@
 # Every target sets up .venv first. torch is pinned and installed before the package so
-# pip never resolves a CUDA build of it.
+# pip never resolves a CUDA build of it. Nothing is byte-compiled at install (half of
+# torch's install time): Python compiles each module the first time it is imported.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,8 +13,8 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet "$(TORCH_PIN)"
-	$(PY) -m pip install --quiet -e ".[dev,docs]"
+	$(PY) -m pip install --quiet --no-compile "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet --no-compile -e ".[dev,docs]"
 	touch $@
 
 # The fast-path tests run twice: on whatever this CPU offers, then on the portable path

@@ -88,6 +88,8 @@ def test_train_evaluate_and_resume(capsys, tmp_path, assert_keys_documented):
     assert code == 0 and result["test_nll"] > result["true_nll"] - 0.1
     assert 0 < result["test_nll_stderr"] < 0.2  # the test rows' spread over sqrt(rows)
     assert result["log_z"]["method"] == "quadrature"
+    code, _, err = run_cli(capsys, "evaluate", str(run), "--long-run-steps", "500")
+    assert code == 2 and "recipe 'density' does not take --long-run-steps" in err
     # a 2-epoch model's samples are far from the data: each MMD² is many errors above 0
     assert result["mmd2"] > 3 * result["mmd2_stderr"] > 0
     assert result["mmd2_floor_stderr"] > 0

@@ -280,6 +280,14 @@ def _build_parser() -> _Parser:
         "(e.g. a cross-entropy twin), so that runs compare in one feature space",
     )
     ev.add_argument(
+        "--long-run-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="jem: the samples' stability after N further SGLD steps (default 1000; more "
+        "than 200)",
+    )
+    ev.add_argument(
         "--inception",
         default=None,
         metavar="FILE",
@@ -513,6 +521,8 @@ def _feature_model(args: argparse.Namespace, setup: Setup) -> torch.nn.Module | 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     RunDirectory(args.run_dir).read_config()  # not a run: one line, before any other
+    if args.long_run_steps is not None and args.long_run_steps <= 200:
+        raise ArgumentError(f"--long-run-steps must be more than 200, got {args.long_run_steps}")
     progress = Stages("evaluate")
     progress(f"loading {args.run_dir} ({args.checkpoint} checkpoint)")
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
@@ -521,6 +531,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "ood_data": args.ood_data,
         "ood_root": args.ood_root,
         "likelihood": args.nll,
+        "long_run_steps": args.long_run_steps,
         "inception": args.inception,
         "inception_samples": args.inception_samples,
         "inception_reference": args.inception_reference,

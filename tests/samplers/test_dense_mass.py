@@ -70,7 +70,7 @@ def test_the_window_covariance_pools_chains_and_is_regularised_as_in_stan():
     "sampler",
     [
         pytest.param(
-            lambda dense: NUTS(max_depth=6, dense_mass=dense), id="nuts", marks=pytest.mark.slow
+            lambda dense: NUTS(max_depth=5, dense_mass=dense), id="nuts", marks=pytest.mark.slow
         ),
         pytest.param(lambda dense: AdaptiveHMC(dense_mass=dense), id="adaptive-hmc"),
     ],

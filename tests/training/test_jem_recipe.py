@@ -27,6 +27,7 @@ TINY = [
     "--lr",
     "3e-4",
 ]
+SHORT_LONG_RUN = ["--long-run-steps", "201"]  # the stability check's shortest run (1000 by default)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys, assert_keys_do
     capsys.readouterr()
     ood = tmp_path / "ood.npy"
     np.save(ood, np.random.default_rng(0).integers(0, 17, size=(30, 8, 8), dtype=np.uint8))
-    assert main(["evaluate", str(jem_run), "--ood-data", str(ood)]) == 0
+    assert main(["evaluate", str(jem_run), "--ood-data", str(ood), *SHORT_LONG_RUN]) == 0
     result = json.loads(capsys.readouterr().out)
     assert_keys_documented(result)
     assert 0 <= result["test_error"] <= 1 and 0 <= result["ece"] <= 1
@@ -85,7 +86,7 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys, assert_keys_do
         "train_test_floor_mmd2_stderr",
         "after_training_steps",
         "after_200_more_steps",
-        "after_1000_more_steps",
+        "after_201_more_steps",
         "classifier_features",
     }
     assert result["samples"]["after_training_steps"]["mmd2_stderr"] > 0
@@ -109,6 +110,8 @@ def test_bad_ood_file_is_a_usage_error(jem_run, tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", str(jem_run), "--ood-data", str(tmp_path / "missing.npy")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main(["evaluate", str(jem_run), "--long-run-steps", "200"]) == 2
+    assert "--long-run-steps must be more than 200, got 200" in capsys.readouterr().err
 
 
 def test_a_data_set_serves_as_an_ood_set_and_a_wrong_one_is_refused_up_front(
@@ -123,7 +126,7 @@ def test_a_data_set_serves_as_an_ood_set_and_a_wrong_one_is_refused_up_front(
     for split, n in (("train", 40), ("test", 25)):
         np.savez(folder / f"{split}.npz", x=rng.integers(0, 17, (n, 8, 8), dtype=np.uint8))
     capsys.readouterr()
-    assert main(["evaluate", str(jem_run), "--ood-data", str(folder)]) == 0
+    assert main(["evaluate", str(jem_run), "--ood-data", str(folder), *SHORT_LONG_RUN]) == 0
     result = json.loads(capsys.readouterr().out)
     assert "user_set" in result["ood_auroc"] and "user_file" not in result["ood_auroc"]
     # 25 test images of the folder's: a larger error than that of the 447 noise images
@@ -236,14 +239,14 @@ def test_features_from_another_run_put_samples_in_its_feature_space(
     classifier features; in the run's own, those equal the run's own block. A run on
     other inputs is refused, naming both shapes. --nll adds the test log-likelihood."""
     capsys.readouterr()
-    args = ["evaluate", str(jem_run), "--features-from", str(jem_run), "--nll"]
+    args = ["evaluate", str(jem_run), "--features-from", str(jem_run), "--nll", *SHORT_LONG_RUN]
     assert main([*args, "--weights", "raw"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert np.isfinite(result["test_log_likelihood"]["bits_per_dim"])
     samples = result["samples"]
     assert_keys_documented(samples)
     other, own = samples["other_classifier_features"], samples["classifier_features"]
-    assert "frechet_distance" in samples["after_1000_more_steps"]["other_classifier_features"]
+    assert "frechet_distance" in samples["after_201_more_steps"]["other_classifier_features"]
     assert other["frechet_distance"] == pytest.approx(own["frechet_distance"])
     assert other["train_test_floor"]["kid"] == pytest.approx(own["train_test_floor"]["kid"])
     wide = tmp_path / "rgb"
@@ -348,6 +351,7 @@ def test_colour_images_from_a_folder_of_arrays(
     capsys.readouterr()
     more = ["--inception-samples", "30", "--inception-reference", "train",  # 20 a batch here
             "--inception-preprocessing", "pytorch-fid"]  # fmt: skip
+    more += SHORT_LONG_RUN
     assert main(["evaluate", str(run), "--inception", str(inception_weights[0]), *more]) == 0
     result = json.loads(capsys.readouterr().out)
     assert_keys_documented(result)
