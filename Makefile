@@ -1,6 +1,7 @@
 # Every target sets up .venv first. torch is pinned and installed before the package so
-# pip never resolves a CUDA build of it. Nothing is byte-compiled at install (half of
-# torch's install time): Python compiles each module the first time it is imported.
+# pip never resolves a CUDA build of it. pip byte-compiles at install, and that stays:
+# where PYTHONDONTWRITEBYTECODE is set, as in many CI images, no later import caches
+# its bytecode, and every test process would compile torch again.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -13,8 +14,8 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --no-compile "$(TORCH_PIN)"
-	$(PY) -m pip install --quiet --no-compile -e ".[dev,docs]"
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet -e ".[dev,docs]"
 	touch $@
 
 # The fast-path tests run twice: on whatever this CPU offers, then on the portable path
