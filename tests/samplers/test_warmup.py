@@ -171,9 +171,9 @@ def test_adaptive_hmc_finds_the_unit_gaussians_trajectory_length():
 def test_nuts_tunes_one_step_size_per_chain_or_one_for_all():
     target = lambda x: 0.5 * (x * x / torch.tensor([0.01, 1.0])).sum(1)  # noqa: E731
     x0 = torch.randn(16, 2, generator=torch.Generator().manual_seed(1))
-    run = NUTS().run(target, x0, 10, burn_in=100, generator=0)
+    run = NUTS(max_depth=4).run(target, x0, 10, burn_in=100, generator=0)
     per_chain = run.final.step_size
-    pooled = NUTS(pool_step_size=True).run(target, x0, 10, burn_in=100, generator=0)
+    pooled = NUTS(max_depth=4, pool_step_size=True).run(target, x0, 10, burn_in=100, generator=0)
     # the gradients each chain's own trees used, and those the lockstep batch computed
     assert 0 < run.info["n_grad_evals_used"] < run.info["n_grad_evals"]
     assert isinstance(per_chain, torch.Tensor) and per_chain.shape == (16,)

@@ -274,7 +274,7 @@ def test_short_run_learns_a_classifier_and_a_density(tmp_path):
     digits above uniform noise and permuted pixels: some fresh chains start in noise
     (with Gaussian starts alone, a short run ranks noise above the digits)."""
     run = tmp_path / "short"
-    args = ["--sampler-steps", "5", "--epochs", "12"]
+    args = ["--sampler-steps", "3", "--epochs", "10"]
     args += ["--warmup-steps", "20", "--no-progress", "--seed", "0"]
     assert main(["train", "jem", "--out", str(run), *args]) == 0
     _, setup, run_dir = load_run(run)

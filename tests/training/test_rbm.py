@@ -499,7 +499,7 @@ SPARSE_MEMORY = """
 import resource, sys
 import numpy as np, scipy.sparse as sp
 from ebmlab.sklearn import BernoulliRBM
-x = sp.random(20_000, 5_000, density=0.01, format="csr", dtype=np.float32,
+x = sp.random(10_000, 5_000, density=0.01, format="csr", dtype=np.float32,
               random_state=np.random.default_rng(0), data_rvs=lambda n: np.ones(n))
 # the first fit maps the kernels' libraries into memory: not the data's share
 BernoulliRBM(16, n_iter=1, batch_size=100, random_state=0).fit(x[:200]).transform(x[:200])
@@ -515,8 +515,8 @@ print(grown, gap)
 
 @pytest.mark.slow
 def test_a_sparse_fit_never_holds_the_dense_matrix():
-    """20,000 x 5,000 rows of 1 % density: a fit and a transform grow the process's peak
-    memory by less than the dense float32 matrix's 400 MB, and the features equal the
+    """10,000 x 5,000 rows of 1 % density: a fit and a transform grow the process's peak
+    memory by less than the dense float32 matrix's 200 MB, and the features equal the
     dense path's."""
     import subprocess
     import sys
@@ -524,7 +524,7 @@ def test_a_sparse_fit_never_holds_the_dense_matrix():
     out = subprocess.run([sys.executable, "-c", SPARSE_MEMORY], capture_output=True,
                          text=True, timeout=600)  # fmt: skip
     grown, gap = out.stdout.split()
-    assert int(grown) < 20_000 * 5_000 * 4 / 4, out.stderr  # a quarter of the dense size
+    assert int(grown) < 10_000 * 5_000 * 4 / 4, out.stderr  # a quarter of the dense size
     assert float(gap) < 1e-5
 
 
