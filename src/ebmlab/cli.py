@@ -63,7 +63,7 @@ from ebmlab.training import (
 )
 from ebmlab.training.checkpoint import load_newest_good, previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
-from ebmlab.training.recipes.jem import GRID_CLASSES, INCEPTION_REFERENCES
+from ebmlab.training.recipes.jem import GRID_CLASSES, INCEPTION_REFERENCES, STABILITY_STEPS
 from ebmlab.training.run_dir import jsonable, write_json
 
 # What a user can fix: bad arguments and settings, missing files and data, failed
@@ -285,7 +285,7 @@ def _build_parser() -> _Parser:
         default=None,
         metavar="N",
         help="jem: the samples' stability after N further SGLD steps (default 1000; more "
-        "than 200)",
+        f"than {STABILITY_STEPS})",
     )
     ev.add_argument(
         "--inception",
@@ -521,8 +521,10 @@ def _feature_model(args: argparse.Namespace, setup: Setup) -> torch.nn.Module | 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     RunDirectory(args.run_dir).read_config()  # not a run: one line, before any other
-    if args.long_run_steps is not None and args.long_run_steps <= 200:
-        raise ArgumentError(f"--long-run-steps must be more than 200, got {args.long_run_steps}")
+    if args.long_run_steps is not None and args.long_run_steps <= STABILITY_STEPS:
+        raise ArgumentError(
+            f"--long-run-steps must be more than {STABILITY_STEPS}, got {args.long_run_steps}"
+        )
     progress = Stages("evaluate")
     progress(f"loading {args.run_dir} ({args.checkpoint} checkpoint)")
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)

@@ -296,6 +296,7 @@ class JEMConfig:
 MAX_EVAL_SAMPLES = 500  # chains run for the sample-quality metrics (and test images compared)
 GAUSSIAN_FIT_ROWS = 10_000  # training rows the class Gaussians of fresh chains are fitted to
 GRID_CLASSES = 10  # classes drawn in the conditional-samples picture
+STABILITY_STEPS = 200  # SGLD steps of the stability check's first look; the long run goes on
 
 
 def network(
@@ -769,8 +770,8 @@ def evaluate(
             SMC over the pixel box (:func:`log_partition`), and in bits per dimension.
         progress: called with each stage's name as it starts (the CLI prints it).
     """
-    if long_run_steps <= 200:
-        raise ArgumentError(f"long_run_steps must be > 200, got {long_run_steps}")
+    if long_run_steps <= STABILITY_STEPS:
+        raise ArgumentError(f"long_run_steps must be > {STABILITY_STEPS}, got {long_run_steps}")
     if ood_root is not None and not ood_data:
         raise ArgumentError("ood_root needs ood_data (a published set's name)")
     task: JEMTask = setup.task  # type: ignore[assignment]
@@ -841,10 +842,11 @@ def evaluate(
             "preprocessing": inception_preprocessing,
             **_inception_quality(task, network, x, inception_samples or n, split),
         }
-    progress(f"stability: the samples after 200 and {long_run_steps} more SGLD steps")
-    x200 = task.sampler.sample(task.model, x, 200, generator=gen)
-    quality["after_200_more_steps"] = _sample_metrics(task, x200, reference)
-    x_long = task.sampler.sample(task.model, x200, long_run_steps - 200, generator=gen)
+    first = STABILITY_STEPS
+    progress(f"stability: the samples after {first} and {long_run_steps} more SGLD steps")
+    x_first = task.sampler.sample(task.model, x, first, generator=gen)
+    quality[f"after_{first}_more_steps"] = _sample_metrics(task, x_first, reference)
+    x_long = task.sampler.sample(task.model, x_first, long_run_steps - first, generator=gen)
     long = quality[f"after_{long_run_steps}_more_steps"] = _sample_metrics(task, x_long, reference)
     if feature_model is not None:  # one feature space for the runs' long-run samples too
         long["other_classifier_features"] = _feature_quality(
