@@ -94,17 +94,28 @@ class _Layout:
 
     def pack(self, like: torch.Tensor, **values: torch.Tensor | float) -> torch.Tensor:
         """The registers holding ``values`` (every field, in any order; (B,) tensors,
-        (B, width) tensors or floats), in ``like``'s dtype."""
+        (B, width) tensors or floats), in ``like``'s dtype. Each run of equal floats
+        is one constant block, and ``torch.cat`` promotes bool and integer fields: a
+        record costs a handful of tensor operations, not a few per field."""
         n = like.shape[0]
-        parts = []
+        parts: list[torch.Tensor] = []
+        run_value, run_width = None, 0
         for name, cut in self.slices.items():
             value = values[name]
             if not isinstance(value, torch.Tensor):
-                value = like.new_full((n, cut.stop - cut.start), value)
-            elif value.ndim == 1:
-                value = value.unsqueeze(-1)
-            parts.append(value if value.dtype == like.dtype else value.to(like.dtype))
-        return torch.cat(parts, -1)
+                if run_width and value != run_value:
+                    parts.append(like.new_full((n, run_width), run_value))
+                    run_width = 0
+                run_value, run_width = value, run_width + cut.stop - cut.start
+                continue
+            if run_width:
+                parts.append(like.new_full((n, run_width), run_value))
+                run_width = 0
+            parts.append(value.unsqueeze(-1) if value.ndim == 1 else value)
+        if run_width:
+            parts.append(like.new_full((n, run_width), run_value))
+        packed = torch.cat(parts, -1)
+        return packed if packed.dtype == like.dtype else packed.to(like.dtype)
 
 
 class _FlatEnergy(EnergyFunction):
