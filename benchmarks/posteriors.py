@@ -63,6 +63,9 @@ def scores(draws: np.ndarray, ref: dict[str, Any]) -> dict[str, float]:
         "min_bulk_ess": float(ess.min()),
         "worst_z_mean": float(np.abs(z_mean).max()),
         "worst_z_sd": float(np.abs(z_sd).max()),
+        # which coordinates: the column of each worst z
+        "worst_mean_at": int(np.abs(z_mean).argmax()),
+        "worst_sd_at": int(np.abs(z_sd).argmax()),
     }
 
 

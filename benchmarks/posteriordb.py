@@ -1,0 +1,369 @@
+"""Samplers against Stan's reference posteriors, on the data as posteriordb publishes them.
+
+``python -m benchmarks.posteriordb --posteriordb DIR`` reads four posteriors from a
+checkout of posteriordb (Magnusson et al. 2025; ``git clone
+https://github.com/stan-dev/posteriordb DIR``), each with its published data and its
+reference draws (10 chains of 1,000 draws thinned from long Stan runs):
+
+- ``kidiq-kidscore_interaction``: the children's test scores of Gelman & Hill (2007,
+  ch. 3) on their mothers' high school, IQ and both (434 rows, flat priors on the
+  coefficients, sigma half-Cauchy(0, 2.5)), the real data behind the synthetic
+  regression of :mod:`benchmarks.posterior_models`;
+- ``arK-arK``: an AR(5) model of 200 points, coefficients N(0, 10), sigma half-Cauchy;
+- ``gp_pois_regr-gp_pois_regr`` and ``eight_schools-eight_schools_noncentered``: the
+  models of :mod:`benchmarks.posterior_models`, whose data are the published ones.
+
+Our own transcriptions of the Stan programs are checked twice against what Stan
+computed: the exact moments of the two conditionally Gaussian models
+(:func:`gaussian_scale_moments`) and of eight schools (quadrature) against the
+reference draws, and ebmlab's ``NUTS`` and ``AdaptiveHMC`` from Stan's starts
+(uniform(-2, 2) on the unconstrained scale; 32 chains, 300 warm-up and 300 kept steps,
+float64) against them too, on Stan's own parameters (sigma, not log sigma; the GP's f
+and the schools' theta, not the standard normals behind them). Each row gives the worst
+|z| of the means and sds with the Monte Carlo errors of both sides counted
+(:func:`benchmarks.posteriors.scores`). Writes ``results/posteriordb.json`` and prints a
+Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.posterior_models import (
+    GP_COUNTS,
+    GP_X,
+    SCHOOLS_SIGMA,
+    SCHOOLS_Y,
+    Posterior,
+    _cholesky,
+    _const,
+    _normal,
+    eight_schools_noncentred,
+    gp_poisson,
+    schools_moments,
+)
+from benchmarks.posteriors import RESULTS, run_ebmlab, scores
+from ebmlab.samplers import NUTS, AdaptiveHMC
+from ebmlab.samplers.diagnostics import effective_sample_size
+
+
+@dataclass(frozen=True)
+class Published:
+    """A posteriordb posterior as ebmlab samples it: ``posterior`` on the unconstrained
+    scale, ``quantities`` mapping its draws (..., D) to Stan's named parameters (...,
+    Q) in the order of ``names``, and ``exact`` the exact means and sds of some of them
+    (name -> (mean, sd)) where a closed form or quadrature gives them."""
+
+    posterior: Posterior
+    names: tuple[str, ...]
+    quantities: Callable[[np.ndarray], np.ndarray]
+    exact: Callable[[], dict[str, tuple[float, float]]] | None = None
+
+
+def _database(root: Path) -> Path:
+    """The ``posterior_database`` folder of a posteriordb checkout (or that folder)."""
+    inner = root / "posterior_database"
+    return inner if inner.is_dir() else root
+
+
+def _zipped_json(path: Path) -> Any:
+    """The one JSON file inside ``path``, a ``.json.zip`` as posteriordb ships them."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: --posteriordb must name a checkout of "
+            "https://github.com/stan-dev/posteriordb (or its posterior_database folder)"
+        )
+    with zipfile.ZipFile(path) as archive:
+        inside = [n for n in archive.namelist() if n.endswith(".json")]
+        if len(inside) != 1:
+            raise ValueError(f"{path} should hold one .json file, holds {inside}")
+        return json.load(io.TextIOWrapper(archive.open(inside[0]), encoding="utf-8"))
+
+
+def read(root: Path, name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The data and the reference draws of posterior ``name``, as posteriordb lays them
+    out: ``posteriors/<name>.json`` names its data and its reference posterior, whose
+    files are ``data/data/<data>.json.zip`` and
+    ``reference_posteriors/draws/draws/<reference>.json.zip`` (a list of chains, each
+    a mapping from parameter to draws). Draws come back as (draws, chains) arrays."""
+    base = _database(Path(root))
+    info_path = base / "posteriors" / f"{name}.json"
+    if not info_path.is_file():
+        raise FileNotFoundError(f"{info_path} is missing: no posterior {name!r} there")
+    info = json.loads(info_path.read_text())
+    data = _zipped_json(base / "data" / "data" / f"{info['data_name']}.json.zip")
+    reference = info.get("reference_posterior_name")
+    if not reference:
+        raise ValueError(f"posterior {name!r} has no reference posterior in posteriordb")
+    drawn = base / "reference_posteriors" / "draws" / "draws"
+    chains = _zipped_json(drawn / f"{reference}.json.zip")
+    draws = {key: np.array([chain[key] for chain in chains], dtype=float).T for key in chains[0]}
+    return data, draws
+
+
+def gaussian_scale_moments(
+    X: np.ndarray,
+    y: np.ndarray,
+    prior_sd: float | None,
+    log_scale_prior: Callable[[np.ndarray], np.ndarray],
+    points: int = 8001,
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Exact posterior means and sds of beta and sigma for y ~ N(X beta, sigma^2 I),
+    beta ~ N(0, prior_sd^2 I) (``None``: flat) and sigma with log prior density
+    ``log_scale_prior`` (up to a constant).
+
+    Given sigma, beta is Gaussian with precision A = X'X / sigma^2 + I / prior_sd^2 and
+    mean A^{-1} X'y / sigma^2, and sigma's marginal is p(sigma) sigma^{-n} |A|^{-1/2}
+    exp(-(y'y / sigma^2 - m'A m) / 2) (Bishop 2006, eq. 3.86 with the scale left
+    free), integrated on a grid over log sigma of +-2 about the maximum-likelihood
+    scale (over 12 posterior sds from 20 rows on). Means and variances of beta follow
+    by the laws of total expectation and variance. Returns (mean beta, sd beta, mean
+    sigma, sd sigma)."""
+    n, d = X.shape
+    gram, xty = X.T @ X, X.T @ y
+    fit = np.linalg.lstsq(X, y, rcond=None)[0]
+    log_s = np.log(np.sqrt(((y - X @ fit) ** 2).mean())) + np.linspace(-2.0, 2.0, points)
+    s2 = np.exp(2 * log_s)[:, None, None]
+    precision = gram / s2 + (0.0 if prior_sd is None else np.eye(d) / prior_sd**2)
+    cov = np.linalg.inv(precision)
+    mean = (cov @ (xty / s2[..., 0])[..., None])[..., 0]
+    quad = np.einsum("gi,gi->g", mean, (precision @ mean[..., None])[..., 0])
+    log_p = log_scale_prior(np.exp(log_s)) + log_s - n * log_s  # the grid is in log sigma
+    log_p = log_p - 0.5 * np.linalg.slogdet(precision)[1] - 0.5 * (y @ y / s2[:, 0, 0] - quad)
+    w = np.exp(log_p - log_p.max())
+    w /= w.sum()
+    beta = w @ mean
+    second = np.einsum("g,gij->ij", w, cov + mean[:, :, None] * mean[:, None, :])
+    sigma, sigma2 = w @ np.exp(log_s), w @ np.exp(2 * log_s)
+    return beta, np.sqrt(np.diag(second) - beta**2), float(sigma), math.sqrt(sigma2 - sigma**2)
+
+
+def _half_cauchy(scale: float) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda s: -np.log1p((s / scale) ** 2)
+
+
+def _regression(
+    name: str, X: np.ndarray, y: np.ndarray, coefficients: tuple[str, ...], prior_sd: float | None
+) -> Published:
+    """y ~ N(X beta, sigma), beta flat or N(0, prior_sd), sigma half-Cauchy(0, 2.5)
+    sampled as log sigma with its Jacobian."""
+
+    def log_density(theta: Any, xp: Any) -> Any:
+        beta, log_sigma = theta[..., :-1], theta[..., -1]
+        design, target = _const(X, theta, xp), _const(y, theta, xp)
+        mean = xp.sum(design * beta[..., None, :], axis=-1)
+        sigma = xp.exp(log_sigma)
+        lp = xp.sum(_normal(target, mean, sigma[..., None], xp), axis=-1)
+        if prior_sd is not None:
+            lp = lp + xp.sum(_normal(beta, 0.0, prior_sd, xp), axis=-1)
+        return lp - xp.log1p((sigma / 2.5) ** 2) + log_sigma
+
+    def quantities(draws: np.ndarray) -> np.ndarray:
+        return np.concatenate([draws[..., :-1], np.exp(draws[..., -1:])], -1)
+
+    def exact() -> dict[str, tuple[float, float]]:
+        beta, beta_sd, sigma, sigma_sd = gaussian_scale_moments(X, y, prior_sd, _half_cauchy(2.5))
+        moments = dict(zip(coefficients, zip(beta, beta_sd, strict=True), strict=True))
+        return {**moments, "sigma": (sigma, sigma_sd)}
+
+    names = (*coefficients, "sigma")
+    posterior = Posterior(name, (*coefficients, "log sigma"), log_density)
+    return Published(posterior, names, quantities, exact)
+
+
+def kidiq_interaction(data: dict[str, Any]) -> Published:
+    """posteriordb's ``kidscore_interaction``: kid_score ~ N(b1 + b2 mom_hs + b3 mom_iq
+    + b4 mom_hs mom_iq, sigma), flat priors on b."""
+    hs, iq = np.asarray(data["mom_hs"], float), np.asarray(data["mom_iq"], float)
+    X = np.column_stack([np.ones_like(hs), hs, iq, hs * iq])
+    names = tuple(f"beta[{k}]" for k in range(1, 5))
+    return _regression("kidiq-kidscore_interaction", X, np.asarray(data["kid_score"], float),
+                       names, prior_sd=None)  # fmt: skip
+
+
+def autoregression(data: dict[str, Any]) -> Published:
+    """posteriordb's ``arK``: y_t ~ N(alpha + sum_k beta_k y_{t-k}, sigma) for t > K;
+    alpha, beta ~ N(0, 10)."""
+    y, k = np.asarray(data["y"], float), int(data["K"])
+    lags = [y[k - j : len(y) - j] for j in range(1, k + 1)]
+    X = np.column_stack([np.ones(len(y) - k), *lags])
+    names = ("alpha", *(f"beta[{j}]" for j in range(1, k + 1)))
+    return _regression("arK-arK", X, y[k:], names, prior_sd=10.0)
+
+
+def _check_same(name: str, published: Any, ours: np.ndarray) -> None:
+    if not np.array_equal(np.asarray(published, float), ours):
+        raise ValueError(f"{name}: the published data differ from benchmarks.posterior_models'")
+
+
+def gp_poisson_regression(data: dict[str, Any]) -> Published:
+    """posteriordb's ``gp_pois_regr``, the GP of :mod:`benchmarks.posterior_models`; its
+    reference reports rho, alpha and f = L f_tilde."""
+    _check_same("gp_pois_regr x", data["x"], GP_X)
+    _check_same("gp_pois_regr k", data["k"], GP_COUNTS)
+    names = ("log rho", "log alpha", *(f"eta{i}" for i in range(len(GP_X))))
+    posterior = Posterior("gp_pois_regr-gp_pois_regr", names, gp_poisson)
+
+    def quantities(draws: np.ndarray) -> np.ndarray:
+        rho, alpha = np.exp(draws[..., :1]), np.exp(draws[..., 1:2])
+        sq = (GP_X[:, None] - GP_X[None, :]) ** 2
+        cov = alpha[..., None] ** 2 * np.exp(-sq / (2 * rho[..., None] ** 2))
+        factor = _cholesky(cov + 1e-10 * np.eye(len(GP_X)), np)
+        f = (factor @ draws[..., 2:, None])[..., 0]
+        return np.concatenate([rho, alpha, f], -1)
+
+    return Published(posterior, ("rho", "alpha", *(f"f[{i}]" for i in range(1, 12))), quantities)
+
+
+def eight_schools(data: dict[str, Any]) -> Published:
+    """posteriordb's ``eight_schools_noncentered``, the model of
+    :mod:`benchmarks.posterior_models`; its reference reports theta = mu + tau eta, mu
+    and tau, and the quadrature there gives the exact moments of mu and theta."""
+    _check_same("eight_schools y", data["y"], SCHOOLS_Y)
+    _check_same("eight_schools sigma", data["sigma"], SCHOOLS_SIGMA)
+    names = ("mu", "log tau", *(f"eta{j}" for j in range(8)))
+    posterior = Posterior(
+        "eight_schools-eight_schools_noncentered", names, eight_schools_noncentred
+    )
+
+    def quantities(draws: np.ndarray) -> np.ndarray:
+        mu, tau = draws[..., :1], np.exp(draws[..., 1:2])
+        return np.concatenate([mu + tau * draws[..., 2:], mu, tau], -1)
+
+    def exact() -> dict[str, tuple[float, float]]:
+        m = schools_moments(noncentred=False)  # mu, log tau, theta_1..8
+        thetas = {f"theta[{j + 1}]": (m["mean"][2 + j], m["sd"][2 + j]) for j in range(8)}
+        return {"mu": (m["mean"][0], m["sd"][0]), **thetas}
+
+    theta_names = tuple(f"theta[{j}]" for j in range(1, 9))
+    return Published(posterior, (*theta_names, "mu", "tau"), quantities, exact)
+
+
+# posteriordb's name of each posterior -> how to build it from its published data
+MODELS: dict[str, Callable[[dict[str, Any]], Published]] = {
+    "kidiq-kidscore_interaction": kidiq_interaction,
+    "arK-arK": autoregression,
+    "gp_pois_regr-gp_pois_regr": gp_poisson_regression,
+    "eight_schools-eight_schools_noncentered": eight_schools,
+}
+
+
+def reference_moments(draws: dict[str, np.ndarray], names: tuple[str, ...]) -> dict[str, Any]:
+    """Means, sds and the min bulk ESS of the reference draws of ``names``."""
+    stacked = reference_draws(draws, names)
+    flat = stacked.reshape(-1, len(names))
+    ess = effective_sample_size(torch.as_tensor(stacked)).min()
+    return {"mean": flat.mean(0).tolist(), "sd": flat.std(0, ddof=1).tolist(),
+            "min_bulk_ess": float(ess)}  # fmt: skip
+
+
+def reference_draws(draws: dict[str, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
+    """The reference draws of ``names`` as (draws, chains, Q)."""
+    missing = [n for n in names if n not in draws]
+    if missing:
+        raise KeyError(f"the reference draws hold no {missing}; they hold {sorted(draws)}")
+    return np.stack([draws[n] for n in names], -1)
+
+
+def named(result: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """``scores``' result with the columns of its worst z given by name."""
+    at_mean, at_sd = result.pop("worst_mean_at"), result.pop("worst_sd_at")
+    return {**result, "worst_mean_of": names[at_mean], "worst_sd_of": names[at_sd]}
+
+
+def exact_row(published: Published, draws: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """How far Stan's reference draws lie from the exact moments: worst |z| of the
+    means and sds, in the reference's own Monte Carlo errors."""
+    if published.exact is None:
+        return None
+    exact = published.exact()
+    names = tuple(exact)
+    truth = {"mean": [exact[n][0] for n in names], "sd": [exact[n][1] for n in names],
+             "min_bulk_ess": math.inf}  # fmt: skip
+    result = named(scores(reference_draws(draws, names), truth), names)
+    return {"posterior": published.posterior.name, "sampler": "Stan reference draws",
+            "against": "exact", **result}  # fmt: skip
+
+
+def sampler_row(
+    name: str, published: Published, draws: dict[str, np.ndarray], out: dict[str, Any], args: Any
+) -> dict[str, Any]:
+    """A sampler's run against Stan's reference draws, on Stan's parameters."""
+    ours = published.quantities(out["draws"])
+    result = named(scores(ours, reference_moments(draws, published.names)), published.names)
+    ess = result["min_bulk_ess"]
+    return {
+        "posterior": published.posterior.name,
+        "sampler": name,
+        "against": "Stan reference draws",
+        **result,
+        "divergent_share": out["n_divergent"] / (args.chains * args.draws),
+        "ess_per_1000_grads": 1000 * ess / out["n_grad_evals"],
+        "seconds": out["seconds"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--posteriordb", type=Path, required=True,
+                        help="a checkout of https://github.com/stan-dev/posteriordb")  # fmt: skip
+    parser.add_argument("--chains", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--draws", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", help="only the posteriors whose name contains this")
+    parser.add_argument("--sampler", help="only the samplers whose name contains this")
+    parser.add_argument("--out", default="posteriordb.json", help="file under benchmarks/results")
+    args = parser.parse_args()
+    torch.set_default_dtype(torch.float64)
+    rows = []
+    for name, build in MODELS.items():
+        if args.only and args.only not in name:
+            continue
+        data, draws = read(args.posteriordb, name)
+        published = build(data)
+        checked = exact_row(published, draws)
+        if checked is not None:
+            rows.append(checked)
+            print(json.dumps(rows[-1]), flush=True)
+        for label, sampler in (("ebmlab NUTS", NUTS()), ("ebmlab AdaptiveHMC", AdaptiveHMC())):
+            if args.sampler and args.sampler not in label:
+                continue
+            out = run_ebmlab(sampler, published.posterior, args.chains, args.warmup,
+                             args.draws, seed=args.seed)  # fmt: skip
+            rows.append(sampler_row(label, published, draws, out, args))
+            print(json.dumps(rows[-1]), flush=True)
+    (RESULTS / args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    print(markdown(rows))
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| posterior | what | against | R-hat | divergent | ESS/1k grads | worst z mean | "
+        "worst z sd |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        sampled = "divergent_share" in r
+        lines.append(
+            f"| {r['posterior']} | {r['sampler']} | {r['against']} | "
+            + (f"{r['max_rhat']:.3f} | {r['divergent_share']:.1%} | "
+               f"{r['ess_per_1000_grads']:.2f} | " if sampled else "| | | ")
+            + f"{r['worst_z_mean']:.1f} | {r['worst_z_sd']:.1f} |"
+        )  # fmt: skip
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The posteriordb benchmark (benchmarks/posteriordb.py): its reader on files in
+posteriordb's published layout, its exact moments against brute-force quadrature, and
+its comparison of draws with a reference."""
+
+import json
+import math
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from benchmarks.posteriordb import MODELS, exact_row, gaussian_scale_moments, read
+from scipy import stats
+
+
+def _zip_json(path, payload):
+    """A ``<name>.json.zip`` holding ``<name>.json``, as posteriordb ships its files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(path.name.removesuffix(".zip"), json.dumps(payload))
+
+
+def _database(root, name, data_name, data, chains):
+    base = root / "posterior_database"
+    (base / "posteriors").mkdir(parents=True)
+    info = {"name": name, "model_name": "m", "data_name": data_name,
+            "reference_posterior_name": name}  # fmt: skip
+    (base / "posteriors" / f"{name}.json").write_text(json.dumps(info))
+    _zip_json(base / "data" / "data" / f"{data_name}.json.zip", data)
+    _zip_json(base / "reference_posteriors" / "draws" / "draws" / f"{name}.json.zip", chains)
+
+
+def _kidiq_like(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    hs = (rng.random(n) < 0.7).astype(float)
+    iq = rng.normal(100.0, 15.0, n)
+    score = 20 + 10 * hs + 0.6 * iq - 0.1 * hs * iq + rng.normal(0.0, 15.0, n)
+    return {"N": n, "kid_score": score.tolist(), "mom_hs": hs.tolist(), "mom_iq": iq.tolist()}
+
+
+def _exact_draws(published, data, chains=10, draws=1000, seed=1, shift=0.0):
+    """Independent draws of the kidiq model's exact posterior in posteriordb's chain
+    format: sigma from its quadrature weights, then beta given sigma (shifted by
+    ``shift`` posterior sds in beta[2], the negative control)."""
+    rng = np.random.default_rng(seed)
+    hs, iq = np.array(data["mom_hs"]), np.array(data["mom_iq"])
+    X, y = np.column_stack([np.ones_like(hs), hs, iq, hs * iq]), np.array(data["kid_score"])
+    log_s = np.linspace(np.log(5.0), np.log(60.0), 20001)
+    s = np.exp(log_s)
+    resid = y - X @ np.linalg.lstsq(X, y, rcond=None)[0]
+    log_w = -(len(y) - 4) * log_s - resid @ resid / (2 * s**2) - np.log1p((s / 2.5) ** 2) + log_s
+    w = np.exp(log_w - log_w.max())
+    sigma = rng.choice(s, size=chains * draws, p=w / w.sum())
+    cov = np.linalg.inv(X.T @ X)
+    fit = cov @ X.T @ y
+    beta = fit + sigma[:, None] * (rng.standard_normal((len(sigma), 4)) @ np.linalg.cholesky(cov).T)
+    beta[:, 1] += shift * published.exact()["beta[2]"][1]
+    rows = np.column_stack([beta, sigma]).reshape(chains, draws, 5)
+    names = [*(f"beta[{k}]" for k in range(1, 5)), "sigma"]
+    return [{n: chain[:, j].tolist() for j, n in enumerate(names)} for chain in rows]
+
+
+def test_reader_takes_the_published_layout_and_names_a_missing_file(tmp_path):
+    data = _kidiq_like()
+    published = MODELS["kidiq-kidscore_interaction"](data)
+    chains = _exact_draws(published, data, chains=3, draws=7)
+    _database(tmp_path, "kidiq-kidscore_interaction", "kidiq", data, chains)
+    read_data, draws = read(tmp_path, "kidiq-kidscore_interaction")
+    assert read_data == data
+    assert set(draws) == {"beta[1]", "beta[2]", "beta[3]", "beta[4]", "sigma"}
+    assert draws["sigma"].shape == (7, 3)  # (draws, chains)
+    assert draws["beta[2]"][4, 1] == chains[1]["beta[2]"][4]
+    # the posterior_database folder itself works too
+    assert read(tmp_path / "posterior_database", "kidiq-kidscore_interaction")[0] == data
+    (tmp_path / "posterior_database" / "data" / "data" / "kidiq.json.zip").unlink()
+    with pytest.raises(FileNotFoundError, match=r"kidiq\.json\.zip is missing"):
+        read(tmp_path, "kidiq-kidscore_interaction")
+    with pytest.raises(FileNotFoundError, match="no posterior 'arK-arK'"):
+        read(tmp_path, "arK-arK")
+
+
+def test_scale_moments_agree_with_brute_force_quadrature():
+    """One coefficient with a N(0, 0.5) prior and sigma half-Cauchy(0, 2.5): the
+    conditionally Gaussian quadrature matches a 2-D grid over (beta, log sigma); flat
+    and Jeffreys priors match the multivariate t of the flat-prior regression."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.0, 1.0, 20)
+    y = 0.8 * x + rng.normal(0.0, 1.3, 20)
+    beta, beta_sd, sigma, sigma_sd = gaussian_scale_moments(
+        x[:, None], y, 0.5, lambda s: -np.log1p((s / 2.5) ** 2)
+    )
+    b = np.linspace(-3.0, 4.0, 1401)[:, None]
+    log_s = np.linspace(-2.0, 2.5, 1501)[None, :]
+    s = np.exp(log_s)
+    log_p = stats.norm.logpdf(b, 0.0, 0.5) + stats.halfcauchy.logpdf(s, scale=2.5) + log_s
+    # the likelihood's sum over the rows, by its sufficient statistics
+    log_p = log_p - len(y) * log_s - (y @ y - 2 * b * (x @ y) + b**2 * (x @ x)) / (2 * s**2)
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    grid_beta, grid_sigma = (p * b).sum(), (p * s).sum()
+    np.testing.assert_allclose(beta[0], grid_beta, rtol=1e-4)
+    np.testing.assert_allclose(beta_sd[0], math.sqrt((p * b**2).sum() - grid_beta**2), rtol=1e-4)
+    np.testing.assert_allclose(sigma, grid_sigma, rtol=1e-4)
+    np.testing.assert_allclose(sigma_sd, math.sqrt((p * s**2).sum() - grid_sigma**2), rtol=1e-4)
+    # flat beta and p(sigma) ~ 1 / sigma: beta ~ t_{n-p}(fit, s^2 (X'X)^-1), so
+    # Var beta = SSR / (n - p - 2) (X'X)^-1 and E sigma^2 = SSR / (n - p - 2)
+    X = np.column_stack([np.ones_like(x), x])
+    fit, ssr = np.linalg.lstsq(X, y, rcond=None)[:2]
+    mean, sd, sigma, sigma_sd = gaussian_scale_moments(X, y, None, lambda s: -np.log(s))
+    np.testing.assert_allclose(mean, fit, rtol=1e-9)
+    var = ssr[0] / (20 - 2 - 2)
+    np.testing.assert_allclose(sd, np.sqrt(var * np.diag(np.linalg.inv(X.T @ X))), rtol=1e-6)
+    np.testing.assert_allclose(sigma**2 + sigma_sd**2, var, rtol=1e-6)
+    # the negative control: a flat prior on sigma is another posterior
+    flat_sd = gaussian_scale_moments(X, y, None, lambda s: 0 * s)[1]
+    assert abs(flat_sd[1] / sd[1] - 1) > 1e-3
+
+
+def test_kidiq_log_density_is_the_stan_model_up_to_a_constant():
+    """The sampled log density against scipy's densities of the Stan program (normal
+    likelihood, flat coefficients, half-Cauchy(0, 2.5) sigma, log sigma's Jacobian)."""
+    data = _kidiq_like()
+    posterior = MODELS["kidiq-kidscore_interaction"](data).posterior
+    rng = np.random.default_rng(5)
+    theta = rng.normal([20, 10, 0.6, -0.1, 2.7], [5, 5, 0.1, 0.05, 0.3], (6, 5))
+    ours = posterior.log_density(torch.as_tensor(theta), torch).numpy()
+    hs, iq = np.array(data["mom_hs"]), np.array(data["mom_iq"])
+    mean = theta[:, :1] + theta[:, 1:2] * hs + theta[:, 2:3] * iq + theta[:, 3:4] * hs * iq
+    sigma = np.exp(theta[:, 4])
+    stan = stats.norm.logpdf(np.array(data["kid_score"]), mean, sigma[:, None]).sum(1)
+    stan += stats.halfcauchy.logpdf(sigma, scale=2.5) + theta[:, 4]
+    np.testing.assert_allclose(ours - stan, (ours - stan)[0], rtol=0, atol=1e-8)
+
+
+def test_exact_moments_agree_with_exact_draws_and_not_with_shifted_ones(tmp_path):
+    data = _kidiq_like()
+    published = MODELS["kidiq-kidscore_interaction"](data)
+    _database(tmp_path, "kidiq-kidscore_interaction", "kidiq", data, _exact_draws(published, data))
+    row = exact_row(published, read(tmp_path, "kidiq-kidscore_interaction")[1])
+    assert row["worst_z_mean"] < 4 and row["worst_z_sd"] < 4
+    shifted = _exact_draws(published, data, shift=0.1)
+    assert (
+        exact_row(published, {k: np.array([c[k] for c in shifted]).T for k in shifted[0]})[
+            "worst_z_mean"
+        ]
+        > 6
+    )
