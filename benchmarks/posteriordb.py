@@ -112,32 +112,38 @@ def read(root: Path, name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return data, draws
 
 
+Prior = tuple[np.ndarray, np.ndarray]  # the coefficients' prior means and sds
+
+
 def gaussian_scale_moments(
     X: np.ndarray,
     y: np.ndarray,
-    prior_sd: float | None,
+    prior: Prior | None,
     log_scale_prior: Callable[[np.ndarray], np.ndarray],
     points: int = 8001,
 ) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Exact posterior means and sds of beta and sigma for y ~ N(X beta, sigma^2 I),
-    beta ~ N(0, prior_sd^2 I) (``None``: flat) and sigma with log prior density
-    ``log_scale_prior`` (up to a constant).
+    beta_j ~ N(mu_j, s_j^2) independently (``prior`` = (mu, s); ``None``: flat) and
+    sigma with log prior density ``log_scale_prior`` (up to a constant).
 
-    Given sigma, beta is Gaussian with precision A = X'X / sigma^2 + I / prior_sd^2 and
-    mean A^{-1} X'y / sigma^2, and sigma's marginal is p(sigma) sigma^{-n} |A|^{-1/2}
-    exp(-(y'y / sigma^2 - m'A m) / 2) (Bishop 2006, eq. 3.86 with the scale left
-    free), integrated on a grid over log sigma of +-2 about the maximum-likelihood
-    scale (over 12 posterior sds from 20 rows on). Means and variances of beta follow
-    by the laws of total expectation and variance. Returns (mean beta, sd beta, mean
-    sigma, sd sigma)."""
+    Given sigma, beta is Gaussian with precision A = X'X / sigma^2 + diag(1 / s^2) and
+    mean m = A^{-1} (X'y / sigma^2 + mu / s^2), and sigma's marginal is p(sigma)
+    sigma^{-n} |A|^{-1/2} exp(-(y'y / sigma^2 - m'A m) / 2) up to a constant (Bishop
+    2006, eq. 3.86 with the scale left free), integrated on a grid over log sigma of
+    +-2 about the maximum-likelihood scale (over 12 posterior sds from 20 rows on).
+    Means and variances of beta follow by the laws of total expectation and variance.
+    Returns (mean beta, sd beta, mean sigma, sd sigma)."""
     n, d = X.shape
-    gram, xty = X.T @ X, X.T @ y
+    prior_precision, shift = np.zeros((d, d)), np.zeros(d)
+    if prior is not None:
+        prior_mean, prior_sd = np.broadcast_arrays(*prior, np.zeros(d))[:2]
+        prior_precision, shift = np.diag(1 / prior_sd**2), prior_mean / prior_sd**2
     fit = np.linalg.lstsq(X, y, rcond=None)[0]
     log_s = np.log(np.sqrt(((y - X @ fit) ** 2).mean())) + np.linspace(-2.0, 2.0, points)
     s2 = np.exp(2 * log_s)[:, None, None]
-    precision = gram / s2 + (0.0 if prior_sd is None else np.eye(d) / prior_sd**2)
+    precision = X.T @ X / s2 + prior_precision
     cov = np.linalg.inv(precision)
-    mean = (cov @ (xty / s2[..., 0])[..., None])[..., 0]
+    mean = (cov @ (X.T @ y / s2[..., 0] + shift)[..., None])[..., 0]
     quad = np.einsum("gi,gi->g", mean, (precision @ mean[..., None])[..., 0])
     log_p = log_scale_prior(np.exp(log_s)) + log_s - n * log_s  # the grid is in log sigma
     log_p = log_p - 0.5 * np.linalg.slogdet(precision)[1] - 0.5 * (y @ y / s2[:, 0, 0] - quad)
@@ -149,31 +155,37 @@ def gaussian_scale_moments(
     return beta, np.sqrt(np.diag(second) - beta**2), float(sigma), math.sqrt(sigma2 - sigma**2)
 
 
-def _half_cauchy(scale: float) -> Callable[[np.ndarray], np.ndarray]:
-    return lambda s: -np.log1p((s / scale) ** 2)
-
-
 def _regression(
-    name: str, X: np.ndarray, y: np.ndarray, coefficients: tuple[str, ...], prior_sd: float | None
+    name: str,
+    X: np.ndarray,
+    y: np.ndarray,
+    coefficients: tuple[str, ...],
+    prior: Prior | None,
+    sigma_scale: float | None,
 ) -> Published:
-    """y ~ N(X beta, sigma), beta flat or N(0, prior_sd), sigma half-Cauchy(0, 2.5)
-    sampled as log sigma with its Jacobian."""
+    """y ~ N(X beta, sigma); beta flat or N(prior); sigma half-Cauchy(0, sigma_scale)
+    (``None``: flat), sampled as log sigma with its Jacobian."""
+    prior_mean, prior_sd = (None, None) if prior is None else prior
 
     def log_density(theta: Any, xp: Any) -> Any:
         beta, log_sigma = theta[..., :-1], theta[..., -1]
         design, target = _const(X, theta, xp), _const(y, theta, xp)
         mean = xp.sum(design * beta[..., None, :], axis=-1)
         sigma = xp.exp(log_sigma)
-        lp = xp.sum(_normal(target, mean, sigma[..., None], xp), axis=-1)
-        if prior_sd is not None:
-            lp = lp + xp.sum(_normal(beta, 0.0, prior_sd, xp), axis=-1)
-        return lp - xp.log1p((sigma / 2.5) ** 2) + log_sigma
+        lp = xp.sum(_normal(target, mean, sigma[..., None], xp), axis=-1) + log_sigma
+        if prior is not None:
+            m, s = _const(prior_mean, theta, xp), _const(prior_sd, theta, xp)
+            lp = lp + xp.sum(_normal(beta, m, s, xp), axis=-1)
+        return lp if sigma_scale is None else lp - xp.log1p((sigma / sigma_scale) ** 2)
 
     def quantities(draws: np.ndarray) -> np.ndarray:
         return np.concatenate([draws[..., :-1], np.exp(draws[..., -1:])], -1)
 
     def exact() -> dict[str, tuple[float, float]]:
-        beta, beta_sd, sigma, sigma_sd = gaussian_scale_moments(X, y, prior_sd, _half_cauchy(2.5))
+        def log_scale_prior(s: np.ndarray) -> np.ndarray:
+            return 0 * s if sigma_scale is None else -np.log1p((s / sigma_scale) ** 2)
+
+        beta, beta_sd, sigma, sigma_sd = gaussian_scale_moments(X, y, prior, log_scale_prior)
         moments = dict(zip(coefficients, zip(beta, beta_sd, strict=True), strict=True))
         return {**moments, "sigma": (sigma, sigma_sd)}
 
@@ -184,22 +196,36 @@ def _regression(
 
 def kidiq_interaction(data: dict[str, Any]) -> Published:
     """posteriordb's ``kidscore_interaction``: kid_score ~ N(b1 + b2 mom_hs + b3 mom_iq
-    + b4 mom_hs mom_iq, sigma), flat priors on b."""
+    + b4 mom_hs mom_iq, sigma), flat priors on b, sigma half-Cauchy(0, 2.5)."""
     hs, iq = np.asarray(data["mom_hs"], float), np.asarray(data["mom_iq"], float)
     X = np.column_stack([np.ones_like(hs), hs, iq, hs * iq])
     names = tuple(f"beta[{k}]" for k in range(1, 5))
     return _regression("kidiq-kidscore_interaction", X, np.asarray(data["kid_score"], float),
-                       names, prior_sd=None)  # fmt: skip
+                       names, prior=None, sigma_scale=2.5)  # fmt: skip
 
 
 def autoregression(data: dict[str, Any]) -> Published:
     """posteriordb's ``arK``: y_t ~ N(alpha + sum_k beta_k y_{t-k}, sigma) for t > K;
-    alpha, beta ~ N(0, 10)."""
+    alpha, beta ~ N(0, 10), sigma half-Cauchy(0, 2.5)."""
     y, k = np.asarray(data["y"], float), int(data["K"])
     lags = [y[k - j : len(y) - j] for j in range(1, k + 1)]
     X = np.column_stack([np.ones(len(y) - k), *lags])
     names = ("alpha", *(f"beta[{j}]" for j in range(1, k + 1)))
-    return _regression("arK-arK", X, y[k:], names, prior_sd=10.0)
+    prior = (np.zeros(k + 1), np.full(k + 1, 10.0))
+    return _regression("arK-arK", X, y[k:], names, prior=prior, sigma_scale=2.5)
+
+
+def kilpisjarvi(data: dict[str, Any]) -> Published:
+    """posteriordb's ``kilpisjarvi``: summer temperatures at Kilpisjarvi against the
+    year, uncentred (x from 3952 to 4013), y ~ N(alpha + beta x, sigma) with the data's
+    own normal priors on alpha and beta and a flat sigma: alpha and beta correlate
+    almost perfectly (Bales et al. 2019), which a diagonal mass cannot undo."""
+    x = np.asarray(data["x"], float)
+    X = np.column_stack([np.ones_like(x), x])
+    prior = (np.array([data["pmualpha"], data["pmubeta"]], float),
+             np.array([data["psalpha"], data["psbeta"]], float))  # fmt: skip
+    return _regression("kilpisjarvi_mod-kilpisjarvi", X, np.asarray(data["y"], float),
+                       ("alpha", "beta"), prior=prior, sigma_scale=None)  # fmt: skip
 
 
 def _check_same(name: str, published: Any, ours: np.ndarray) -> None:
@@ -254,6 +280,7 @@ def eight_schools(data: dict[str, Any]) -> Published:
 MODELS: dict[str, Callable[[dict[str, Any]], Published]] = {
     "kidiq-kidscore_interaction": kidiq_interaction,
     "arK-arK": autoregression,
+    "kilpisjarvi_mod-kilpisjarvi": kilpisjarvi,
     "gp_pois_regr-gp_pois_regr": gp_poisson_regression,
     "eight_schools-eight_schools_noncentered": eight_schools,
 }

@@ -80,19 +80,19 @@ def test_reader_takes_the_published_layout_and_names_a_missing_file(tmp_path):
 
 
 def test_scale_moments_agree_with_brute_force_quadrature():
-    """One coefficient with a N(0, 0.5) prior and sigma half-Cauchy(0, 2.5): the
+    """One coefficient with a N(0.2, 0.5) prior and sigma half-Cauchy(0, 2.5): the
     conditionally Gaussian quadrature matches a 2-D grid over (beta, log sigma); flat
     and Jeffreys priors match the multivariate t of the flat-prior regression."""
     rng = np.random.default_rng(3)
     x = rng.normal(0.0, 1.0, 20)
     y = 0.8 * x + rng.normal(0.0, 1.3, 20)
     beta, beta_sd, sigma, sigma_sd = gaussian_scale_moments(
-        x[:, None], y, 0.5, lambda s: -np.log1p((s / 2.5) ** 2)
+        x[:, None], y, (np.array([0.2]), np.array([0.5])), lambda s: -np.log1p((s / 2.5) ** 2)
     )
     b = np.linspace(-3.0, 4.0, 1401)[:, None]
     log_s = np.linspace(-2.0, 2.5, 1501)[None, :]
     s = np.exp(log_s)
-    log_p = stats.norm.logpdf(b, 0.0, 0.5) + stats.halfcauchy.logpdf(s, scale=2.5) + log_s
+    log_p = stats.norm.logpdf(b, 0.2, 0.5) + stats.halfcauchy.logpdf(s, scale=2.5) + log_s
     # the likelihood's sum over the rows, by its sufficient statistics
     log_p = log_p - len(y) * log_s - (y @ y - 2 * b * (x @ y) + b**2 * (x @ x)) / (2 * s**2)
     p = np.exp(log_p - log_p.max())
