@@ -1,6 +1,6 @@
 """Samplers against Stan's reference posteriors, on the data as posteriordb publishes them.
 
-``python -m benchmarks.posteriordb --posteriordb DIR`` reads four posteriors from a
+``python -m benchmarks.posteriordb --posteriordb DIR`` reads five posteriors from a
 checkout of posteriordb (Magnusson et al. 2025; ``git clone
 https://github.com/stan-dev/posteriordb DIR``), each with its published data and its
 reference draws (10 chains of 1,000 draws thinned from long Stan runs):
@@ -10,11 +10,13 @@ reference draws (10 chains of 1,000 draws thinned from long Stan runs):
   coefficients, sigma half-Cauchy(0, 2.5)), the real data behind the synthetic
   regression of :mod:`benchmarks.posterior_models`;
 - ``arK-arK``: an AR(5) model of 200 points, coefficients N(0, 10), sigma half-Cauchy;
+- ``kilpisjarvi_mod-kilpisjarvi``: a temperature trend against uncentred years, whose
+  intercept and slope correlate at -0.99999 (Bales et al. 2019);
 - ``gp_pois_regr-gp_pois_regr`` and ``eight_schools-eight_schools_noncentered``: the
   models of :mod:`benchmarks.posterior_models`, whose data are the published ones.
 
 Our own transcriptions of the Stan programs are checked twice against what Stan
-computed: the exact moments of the two conditionally Gaussian models
+computed: the exact moments of the three conditionally Gaussian models
 (:func:`gaussian_scale_moments`) and of eight schools (quadrature) against the
 reference draws, and ebmlab's ``NUTS`` and ``AdaptiveHMC`` from Stan's starts
 (uniform(-2, 2) on the unconstrained scale; 32 chains, 300 warm-up and 300 kept steps,
