@@ -9,7 +9,7 @@ from ebmlab._checks import ArgumentError
 from ebmlab.samplers import NUTS, AdaptiveHMC, ParallelTempering
 from ebmlab.samplers.adaptation import WindowStats
 from ebmlab.samplers.base import SamplerState
-from ebmlab.samplers.diagnostics import effective_sample_size
+from ebmlab.samplers.diagnostics import condition_number, effective_sample_size
 from ebmlab.samplers.integrators import DenseMass, kinetic_energy, momentum, velocity, whiten
 
 
@@ -49,9 +49,10 @@ def test_momenta_velocity_kinetic_energy_and_whitening_follow_the_matrix():
     torch.testing.assert_close(whiten(x, diag), x * torch.tensor([0.5, 2.0], dtype=torch.float64))
 
 
-def test_the_window_covariance_pools_chains_and_is_regularised_as_in_stan():
+def test_the_window_covariance_pools_chains_and_is_shrunk_towards_the_diagonal_mass():
     """Three moving chains pooled, and a fourth left out: a stuck chain, which stays
-    where it is (its distance from the others would inflate the estimate)."""
+    where it is (its distance from the others would inflate the estimate). Stan's
+    shrinkage, with the diagonal mass in place of the identity."""
     g = torch.Generator().manual_seed(1)
     draws = torch.randn(40, 4, 3, generator=g, dtype=torch.float64) + torch.arange(4.0)[:, None]
     draws[:, 2] = torch.tensor([9.0, -9.0, 9.0], dtype=torch.float64)
@@ -62,8 +63,38 @@ def test_the_window_covariance_pools_chains_and_is_regularised_as_in_stan():
     keep = torch.tensor([True, True, False, True])
     pooled = draws[:, keep].reshape(-1, 3)
     n = len(pooled)
-    expected = (n / (n + 5)) * pooled.T.cov() + 1e-3 * (5 / (n + 5)) * torch.eye(3)
+    diagonal = (n / (n + 5)) * pooled.var(0) + 1e-3 * (5 / (n + 5))
+    expected = (n / (n + 5)) * pooled.T.cov() + 1e-3 * (5 / (n + 5)) * torch.diag(diagonal)
     torch.testing.assert_close(window.covariance(keep).matrix, expected.to(torch.float64))
+
+
+def test_the_window_covariance_keeps_a_tight_correlation_of_badly_scaled_coordinates():
+    """posteriordb's kilpisjarvi in shape: sds 30 and 0.0075, correlation -0.99999.
+    From 32 chains x 25 exact draws the regularised covariance whitens the true one to
+    a condition number below 3; shrunk towards the identity, as Stan shrinks it, the
+    same estimate leaves over 1000 (the negative control)."""
+    sd = torch.tensor([30.0, 0.0075], dtype=torch.float64)
+    corr = torch.tensor([[1.0, -0.99999], [-0.99999, 1.0]], dtype=torch.float64)
+    truth = sd[:, None] * corr * sd[None, :]
+    g = torch.Generator().manual_seed(2)
+    draws = (
+        torch.randn(25, 32, 2, generator=g, dtype=torch.float64) @ torch.linalg.cholesky(truth).T
+    )
+    start = SamplerState.start(draws[0], torch.zeros(32), torch.zeros(32, 2), 0)
+    window = WindowStats.begin(start, dense=True)
+    for x in draws:
+        window = window.add(x)
+
+    def whitened(mass: torch.Tensor) -> float:
+        factor = torch.linalg.cholesky(mass)
+        inner = torch.linalg.solve_triangular(factor, truth, upper=False)
+        return condition_number(torch.linalg.solve_triangular(factor, inner.T, upper=False))
+
+    assert whitened(window.covariance(torch.ones(32, dtype=torch.bool)).matrix) < 3
+    n = 32 * 25
+    pooled = draws.reshape(-1, 2)
+    stan = (n / (n + 5)) * pooled.T.cov() + 1e-3 * (5 / (n + 5)) * torch.eye(2)
+    assert whitened(stan.to(torch.float64)) > 1000
 
 
 @pytest.mark.parametrize(

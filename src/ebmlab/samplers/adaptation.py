@@ -22,7 +22,8 @@ Hamiltonian sampler searches each chain's step size as Stan does (double or halv
 one leapfrog step's acceptance crosses 0.8). The inverse mass is the variance of the
 window's draws pooled over the chains that moved (per group of chains of equal inverse
 temperature when the kernel runs inside parallel tempering), or their covariance for a
-dense mass, regularised as in Stan; by default the dense one only where it makes the
+dense mass, regularised as in Stan (the covariance towards the diagonal mass rather than
+the identity); by default the dense one only where it makes the
 energy's mean curvature nearly round and the diagonal does not
 (:meth:`WindowStats.chosen_mass`). At the end of the initial buffer and of every
 window, a chain that never moved or diverged on every step since the last check, or
@@ -252,11 +253,18 @@ class WindowStats:
 
     def covariance(self, keep: torch.Tensor) -> DenseMass:
         """The covariance (D, D) of the window's draws of the ``keep`` chains (B,) pooled
-        within and between chains, regularised as in Stan's ``dense_e``: (n / (n + 5))
-        cov + 1e-3 (5 / (n + 5)) I over n draws. The within-chain part sums over all
-        chains (one D x D sum, not one per chain): a stuck chain adds nothing to it,
-        but a chain far behind adds its spread along the way in. The between-chain
-        part leaves both out. After their restart the next window is clean."""
+        within and between chains, regularised as Stan's ``dense_e`` is but in each
+        coordinate's own units: (n / (n + 5)) cov + 1e-3 (5 / (n + 5)) V over n draws,
+        with V the diagonal mass (:meth:`variance`) where Stan has the identity.
+        Stan's absolute term swamps the correlations a dense mass is for wherever a
+        coordinate's variance is small. On posteriordb's kilpisjarvi (a slope of sd
+        0.0075 on uncentred years, correlation -0.99999 with the intercept), exact
+        draws whitened by Stan's regularised covariance of 800 draws leave the mean
+        Hessian a condition number of 4,700; with V, 1.6. The within-chain part sums
+        over all chains (one D x D sum, not one per chain): a stuck chain adds nothing
+        to it, but a chain far behind adds its spread along the way in. The
+        between-chain part leaves both out. After their restart the next window is
+        clean."""
         w = keep.to(self.mean.dtype)
         chains = w.sum().clamp(min=1)
         grand = (w[:, None] * self.mean).sum(0) / chains
@@ -264,8 +272,7 @@ class WindowStats:
         total = self.outer + self.count * (w[:, None] * spread).T @ spread
         n = chains * self.count
         cov = total / (n - 1).clamp(min=1)
-        eye = torch.eye(len(grand), dtype=cov.dtype, device=cov.device)
-        return DenseMass(_shrunk((cov + cov.T) / 2, n, eye))
+        return DenseMass(_shrunk((cov + cov.T) / 2, n, torch.diag(self.variance(keep, None))))
 
     def chosen_mass(self, keep: torch.Tensor) -> Mass:
         """The dense inverse mass (:meth:`covariance`) where it pays, else the diagonal
@@ -300,7 +307,8 @@ DENSE_GAIN = 10.0
 
 def _shrunk(estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float) -> torch.Tensor:
     """Stan's regularisation of a mass estimate from n draws: (n / (n + 5)) estimate
-    + 1e-3 (5 / (n + 5)) ``unit`` (1 for a variance, the identity for a covariance)."""
+    + 1e-3 (5 / (n + 5)) ``unit`` (1 for a variance, the diagonal mass for a
+    covariance)."""
     return (n / (n + 5)) * estimate + 1e-3 * (5 / (n + 5)) * unit
 
 

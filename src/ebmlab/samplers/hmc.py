@@ -17,7 +17,7 @@ Sountsov 2021, and MEADS, Hoffman & Sountsov 2022):
 - the inverse mass, diagonal or full (Stan's ``dense_e``; by default the full one only
   where it makes the posterior nearly round), at the ends of Stan's doubling windows,
   from the variance (covariance) of the window's draws pooled over the chains that
-  moved, regularised as in Stan;
+  moved, regularised as in Stan (a covariance towards the diagonal mass);
   chains stuck over a window are restarted at the positions of moving ones
   (:class:`~ebmlab.samplers.adaptation.WarmupTuning`);
 - the (maximum) trajectory length by Adam ascent on the ChEES criterion
