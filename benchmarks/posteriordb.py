@@ -251,7 +251,8 @@ def gp_poisson_regression(data: dict[str, Any]) -> Published:
         f = (factor @ draws[..., 2:, None])[..., 0]
         return np.concatenate([rho, alpha, f], -1)
 
-    return Published(posterior, ("rho", "alpha", *(f"f[{i}]" for i in range(1, 12))), quantities)
+    f_names = tuple(f"f[{i}]" for i in range(1, len(GP_X) + 1))
+    return Published(posterior, ("rho", "alpha", *f_names), quantities)
 
 
 def eight_schools(data: dict[str, Any]) -> Published:

@@ -98,23 +98,18 @@ class _Layout:
         is one constant block, and ``torch.cat`` promotes bool and integer fields: a
         record costs a handful of tensor operations, not a few per field."""
         n = like.shape[0]
-        parts: list[torch.Tensor] = []
-        run_value, run_width = None, 0
+        parts: list[torch.Tensor | list] = []  # tensors, and [value, width] constant blocks
         for name, cut in self.slices.items():
-            value = values[name]
-            if not isinstance(value, torch.Tensor):
-                if run_width and value != run_value:
-                    parts.append(like.new_full((n, run_width), run_value))
-                    run_width = 0
-                run_value, run_width = value, run_width + cut.stop - cut.start
-                continue
-            if run_width:
-                parts.append(like.new_full((n, run_width), run_value))
-                run_width = 0
-            parts.append(value.unsqueeze(-1) if value.ndim == 1 else value)
-        if run_width:
-            parts.append(like.new_full((n, run_width), run_value))
-        packed = torch.cat(parts, -1)
+            value, width = values[name], cut.stop - cut.start
+            if isinstance(value, torch.Tensor):
+                parts.append(value.unsqueeze(-1) if value.ndim == 1 else value)
+            elif parts and isinstance(parts[-1], list) and parts[-1][0] == value:
+                parts[-1][1] += width
+            else:
+                parts.append([value, width])
+        blocks = [p if isinstance(p, torch.Tensor) else like.new_full((n, p[1]), p[0])
+                  for p in parts]  # fmt: skip
+        packed = torch.cat(blocks, -1)
         return packed if packed.dtype == like.dtype else packed.to(like.dtype)
 
 
