@@ -193,6 +193,35 @@ def test_the_auto_mass_is_dense_only_where_it_makes_the_posterior_round():
     assert isinstance(_chosen(draws, steep, behind), DenseMass)
 
 
+def test_the_auto_mass_finds_a_ridge_its_chains_have_not_crossed():
+    """A posterior along a narrow ridge (posteriordb's kilpisjarvi: intercept and slope
+    at correlation -0.9999), whose chains under a diagonal mass have spread over a
+    tenth of the ridge's length: the draws' covariance whitens the mean Hessian only to
+    a condition number of about 100, and the diagonal leaves 10^6. The chosen mass is
+    the Fisher-divergence one, Sigma F Sigma = C, which for a Gaussian is its covariance
+    whatever the draws: it leaves the Hessian within 1.2 of round."""
+    scales = torch.tensor([1.0, 0.01, 2.0], dtype=torch.float64)
+    corr = torch.eye(3, dtype=torch.float64)
+    corr[0, 1] = corr[1, 0] = -0.9999
+    cov = scales[:, None] * corr * scales[None, :]
+    precision = torch.linalg.inv(cov)
+    eig, vec = torch.linalg.eigh(cov)
+    eig[-1] /= 100  # the ridge's length, seen a tenth of the way
+    seen = (vec * eig) @ vec.T
+    g = torch.Generator().manual_seed(0)
+    draws = torch.randn(50, 16, 3, generator=g, dtype=torch.float64) @ torch.linalg.cholesky(seen).T
+
+    def whitened(inv_mass: torch.Tensor) -> float:
+        chol = torch.linalg.cholesky(inv_mass)
+        return condition_number(chol.T @ precision @ chol)
+
+    flat = draws.flatten(0, 1)
+    assert whitened(flat.T.cov()) > 50  # the window's covariance alone does not whiten
+    mass = _chosen(draws, lambda x: x @ precision)
+    assert isinstance(mass, DenseMass)
+    assert whitened(mass.matrix) < 1.2
+
+
 @pytest.mark.slow
 def test_the_auto_mass_runs_on_any_chains():
     """The default, ``dense_mass="auto"``: NUTS picks the dense mass for the correlated

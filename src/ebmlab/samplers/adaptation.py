@@ -23,9 +23,9 @@ one leapfrog step's acceptance crosses 0.8). The inverse mass is the variance of
 window's draws pooled over the chains that moved (per group of chains of equal inverse
 temperature when the kernel runs inside parallel tempering), or their covariance for a
 dense mass, regularised as in Stan (the covariance towards the diagonal mass rather than
-the identity); by default the dense one only where it makes the
-energy's mean curvature nearly round and the diagonal does not
-(:meth:`WindowStats.chosen_mass`). At the end of the initial buffer and of every
+the identity). By default a dense one only where the diagonal leaves the energy's mean
+curvature far from round and a dense one does not, and then the one that also uses the
+window's gradients (:meth:`WindowStats.chosen_mass`). At the end of the initial buffer and of every
 window, a chain that never moved or diverged on every step since the last check, or
 whose energy sits far above the others' (still on its way in from its start), is
 restarted at the position of a chain that moves (Stan re-draws such inits; here the
@@ -176,8 +176,9 @@ class WindowStats:
     sum of squared deviations), and the chains' accepted and divergent counts when it
     began. For a dense mass it also sums the deviations' outer products over all
     chains, (D, D), which a chain that never moves adds nothing to; to choose between
-    the two masses (:meth:`chosen_mass`), also the outer products of the energy's
-    gradients at the draws, (D, D), over the chains not far behind."""
+    the two masses (:meth:`chosen_mass`), also the sums of the energy's gradients at
+    the draws and of their outer products, (D,) and (D, D), over the chains not far
+    behind."""
 
     count: int
     mean: torch.Tensor
@@ -187,16 +188,19 @@ class WindowStats:
     outer: torch.Tensor | None = None
     fisher: torch.Tensor | None = None
     fisher_draws: torch.Tensor | None = None
+    grad_sum: torch.Tensor | None = None
 
     @classmethod
     def begin(cls, state: SamplerState, dense: bool = False, choose: bool = False) -> WindowStats:
         """An empty window from ``state``; ``dense`` keeps the outer products of flat
-        chains (B, D), ``choose`` those of their gradients too."""
-        x = state.x
-        square = x.new_zeros((x.shape[1], x.shape[1])) if dense or choose else None
-        fisher, draws = (torch.zeros_like(square), x.new_zeros(())) if choose else (None, None)
+        chains (B, D), ``choose`` also the sums and outer products of their gradients."""
+        x, d = state.x, state.x.shape[-1]
+        square = x.new_zeros((d, d)) if dense or choose else None
+        fisher = draws = grad_sum = None
+        if choose:
+            fisher, draws, grad_sum = torch.zeros_like(square), x.new_zeros(()), x.new_zeros(d)
         return cls(0, torch.zeros_like(x), torch.zeros_like(x), state.accepted.clone(),
-                   state.divergent.clone(), square, fisher, draws)  # fmt: skip
+                   state.divergent.clone(), square, fisher, draws, grad_sum)  # fmt: skip
 
     def add(
         self,
@@ -216,12 +220,13 @@ class WindowStats:
         mean = self.mean + delta / count
         after = x - mean
         outer = None if self.outer is None else self.outer + delta.T @ after
-        fisher, draws = self.fisher, self.fisher_draws
+        fisher, draws, grad_sum = self.fisher, self.fisher_draws, self.grad_sum
         if fisher is not None and grad is not None and arrived is not None:
-            fisher = fisher + (grad * arrived[:, None].to(grad.dtype)).T @ grad
+            counted = grad * arrived[:, None].to(grad.dtype)
+            fisher, grad_sum = fisher + counted.T @ grad, grad_sum + counted.sum(0)
             draws = draws + arrived.sum()
         return replace(self, count=count, mean=mean, m2=self.m2 + delta * after, outer=outer,
-                       fisher=fisher, fisher_draws=draws)  # fmt: skip
+                       fisher=fisher, fisher_draws=draws, grad_sum=grad_sum)  # fmt: skip
 
     def stuck(self, state: SamplerState) -> torch.Tensor:
         """Chains that never moved, or diverged on every step, in the window (B,)."""
@@ -275,34 +280,60 @@ class WindowStats:
         return DenseMass(_shrunk((cov + cov.T) / 2, n, torch.diag(self.variance(keep, None))))
 
     def chosen_mass(self, keep: torch.Tensor) -> Mass:
-        """The dense inverse mass (:meth:`covariance`) where it pays, else the diagonal
-        one (:meth:`variance`). Dense pays when it whitens the mean curvature of the
-        energy, F = E[grad E grad E^T] over the draws (the mean Hessian of E under the
-        target), to a condition number of at most :data:`WHITE_ENOUGH`, and the
-        diagonal leaves at least :data:`DENSE_GAIN` times that: HMC's gradients per
-        effective draw grow with the square root of the preconditioned Hessian's
-        condition number (Neal 2011, sec. 4: the step follows the narrowest direction,
-        the trajectory the widest). A posterior that no linear map makes
-        nearly round (a funnel; a Gaussian process's latent values with their
-        hyperparameters) changes shape from place to place, and one covariance fits it
-        worse than per-coordinate scales. Needs ten draws per coordinate from chains
-        not far behind, else the diagonal."""
+        """A dense inverse mass where it pays, else the diagonal one (:meth:`variance`).
+
+        Which pays is read off F, the covariance of the energy's gradients at the draws
+        (under the target their mean is zero and F the mean Hessian of E): HMC's
+        gradients per effective draw grow with the square root of the condition number
+        of F in the mass's units (Neal 2011, sec. 4: the step follows the narrowest
+        direction, the trajectory the widest). Dense pays where the draws' covariance
+        C (:meth:`covariance`) whitens F to a condition number of at most
+        :data:`WHITE_ENOUGH` and the diagonal leaves at least :data:`DENSE_GAIN` times
+        that (the posterior is nearly Gaussian), or where the diagonal leaves at least
+        :data:`DIAGONAL_HOPELESS` and the dense mass below is :data:`DENSE_GAIN` times rounder
+        (chains that crawl along a narrow ridge, whose window cannot show its length).
+        A posterior that no linear map makes nearly round (a funnel; a Gaussian
+        process's latent values with their hyperparameters) changes shape from place
+        to place, and one dense mass fits it worse than per-coordinate scales.
+
+        The dense mass is the affine map that minimises the Fisher divergence from the
+        pulled-back target to N(0, I) over the window (Seyboldt, Carlson & Carpenter
+        2026, sec. 3): the Sigma with Sigma F Sigma = C, the geometric mean of C and
+        F^{-1}, computed as L (L^T F L)^{-1/2} L^T with C = L L^T. For a Gaussian, F =
+        P C P for any draws (P its precision), so Sigma = P^{-1} exactly, however
+        little of the target the window's chains have covered; C alone is right only
+        once they have covered it. Needs ten draws per coordinate from chains not far
+        behind, else the diagonal."""
         var = self.variance(keep, None)
         d = len(var)
         draws = float(self.fisher_draws) if self.fisher_draws is not None else 0.0
         if draws < 10 * d:
             return var
-        fisher = self.fisher / draws
+        grad_mean = self.grad_sum / draws
+        fisher = self.fisher / draws - grad_mean[:, None] * grad_mean[None, :]
         cov, scale = self.covariance(keep), var.sqrt()
         diagonal = condition_number(scale[:, None] * fisher * scale[None, :])
-        dense = condition_number(cov.chol.mT @ fisher @ cov.chol)
-        return cov if dense <= WHITE_ENOUGH and diagonal >= DENSE_GAIN * dense else var
+        eig, vec = torch.linalg.eigh(cov.chol.mT @ fisher @ cov.chol)
+        if not bool(eig[0] > 0):  # some direction of constant gradient
+            return var
+        dense = float(eig[-1] / eig[0])
+        nearly_gaussian = dense <= WHITE_ENOUGH and diagonal >= DENSE_GAIN * dense
+        ridge = diagonal >= DIAGONAL_HOPELESS and diagonal >= DENSE_GAIN * math.sqrt(dense)
+        if not (nearly_gaussian or ridge):
+            return var
+        # Sigma F Sigma = C has condition number sqrt(dense) in Sigma's units
+        half = cov.chol @ (vec * eig.pow(-0.25))
+        return DenseMass(half @ half.mT)
 
 
-# a dense mass is chosen when it leaves the mean Hessian this round (condition number)...
+# a dense mass is chosen when the draws' covariance leaves the mean Hessian this round
+# (condition number)...
 WHITE_ENOUGH = 10.0
 # ... and the diagonal leaves it this many times less round (sqrt(10) ~ 3x the steps)
 DENSE_GAIN = 10.0
+# ... or when the diagonal leaves it this ill-conditioned (about 100 leapfrog steps per
+# effective draw), and the Fisher-divergence mass is DENSE_GAIN times rounder
+DIAGONAL_HOPELESS = 1e4
 
 
 def _shrunk(estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float) -> torch.Tensor:
