@@ -298,12 +298,12 @@ class WindowStats:
 
         The dense mass is the affine map that minimises the Fisher divergence from the
         pulled-back target to N(0, I) over the window (Seyboldt, Carlson & Carpenter
-        2026, sec. 3): the Sigma with Sigma F Sigma = C, the geometric mean of C and
-        F^{-1}, computed as L (L^T F L)^{-1/2} L^T with C = L L^T. For a Gaussian, F =
-        P C P for any draws (P its precision), so Sigma = P^{-1} exactly, however
-        little of the target the window's chains have covered; C alone is right only
-        once they have covered it. Needs ten draws per coordinate from chains not far
-        behind, else the diagonal."""
+        2026, arXiv:2603.18845): the Sigma with Sigma F Sigma = C, the geometric mean
+        of C and F^{-1}, computed as L (L^T F L)^{-1/2} L^T with C = L L^T. For a
+        Gaussian, F = P C P for any draws (P its precision), so Sigma = P^{-1}
+        exactly, however little of the target the window's chains have covered; C
+        alone is right only once they have covered it. Needs ten draws per coordinate
+        from chains not far behind, else the diagonal."""
         var = self.variance(keep, None)
         d = len(var)
         draws = float(self.fisher_draws) if self.fisher_draws is not None else 0.0
