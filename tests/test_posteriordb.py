@@ -132,6 +132,29 @@ def test_kidiq_log_density_is_the_stan_model_up_to_a_constant():
     np.testing.assert_allclose(ours - stan, (ours - stan)[0], rtol=0, atol=1e-8)
 
 
+def test_diamonds_log_density_is_the_stan_model_up_to_a_constant():
+    """The diamonds model, evaluated from the centred design's sufficient statistics,
+    against scipy's densities of the Stan program: normal_id_glm on the centred terms,
+    b ~ N(0, 1), Intercept ~ t(3, 8, 10), sigma ~ half-t(3, 0, 10), log sigma's
+    Jacobian; a wrong prior scale on the Intercept breaks the equality."""
+    rng = np.random.default_rng(3)
+    n, k = 60, 4
+    X = np.column_stack([np.ones(n), rng.normal(size=(n, k)) * [1.0, 5.0, 0.1, 2.0] + 3.0])
+    y = X @ rng.normal(size=k + 1) + rng.normal(0.0, 0.3, n)
+    data = {"N": n, "K": k + 1, "X": X.tolist(), "Y": y.tolist(), "prior_only": 0}
+    posterior = MODELS["diamonds-diamonds"](data).posterior
+    theta = rng.normal(0.0, 1.0, (6, k + 2)) * [1, 1, 1, 1, 3, 0.5]
+    ours = posterior.log_density(torch.as_tensor(theta), torch).numpy()
+    centred = X[:, 1:] - X[:, 1:].mean(0)
+    b, intercept, sigma = theta[:, :k], theta[:, k], np.exp(theta[:, k + 1])
+    stan = stats.norm.logpdf(y, intercept[:, None] + b @ centred.T, sigma[:, None]).sum(1)
+    stan += stats.norm.logpdf(b).sum(1) + stats.t.logpdf(sigma, 3, 0, 10) + np.log(sigma)
+    offset = ours - stan - stats.t.logpdf(intercept, 3, 8, 10)
+    np.testing.assert_allclose(offset, offset[0], rtol=0, atol=1e-8)
+    wrong = ours - stan - stats.t.logpdf(intercept, 3, 8, 1)
+    assert np.ptp(wrong) > 1e-3
+
+
 def test_exact_moments_agree_with_exact_draws_and_not_with_shifted_ones(tmp_path):
     data = _kidiq_like()
     published = MODELS["kidiq-kidscore_interaction"](data)
