@@ -1,6 +1,6 @@
 """Samplers against Stan's reference posteriors, on the data as posteriordb publishes them.
 
-``python -m benchmarks.posteriordb --posteriordb DIR`` reads six posteriors from a
+``python -m benchmarks.posteriordb --posteriordb DIR`` reads eight posteriors from a
 checkout of posteriordb (Magnusson et al. 2025; ``git clone
 https://github.com/stan-dev/posteriordb DIR``), each with its published data and its
 reference draws (10 chains of 1,000 draws thinned from long Stan runs):
@@ -14,6 +14,9 @@ reference draws (10 chains of 1,000 draws thinned from long Stan runs):
   intercept and slope correlate at -0.99999 (Bales et al. 2019);
 - ``diamonds-diamonds``: a regression of 5,000 log prices on 24 strongly correlated
   terms, a ridge in 26 dimensions (Stan's reference took 10,000 warm-up iterations);
+- ``garch-garch11`` and ``low_dim_gauss_mix-low_dim_gauss_mix``: a GARCH(1, 1) model
+  and a two-component mixture, whose constrained parameters run on Stan's
+  unconstrained scale with its Jacobians;
 - ``gp_pois_regr-gp_pois_regr`` and ``eight_schools-eight_schools_noncentered``: the
   models of :mod:`benchmarks.posterior_models`, whose data are the published ones.
 
@@ -277,6 +280,89 @@ def diamonds(data: dict[str, Any]) -> Published:
     return Published(posterior, (*names, "sigma"), quantities, exact)
 
 
+def _log_inv_logit(u: Any, xp: Any) -> Any:
+    """log(1 / (1 + e^-u)) without overflow: -softplus(-u)."""
+    return -xp.logaddexp(xp.zeros_like(u), -u)
+
+
+def _inv_logit(u: np.ndarray) -> np.ndarray:
+    return np.exp(_log_inv_logit(u, np))
+
+
+def garch(data: dict[str, Any]) -> Published:
+    """posteriordb's ``garch11``: y_t ~ N(mu, sigma_t) with sigma_t^2 = alpha0 + alpha1
+    (y_{t-1} - mu)^2 + beta1 sigma_{t-1}^2 from sigma_1 given (Bollerslev 1986), flat
+    priors, alpha0 > 0, 0 < alpha1 < 1 and 0 < beta1 < 1 - alpha1: sampled on Stan's
+    unconstrained scale (log alpha0, logit alpha1, logit of beta1 / (1 - alpha1)) with
+    its Jacobians. The recursion unrolls to sigma_t^2 = sum_{j<t} beta1^{t-1-j} (alpha0
+    + alpha1 (y_j - mu)^2) + beta1^{t-1} sigma_1^2, one (T - 1) x (T - 1) product of
+    powers of beta1 per chain instead of T - 1 sequential steps (tested against the
+    recursion)."""
+    y, sigma1 = np.asarray(data["y"], float), float(data["sigma1"])
+    lags = np.arange(len(y) - 1)
+    gaps = lags[:, None] - lags[None, :]  # t - 1 - j for t = 2..T, j = 1..T-1
+    below = (gaps >= 0).astype(float)
+    gaps = np.maximum(gaps, 0).astype(float)
+    names = ("mu", "log alpha0", "logit alpha1", "logit beta1 share")
+
+    def log_density(theta: Any, xp: Any) -> Any:
+        mu, u0, u1, u2 = (theta[..., i] for i in range(4))
+        log_a1, log_1m_a1 = _log_inv_logit(u1, xp), _log_inv_logit(-u1, xp)
+        log_share, log_1m_share = _log_inv_logit(u2, xp), _log_inv_logit(-u2, xp)
+        alpha0, alpha1 = xp.exp(u0), xp.exp(log_a1)
+        log_beta1 = log_1m_a1 + log_share
+        data_y = _const(y, theta, xp)
+        log_b = log_beta1[..., None]
+        powers = _const(below, theta, xp) * xp.exp(_const(gaps, theta, xp) * log_b[..., None])
+        drive = alpha0[..., None] + alpha1[..., None] * (data_y[:-1] - mu[..., None]) ** 2
+        start = xp.exp((_const(lags, theta, xp) + 1.0) * log_b) * sigma1**2
+        var = xp.sum(powers * drive[..., None, :], axis=-1) + start
+        lp = _normal(data_y[0], mu, sigma1, xp) + xp.sum(
+            _normal(data_y[1:], mu[..., None], xp.sqrt(var), xp), axis=-1
+        )
+        # Jacobians: alpha0 = e^u0; alpha1 = logistic(u1); beta1 = (1 - alpha1) logistic(u2)
+        return lp + u0 + log_a1 + log_1m_a1 + log_1m_a1 + log_share + log_1m_share
+
+    def quantities(draws: np.ndarray) -> np.ndarray:
+        alpha1 = _inv_logit(draws[..., 2])
+        beta1 = (1 - alpha1) * _inv_logit(draws[..., 3])
+        return np.stack([draws[..., 0], np.exp(draws[..., 1]), alpha1, beta1], -1)
+
+    posterior = Posterior("garch-garch11", names, log_density)
+    return Published(posterior, ("mu", "alpha0", "alpha1", "beta1"), quantities)
+
+
+def gaussian_mixture(data: dict[str, Any]) -> Published:
+    """posteriordb's ``low_dim_gauss_mix``: 1,000 points from theta N(mu_1, sigma_1) +
+    (1 - theta) N(mu_2, sigma_2), mu ordered, mu ~ N(0, 2), sigma ~ half-N(0, 2), theta ~
+    Beta(5, 5); sampled as (mu_1, log(mu_2 - mu_1), log sigma, logit theta) with Stan's
+    Jacobians."""
+    y = np.asarray(data["y"], float)
+    names = ("mu1", "log gap", "log sigma1", "log sigma2", "logit theta")
+
+    def log_density(theta: Any, xp: Any) -> Any:
+        mu1, gap, s1, s2, u = (theta[..., i] for i in range(5))
+        mu2 = mu1 + xp.exp(gap)
+        log_t, log_1m_t = _log_inv_logit(u, xp), _log_inv_logit(-u, xp)
+        data_y = _const(y, theta, xp)
+        first = log_t[..., None] + _normal(data_y, mu1[..., None], xp.exp(s1)[..., None], xp)
+        second = log_1m_t[..., None] + _normal(data_y, mu2[..., None], xp.exp(s2)[..., None], xp)
+        lp = xp.sum(xp.logaddexp(first, second), axis=-1)
+        lp = lp + _normal(mu1, 0.0, 2.0, xp) + _normal(mu2, 0.0, 2.0, xp)
+        lp = lp + _normal(xp.exp(s1), 0.0, 2.0, xp) + _normal(xp.exp(s2), 0.0, 2.0, xp)
+        lp = lp + 4 * log_t + 4 * log_1m_t  # Beta(5, 5)
+        return lp + gap + s1 + s2 + log_t + log_1m_t  # the Jacobians
+
+    def quantities(draws: np.ndarray) -> np.ndarray:
+        mu1, mu2 = draws[..., 0], draws[..., 0] + np.exp(draws[..., 1])
+        return np.stack([mu1, mu2, np.exp(draws[..., 2]), np.exp(draws[..., 3]),
+                         _inv_logit(draws[..., 4])], -1)  # fmt: skip
+
+    posterior = Posterior("low_dim_gauss_mix-low_dim_gauss_mix", names, log_density)
+    out = ("mu[1]", "mu[2]", "sigma[1]", "sigma[2]", "theta")
+    return Published(posterior, out, quantities)
+
+
 def _check_same(name: str, published: Any, ours: np.ndarray) -> None:
     if not np.array_equal(np.asarray(published, float), ours):
         raise ValueError(f"{name}: the published data differ from benchmarks.posterior_models'")
@@ -332,6 +418,8 @@ MODELS: dict[str, Callable[[dict[str, Any]], Published]] = {
     "arK-arK": autoregression,
     "kilpisjarvi_mod-kilpisjarvi": kilpisjarvi,
     "diamonds-diamonds": diamonds,
+    "garch-garch11": garch,
+    "low_dim_gauss_mix-low_dim_gauss_mix": gaussian_mixture,
     "gp_pois_regr-gp_pois_regr": gp_poisson_regression,
     "eight_schools-eight_schools_noncentered": eight_schools,
 }
