@@ -1,6 +1,6 @@
 """Samplers against Stan's reference posteriors, on the data as posteriordb publishes them.
 
-``python -m benchmarks.posteriordb --posteriordb DIR`` reads eight posteriors from a
+``python -m benchmarks.posteriordb --posteriordb DIR`` reads nine posteriors from a
 checkout of posteriordb (Magnusson et al. 2025; ``git clone
 https://github.com/stan-dev/posteriordb DIR``), each with its published data and its
 reference draws (10 chains of 1,000 draws thinned from long Stan runs):
@@ -17,6 +17,8 @@ reference draws (10 chains of 1,000 draws thinned from long Stan runs):
 - ``garch-garch11`` and ``low_dim_gauss_mix-low_dim_gauss_mix``: a GARCH(1, 1) model
   and a two-component mixture, whose constrained parameters run on Stan's
   unconstrained scale with its Jacobians;
+- ``arma-arma11``: an ARMA(1, 1) model whose errors grow like |theta|^t from half of
+  Stan's starts;
 - ``gp_pois_regr-gp_pois_regr`` and ``eight_schools-eight_schools_noncentered``: the
   models of :mod:`benchmarks.posterior_models`, whose data are the published ones.
 
@@ -332,6 +334,36 @@ def garch(data: dict[str, Any]) -> Published:
     return Published(posterior, ("mu", "alpha0", "alpha1", "beta1"), quantities)
 
 
+def arma(data: dict[str, Any]) -> Published:
+    """posteriordb's ``arma11``: y_t = mu + phi y_{t-1} + theta err_{t-1} + err_t, err_t ~
+    N(0, sigma) (err_0 = 0, y_0 = mu), mu ~ N(0, 10), phi, theta ~ N(0, 2), sigma ~
+    half-Cauchy(0, 2.5). Nothing keeps |theta| < 1: from Stan's starts half the chains
+    begin where the errors grow like |theta|^t over 200 steps, energies near 1e100. The
+    errors' recursion runs step by step, as in the Stan program."""
+    y = np.asarray(data["y"], float)
+    names = ("mu", "phi", "theta", "log sigma")
+
+    def log_density(params: Any, xp: Any) -> Any:
+        mu, phi, theta, log_sigma = (params[..., i] for i in range(4))
+        data_y = _const(y, params, xp)
+        err = data_y[0] - mu - phi * mu
+        squares = err * err
+        for t in range(1, len(y)):
+            err = data_y[t] - mu - phi * data_y[t - 1] - theta * err
+            squares = squares + err * err
+        sigma = xp.exp(log_sigma)
+        lp = -len(y) * log_sigma - 0.5 * squares / sigma**2
+        lp = lp + _normal(mu, 0.0, 10.0, xp) + _normal(phi, 0.0, 2.0, xp)
+        lp = lp + _normal(theta, 0.0, 2.0, xp) - xp.log1p((sigma / 2.5) ** 2)
+        return lp + log_sigma  # log sigma's Jacobian
+
+    def quantities(draws: np.ndarray) -> np.ndarray:
+        return np.concatenate([draws[..., :3], np.exp(draws[..., 3:])], -1)
+
+    posterior = Posterior("arma-arma11", names, log_density)
+    return Published(posterior, ("mu", "phi", "theta", "sigma"), quantities)
+
+
 def gaussian_mixture(data: dict[str, Any]) -> Published:
     """posteriordb's ``low_dim_gauss_mix``: 1,000 points from theta N(mu_1, sigma_1) +
     (1 - theta) N(mu_2, sigma_2), mu ordered, mu ~ N(0, 2), sigma ~ half-N(0, 2), theta ~
@@ -419,6 +451,7 @@ MODELS: dict[str, Callable[[dict[str, Any]], Published]] = {
     "kilpisjarvi_mod-kilpisjarvi": kilpisjarvi,
     "diamonds-diamonds": diamonds,
     "garch-garch11": garch,
+    "arma-arma11": arma,
     "low_dim_gauss_mix-low_dim_gauss_mix": gaussian_mixture,
     "gp_pois_regr-gp_pois_regr": gp_poisson_regression,
     "eight_schools-eight_schools_noncentered": eight_schools,

@@ -160,12 +160,13 @@ def _logit(p):
 
 
 def test_constrained_models_are_their_stan_programs_with_stan_jacobians():
-    """garch11 and low_dim_gauss_mix on Stan's unconstrained scale against the Stan
-    programs written out with scipy: garch's volatility by its recursion, step by step
-    (ours unrolls it into one product), plus the log Jacobians of alpha0 = e^u,
+    """garch11, low_dim_gauss_mix and arma11 on Stan's unconstrained scale against the
+    Stan programs written out with scipy: garch's volatility by its recursion, step by
+    step (ours unrolls it into one product), plus the log Jacobians of alpha0 = e^u,
     alpha1 = logistic(u) and beta1 = (1 - alpha1) logistic(u); the mixture's log_mix,
-    priors and the Jacobians of the ordered means, the scales and theta. Both map draws
-    back to Stan's parameters exactly. Dropping one Jacobian term breaks the equality."""
+    priors and the Jacobians of the ordered means, the scales and theta; arma's error
+    recursion and priors. The first two map draws back to Stan's parameters exactly.
+    Dropping one Jacobian term breaks the equality."""
     rng = np.random.default_rng(4)
     y = rng.normal(0.0, 1.0, 30).cumsum() * 0.1
     garch = MODELS["garch-garch11"]({"T": 30, "y": y.tolist(), "sigma1": 0.5})
@@ -207,6 +208,21 @@ def test_constrained_models_are_their_stan_programs_with_stan_jacobians():
     np.testing.assert_allclose(offset, offset[0], rtol=0, atol=1e-8)
     assert np.ptp(ours - stan - jacobian + np.log(m2 - m1)) > 1e-3
     np.testing.assert_allclose(mixture.quantities(theta), constrained, rtol=1e-12, atol=0)
+
+    arma = MODELS["arma-arma11"]({"T": 30, "y": y[:30].tolist()})
+    theta = rng.normal(0.0, 0.5, (5, 4))
+    stan = []
+    for mu, phi, ma, log_sigma in theta:
+        err = [y[0] - mu - phi * mu]
+        for t in range(1, 30):
+            err.append(y[t] - mu - phi * y[t - 1] - ma * err[-1])
+        stan.append(stats.norm.logpdf(np.array(err), 0, np.exp(log_sigma)).sum())
+    stan = np.array(stan) + stats.norm.logpdf(theta[:, 0], 0, 10)
+    stan += stats.norm.logpdf(theta[:, 1:3], 0, 2).sum(1)
+    stan += stats.halfcauchy.logpdf(np.exp(theta[:, 3]), 0, 2.5)
+    ours = arma.posterior.log_density(torch.as_tensor(theta), torch).numpy()
+    offset = ours - stan - theta[:, 3]
+    np.testing.assert_allclose(offset, offset[0], rtol=0, atol=1e-8)
 
 
 def test_exact_moments_agree_with_exact_draws_and_not_with_shifted_ones(tmp_path):

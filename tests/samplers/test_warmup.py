@@ -236,6 +236,21 @@ def test_starts_that_no_step_size_can_leave_are_refused_naming_the_chain():
         NUTS().run(only_at_zero, torch.zeros(2, 1), 5, burn_in=30)
 
 
+def test_a_start_far_out_in_a_tail_finds_its_tiny_step_and_is_brought_in():
+    """A chain started where the energy is 1e108 (as an ARMA model's errors grow like
+    |theta|^t from Stan's starts) needs a first step near 1e-55, which Stan's search
+    finds by halving as far as the dtype allows; the chain, far behind the others, is
+    then restarted among them, and the run ends where the target is."""
+
+    def energy(x):  # 2 cosh(x): a log-concave target whose tails grow like e^|x|
+        return torch.exp(x[:, 0]) + torch.exp(-x[:, 0])
+
+    x0 = torch.tensor([[250.0], [0.5], [-0.3], [1.0], [0.0], [-1.0]], dtype=torch.float64)
+    with pytest.warns(SamplingWarning, match=r"restarted chain\(s\) \[0\]"):
+        run = NUTS().run(energy, x0, 50, burn_in=100, generator=0)
+    assert bool((run.samples.abs() < 10).all())
+
+
 def test_a_chain_stuck_while_sampling_is_named():
     scale = torch.ones(40)
     scale[3] = 1e6  # chain 3's target is a thousand times narrower than the step

@@ -452,7 +452,6 @@ class WarmupTuning:
             times the last and drop the average of all steps so far).
     """
 
-    MAX_PROBES: ClassVar[int] = 100  # one-step trials of a step-size search (2^99 range)
     BEHIND: ClassVar[float] = 25.0  # a chain may lag by 25 (1 + sqrt(D / 2)) nats (far_behind)
 
     def __init__(
@@ -689,11 +688,13 @@ class WarmupTuning:
         """``state`` with each chain's step size searched as Stan does before warm-up
         and after each mass update: from the current size, double (or halve) until one
         leapfrog step from the chain's position with a fresh momentum accepts with
-        probability below (above) 0.8, doubling to at most 1e7; a pooled step size
-        becomes the median of the chains'. Dual averaging restarts around the result.
-        Chains whose energy is not finite at their start are restarted at finite ones
-        first; raises when no chain's is, or when a chain finds no step size that keeps
-        its energy finite."""
+        probability below (above) 0.8, doubling to at most 1e7 and halving as long as
+        the dtype has a smaller positive step (a start far out in a tail, with an
+        energy of 1e100, needs steps near 1e-100); a pooled step size becomes the
+        median of the chains'. Dual averaging restarts around the result. Chains whose
+        energy is not finite at their start are restarted at finite ones first; raises
+        when no chain's is, or when a chain's step halves to zero without one leapfrog
+        step that accepts."""
         state = self.finite_starts(state)
         x, inv_mass = state.x, state.inv_mass
         eps = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device).expand(len(x))
@@ -706,20 +707,25 @@ class WarmupTuning:
 
         up = one_step_log_accept(eps) > LOG_TARGET_SEARCH
         active, factor = torch.ones_like(up), torch.where(up, 2.0, 0.5).to(x.dtype)
+        lost = torch.zeros_like(up)
         probes = 1
-        while probes < self.MAX_PROBES and bool(active.any()):
-            eps = torch.where(active, eps * factor, eps)
+        while True:
+            trial = eps * factor
+            halved_away = active & (trial == 0)  # below the dtype's smallest step
+            lost, active = lost | halved_away, active & ~halved_away
+            if not bool(active.any()):
+                break
+            eps = torch.where(active, trial, eps)
             delta = one_step_log_accept(eps)
             probes += 1
             still = torch.where(up, (delta > LOG_TARGET_SEARCH) & (eps < 1e7),
                                 delta < LOG_TARGET_SEARCH)  # fmt: skip
             active = active & still
-        lost = active & ~up
         if bool(lost.any()):
             i = int(lost.nonzero()[0])
             raise ArgumentError(
-                f"chain {i} at x = {_position(x[i])} finds no step size that keeps the "
-                f"energy finite after one leapfrog step (tried down to {float(eps[i]):.3g})"
+                f"chain {i} at x = {_position(x[i])} finds no step size that accepts one "
+                f"leapfrog step (halved down to {float(eps[i]):.3g})"
             )
         step = eps.median() if self.pool_step_size else eps.clone()
         return state.replace(
