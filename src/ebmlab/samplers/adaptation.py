@@ -23,12 +23,13 @@ one leapfrog step's acceptance crosses 0.8). The inverse mass is the variance of
 window's draws pooled over the chains that moved (per group of chains of equal inverse
 temperature when the kernel runs inside parallel tempering), or their covariance for a
 dense mass, regularised as in Stan (the covariance towards the diagonal mass rather than
-the identity). By default a dense one only where the diagonal leaves the energy's mean
-curvature far from round and a dense one does not, and then the one that also uses the
-window's gradients (:meth:`WindowStats.chosen_mass`). At the end of the initial buffer and of every
-window, a chain that never moved or diverged on every step since the last check, or
-whose energy sits far above the others' (still on its way in from its start), is
-restarted at the position of a chain that moves (Stan re-draws such inits; here the
+the identity). By default a dense mass only where it pays: where the window's
+covariance makes the energy's mean curvature nearly round and the diagonal does not, or
+where the diagonal leaves it hopelessly stretched; that dense mass also uses the
+window's gradients (:meth:`WindowStats.chosen_mass`). At the end of the initial buffer
+and of every window, a chain that never moved or diverged on every step since the last
+check, or whose energy sits far above the others' (still on its way in from its start),
+is restarted at the position of a chain that moves (Stan re-draws such inits; here the
 many chains supply them) and left out of the mass estimate.
 """
 
@@ -290,8 +291,9 @@ class WindowStats:
         C (:meth:`covariance`) whitens F to a condition number of at most
         :data:`WHITE_ENOUGH` and the diagonal leaves at least :data:`DENSE_GAIN` times
         that (the posterior is nearly Gaussian), or where the diagonal leaves at least
-        :data:`DIAGONAL_HOPELESS` and the dense mass below is :data:`DENSE_GAIN` times rounder
-        (chains that crawl along a narrow ridge, whose window cannot show its length).
+        :data:`DIAGONAL_HOPELESS` and the dense mass below is :data:`DENSE_GAIN` times
+        rounder (chains that crawl along a narrow ridge, whose window cannot show its
+        length).
         A posterior that no linear map makes nearly round (a funnel; a Gaussian
         process's latent values with their hyperparameters) changes shape from place
         to place, and one dense mass fits it worse than per-coordinate scales.
