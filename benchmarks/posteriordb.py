@@ -1,6 +1,6 @@
 """Samplers against Stan's reference posteriors, on the data as posteriordb publishes them.
 
-``python -m benchmarks.posteriordb --posteriordb DIR`` reads nine posteriors from a
+``python -m benchmarks.posteriordb --posteriordb DIR`` reads ten posteriors from a
 checkout of posteriordb (Magnusson et al. 2025; ``git clone
 https://github.com/stan-dev/posteriordb DIR``), each with its published data and its
 reference draws (10 chains of 1,000 draws thinned from long Stan runs):
@@ -19,6 +19,8 @@ reference draws (10 chains of 1,000 draws thinned from long Stan runs):
   unconstrained scale with its Jacobians;
 - ``arma-arma11``: an ARMA(1, 1) model whose errors grow like |theta|^t from half of
   Stan's starts;
+- ``hmm_example-hmm_example``: a two-state hidden Markov model, its states summed out
+  by the forward algorithm;
 - ``gp_pois_regr-gp_pois_regr`` and ``eight_schools-eight_schools_noncentered``: the
   models of :mod:`benchmarks.posterior_models`, whose data are the published ones.
 
@@ -364,6 +366,45 @@ def arma(data: dict[str, Any]) -> Published:
     return Published(posterior, ("mu", "phi", "theta", "sigma"), quantities)
 
 
+def hidden_markov(data: dict[str, Any]) -> Published:
+    """posteriordb's ``hmm_example``: 100 observations y_t ~ N(mu_{z_t}, 1) of a two-state
+    Markov chain z whose rows of transition probabilities theta1 and theta2 are
+    simplexes (uniform priors), mu positive and ordered with mu_1 ~ N(3, 1) and mu_2 ~
+    N(10, 1), z summed out by the forward algorithm (Rabiner 1989) as in the Stan
+    program. Sampled on Stan's unconstrained scale: each simplex's first entry as a
+    logit (the stick-breaking transform of two entries), mu_1 = e^u, mu_2 = mu_1 +
+    e^v, with their Jacobians."""
+    y = np.asarray(data["y"], float)
+    names = ("logit theta1[1]", "logit theta2[1]", "log mu[1]", "log gap")
+
+    def log_density(params: Any, xp: Any) -> Any:
+        u1, u2, log_mu1, log_gap = (params[..., i] for i in range(4))
+        stay1, leave1 = _log_inv_logit(u1, xp), _log_inv_logit(-u1, xp)  # log theta1
+        leave2, stay2 = _log_inv_logit(u2, xp), _log_inv_logit(-u2, xp)  # log theta2
+        mu1 = xp.exp(log_mu1)
+        mu2 = mu1 + xp.exp(log_gap)
+        data_y = _const(y, params, xp)
+        alpha1, alpha2 = _normal(data_y[0], mu1, 1.0, xp), _normal(data_y[0], mu2, 1.0, xp)
+        for t in range(1, len(y)):
+            into1 = xp.logaddexp(alpha1 + stay1, alpha2 + leave2)
+            into2 = xp.logaddexp(alpha1 + leave1, alpha2 + stay2)
+            alpha1 = into1 + _normal(data_y[t], mu1, 1.0, xp)
+            alpha2 = into2 + _normal(data_y[t], mu2, 1.0, xp)
+        lp = xp.logaddexp(alpha1, alpha2)
+        lp = lp + _normal(mu1, 3.0, 1.0, xp) + _normal(mu2, 10.0, 1.0, xp)
+        return lp + stay1 + leave1 + leave2 + stay2 + log_mu1 + log_gap  # the Jacobians
+
+    def quantities(draws: np.ndarray) -> np.ndarray:
+        first, second = _inv_logit(draws[..., 0]), _inv_logit(draws[..., 1])
+        mu1 = np.exp(draws[..., 2])
+        mu2 = mu1 + np.exp(draws[..., 3])
+        return np.stack([first, 1 - first, second, 1 - second, mu1, mu2], -1)
+
+    posterior = Posterior("hmm_example-hmm_example", names, log_density)
+    out = ("theta1[1]", "theta1[2]", "theta2[1]", "theta2[2]", "mu[1]", "mu[2]")
+    return Published(posterior, out, quantities)
+
+
 def gaussian_mixture(data: dict[str, Any]) -> Published:
     """posteriordb's ``low_dim_gauss_mix``: 1,000 points from theta N(mu_1, sigma_1) +
     (1 - theta) N(mu_2, sigma_2), mu ordered, mu ~ N(0, 2), sigma ~ half-N(0, 2), theta ~
@@ -452,6 +493,7 @@ MODELS: dict[str, Callable[[dict[str, Any]], Published]] = {
     "diamonds-diamonds": diamonds,
     "garch-garch11": garch,
     "arma-arma11": arma,
+    "hmm_example-hmm_example": hidden_markov,
     "low_dim_gauss_mix-low_dim_gauss_mix": gaussian_mixture,
     "gp_pois_regr-gp_pois_regr": gp_poisson_regression,
     "eight_schools-eight_schools_noncentered": eight_schools,

@@ -11,6 +11,7 @@ import pytest
 import torch
 from benchmarks.posteriordb import MODELS, exact_row, gaussian_scale_moments, read
 from scipy import stats
+from scipy.special import logsumexp
 
 
 def _zip_json(path, payload):
@@ -223,6 +224,42 @@ def test_constrained_models_are_their_stan_programs_with_stan_jacobians():
     ours = arma.posterior.log_density(torch.as_tensor(theta), torch).numpy()
     offset = ours - stan - theta[:, 3]
     np.testing.assert_allclose(offset, offset[0], rtol=0, atol=1e-8)
+
+
+def test_hmm_is_the_stan_forward_algorithm_with_stan_jacobians():
+    """hmm_example's log density against the Stan program's forward algorithm written
+    out with scipy's logsumexp, state by state, plus the Jacobians of the two simplexes
+    (logit of their first entries) and the positive ordered means; the draws map back
+    exactly. Swapping the transition matrix's rows breaks the equality."""
+    rng = np.random.default_rng(6)
+    y = np.where(rng.random(40) < 0.5, 3.0, 9.0) + rng.normal(0.0, 1.0, 40)
+    hmm = MODELS["hmm_example-hmm_example"]({"N": 40, "K": 2, "y": y.tolist()})
+    stay = rng.uniform(0.2, 0.9, (5, 2))  # P(1 -> 1), P(2 -> 2)
+    mu = np.sort(rng.uniform(1.0, 10.0, (5, 2)), 1)
+    theta = np.column_stack([_logit(stay[:, 0]), _logit(1 - stay[:, 1]), np.log(mu[:, 0]),
+                             np.log(mu[:, 1] - mu[:, 0])])  # fmt: skip
+
+    def forward(transition, means):
+        log_t = np.log(transition)
+        alpha = stats.norm.logpdf(y[0], means, 1.0)
+        for t in range(1, len(y)):
+            alpha = logsumexp(alpha[:, None] + log_t, 0) + stats.norm.logpdf(y[t], means, 1.0)
+        return logsumexp(alpha)
+
+    stan, swapped = [], []
+    for (s1, s2), means in zip(stay, mu, strict=True):
+        transition = np.array([[s1, 1 - s1], [1 - s2, s2]])
+        prior = stats.norm.logpdf(means, [3.0, 10.0], 1.0).sum()
+        stan.append(forward(transition, means) + prior)
+        swapped.append(forward(transition[::-1], means) + prior)
+    jacobian = (np.log(stay * (1 - stay)).sum(1) + np.log(mu[:, 0])
+                + np.log(mu[:, 1] - mu[:, 0]))  # fmt: skip
+    ours = hmm.posterior.log_density(torch.as_tensor(theta), torch).numpy()
+    offset = ours - np.array(stan) - jacobian
+    np.testing.assert_allclose(offset, offset[0], rtol=0, atol=1e-8)
+    assert np.ptp(ours - np.array(swapped) - jacobian) > 1e-3
+    expected = np.column_stack([stay[:, 0], 1 - stay[:, 0], 1 - stay[:, 1], stay[:, 1], mu])
+    np.testing.assert_allclose(hmm.quantities(theta), expected, rtol=1e-12, atol=0)
 
 
 def test_exact_moments_agree_with_exact_draws_and_not_with_shifted_ones(tmp_path):
