@@ -168,6 +168,11 @@ def gaussian_scale_moments(
     return beta, np.sqrt(np.diag(second) - beta**2), float(sigma), math.sqrt(sigma2 - sigma**2)
 
 
+def _scale_last(draws: np.ndarray) -> np.ndarray:
+    """Draws whose last coordinate is a log scale, with the scale itself (Stan's sigma)."""
+    return np.concatenate([draws[..., :-1], np.exp(draws[..., -1:])], -1)
+
+
 def _regression(
     name: str,
     X: np.ndarray,
@@ -191,9 +196,6 @@ def _regression(
             lp = lp + xp.sum(_normal(beta, m, s, xp), axis=-1)
         return lp if sigma_scale is None else lp - xp.log1p((sigma / sigma_scale) ** 2)
 
-    def quantities(draws: np.ndarray) -> np.ndarray:
-        return np.concatenate([draws[..., :-1], np.exp(draws[..., -1:])], -1)
-
     def exact() -> dict[str, tuple[float, float]]:
         def log_scale_prior(s: np.ndarray) -> np.ndarray:
             return 0 * s if sigma_scale is None else -np.log1p((s / sigma_scale) ** 2)
@@ -204,7 +206,7 @@ def _regression(
 
     names = (*coefficients, "sigma")
     posterior = Posterior(name, (*coefficients, "log sigma"), log_density)
-    return Published(posterior, names, quantities, exact)
+    return Published(posterior, names, _scale_last, exact)
 
 
 def kidiq_interaction(data: dict[str, Any]) -> Published:
@@ -267,9 +269,6 @@ def diamonds(data: dict[str, Any]) -> Published:
         lp = lp - 2 * xp.log1p(((intercept - 8) / 10) ** 2 / 3)  # Student-t, 3 dof
         return lp - 2 * xp.log1p((sigma / 10) ** 2 / 3) + log_sigma
 
-    def quantities(draws: np.ndarray) -> np.ndarray:
-        return np.concatenate([draws[..., :-1], np.exp(draws[..., -1:])], -1)
-
     names = (*(f"b[{j}]" for j in range(1, k + 1)), "Intercept")
 
     def exact() -> dict[str, tuple[float, float]]:
@@ -281,7 +280,7 @@ def diamonds(data: dict[str, Any]) -> Published:
                 "sigma": (sigma, sigma_sd)}  # fmt: skip
 
     posterior = Posterior("diamonds-diamonds", (*names, "log sigma"), log_density)
-    return Published(posterior, (*names, "sigma"), quantities, exact)
+    return Published(posterior, (*names, "sigma"), _scale_last, exact)
 
 
 def _log_inv_logit(u: Any, xp: Any) -> Any:
@@ -359,11 +358,8 @@ def arma(data: dict[str, Any]) -> Published:
         lp = lp + _normal(theta, 0.0, 2.0, xp) - xp.log1p((sigma / 2.5) ** 2)
         return lp + log_sigma  # log sigma's Jacobian
 
-    def quantities(draws: np.ndarray) -> np.ndarray:
-        return np.concatenate([draws[..., :3], np.exp(draws[..., 3:])], -1)
-
     posterior = Posterior("arma-arma11", names, log_density)
-    return Published(posterior, ("mu", "phi", "theta", "sigma"), quantities)
+    return Published(posterior, ("mu", "phi", "theta", "sigma"), _scale_last)
 
 
 def hidden_markov(data: dict[str, Any]) -> Published:
