@@ -90,6 +90,36 @@ def test_far_behind_flags_only_chains_far_above_the_typical_set(dim):
     assert not bool(tempered.far_behind(state.replace(energy=far)).any())
 
 
+def minor_mode_energy(x: torch.Tensor) -> torch.Tensor:
+    """Eight coordinates: the first from two Gaussians of sd 0.25 at -3 and +3, the
+    one at +3 weighted e^-40 (the energy between them rises 32 nats above its bottom),
+    the others standard normal: like posteriordb's Lotka-Volterra model, a minor mode
+    40 nats up that holds the chains that start near it."""
+    wells = torch.stack([-8 * (x[:, 0] + 3) ** 2, -40 - 8 * (x[:, 0] - 3) ** 2], 1)
+    return -torch.logsumexp(wells, 1) + 0.5 * (x[:, 1:] ** 2).sum(1)
+
+
+@pytest.mark.parametrize("margin", [None, 25.0], ids=["default", "wider"])
+def test_chains_caught_in_a_minor_mode_are_brought_to_the_major_one(margin, monkeypatch):
+    """Half the chains start in the minor mode, 40 nats (13 of the margin's units for
+    D = 8) above the major one, behind a barrier no trajectory crosses. Restarted at
+    the windows' ends, they sample the major mode: x_0 has mean -3 and sd 0.25 there.
+    With the margin at 25 units they stay, and the chains disagree (the control)."""
+    if margin is not None:
+        monkeypatch.setattr(WarmupTuning, "BEHIND", margin)
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(32, 8, generator=g, dtype=torch.float64) * 0.25
+    x0[:, 0] += torch.where(torch.arange(32) % 2 == 0, -3.0, 3.0).double()
+    run = AdaptiveHMC().run(minor_mode_energy, x0, 300, burn_in=200, thin=1, generator=0)
+    first = run.samples[..., 0]
+    if margin is not None:
+        assert float(split_rhat(run.samples).max()) > 1.2 and bool((first.mean(0) > 0).any())
+        return
+    assert float(split_rhat(run.samples).max()) <= 1.01
+    assert_mean_close(first.flatten(), -3.0, ess=effective_sample_size(run.samples)[0])
+    assert abs(float(first.std()) - 0.25) < 0.025
+
+
 def badly_scaled_regression() -> tuple[torch.Tensor, torch.Tensor]:
     """434 rows of uncentred predictors on scales 1 to 100 and an interaction (an
     indicator, a score around 100, their product, an age around 23), y with noise of
