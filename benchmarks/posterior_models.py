@@ -77,7 +77,7 @@ _TORCH_CONSTANTS: dict[tuple, Any] = {}
 
 
 def _const(values: np.ndarray, like: Any, xp: Any) -> Any:
-    """``values`` (a module-level array: it is known by its identity) as an array of
+    """``values`` (an array a model keeps: it is known by its identity) as an array of
     ``xp`` in ``like``'s dtype (and device, for torch). A torch constant is copied to its
     device once and kept, as a user's model holds its data: a copy from the host at
     every evaluation would wait for the device and keep the gradient from being
@@ -86,8 +86,9 @@ def _const(values: np.ndarray, like: Any, xp: Any) -> Any:
         return xp.asarray(values, dtype=like.dtype)
     key = (id(values), like.dtype, like.device)
     if key not in _TORCH_CONSTANTS:
-        _TORCH_CONSTANTS[key] = xp.as_tensor(values, dtype=like.dtype, device=like.device)
-    return _TORCH_CONSTANTS[key]
+        # the entry keeps ``values`` alive, so that no other array takes over its id
+        _TORCH_CONSTANTS[key] = (values, xp.as_tensor(values, dtype=like.dtype, device=like.device))
+    return _TORCH_CONSTANTS[key][1]
 
 
 def _normal(x: Any, mu: Any, sigma: Any, xp: Any) -> Any:

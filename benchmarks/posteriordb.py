@@ -1,6 +1,6 @@
 """Samplers against Stan's reference posteriors, on the data as posteriordb publishes them.
 
-``python -m benchmarks.posteriordb --posteriordb DIR`` reads ten posteriors from a
+``python -m benchmarks.posteriordb --posteriordb DIR`` reads eleven posteriors from a
 checkout of posteriordb (Magnusson et al. 2025; ``git clone
 https://github.com/stan-dev/posteriordb DIR``), each with its published data and its
 reference draws (10 chains of 1,000 draws thinned from long Stan runs):
@@ -21,6 +21,9 @@ reference draws (10 chains of 1,000 draws thinned from long Stan runs):
   Stan's starts;
 - ``hmm_example-hmm_example``: a two-state hidden Markov model, its states summed out
   by the forward algorithm;
+- ``hudson_lynx_hare-lotka_volterra``: the Lotka-Volterra equations fitted to 21 years
+  of hare and lynx pelts, integrated by RK4 inside the log density; from Stan's starts
+  some chains land in minor modes 40 and 72 nats up;
 - ``gp_pois_regr-gp_pois_regr`` and ``eight_schools-eight_schools_noncentered``: the
   models of :mod:`benchmarks.posterior_models`, whose data are the published ones.
 
