@@ -471,9 +471,10 @@ def lotka_volterra(data: dict[str, Any], substeps: int = 4) -> Published:
     10, 1), sigma ~ LogNormal(-1, 1), all positive: sampled as logs with their
     Jacobians. Stan integrates by RK45 to a relative tolerance of 1e-5; here RK4 with
     ``substeps`` steps per year, whose log populations over the posterior lie within
-    about 1e-4 of the exact solution (tested), a hundredth of their posterior sds. From
-    Stan's starts (rates up to e^2) the populations of some chains overflow: their
-    energy is infinite, as Stan's integrator would fail there."""
+    1e-4 of the exact solution (tested), under a hundredth of their posterior sds. From
+    a fifth of Stan's starts (rates up to e^2) the populations overflow and the energy
+    is not finite; those chains begin at the others' starts, where Stan would draw new
+    ones."""
     ts = np.asarray(data["ts"], float)
     if not np.array_equal(ts, np.arange(1, len(ts) + 1)):
         raise ValueError(f"lotka_volterra expects yearly times 1, 2, ..., got {ts.tolist()}")
