@@ -241,21 +241,32 @@ GP_COUNTS = np.array([40.0, 37.0, 29.0, 12.0, 4.0, 3.0, 9.0, 19.0, 77.0, 82.0, 3
 GP_JITTER = 1e-10 * np.eye(len(GP_X))
 
 
-def gp_poisson(theta: Any, xp: Any) -> Any:
-    """k ~ Poisson(exp(f)), f = L eta with L the Cholesky factor of the exp-quad kernel
-    alpha^2 exp(-(x - x')^2 / (2 rho^2)) (+1e-10 on the diagonal), eta ~ N(0, 1);
-    rho ~ Gamma(25, 4), alpha ~ half-N(0, 2), both sampled as logs."""
-    log_rho, log_alpha, eta = theta[..., 0], theta[..., 1], theta[..., 2:]
-    rho, alpha = xp.exp(log_rho), xp.exp(log_alpha)
-    x = _const(GP_X, theta, xp)
-    sq = (x[:, None] - x[None, :]) ** 2
-    jitter = _const(GP_JITTER, theta, xp)
-    cov = alpha[..., None, None] ** 2 * xp.exp(-sq / (2 * rho[..., None, None] ** 2)) + jitter
-    f = xp.sum(_cholesky(cov, xp) * eta[..., None, :], axis=-1)
-    k = _const(GP_COUNTS, theta, xp)
-    lp = xp.sum(k * f - xp.exp(f), axis=-1) + xp.sum(-0.5 * eta * eta, axis=-1)
-    lp = lp + 24.0 * log_rho - 4.0 * rho + log_rho  # Gamma(25, 4) and the Jacobian
-    return lp + _normal(alpha, 0.0, 2.0, xp) + log_alpha
+def gp_poisson_model(
+    x_points: np.ndarray, counts: np.ndarray, jitter: np.ndarray
+) -> Callable[[Any, Any], Any]:
+    """The log density of k ~ Poisson(exp(f)) at ``x_points``, f = L eta with L the
+    Cholesky factor of the exp-quad kernel alpha^2 exp(-(x - x')^2 / (2 rho^2)) +
+    ``jitter``, eta ~ N(0, 1); rho ~ Gamma(25, 4), alpha ~ half-N(0, 2), both sampled
+    as logs. The arrays are kept by the returned function (:func:`_const`)."""
+
+    def log_density(theta: Any, xp: Any) -> Any:
+        log_rho, log_alpha, eta = theta[..., 0], theta[..., 1], theta[..., 2:]
+        rho, alpha = xp.exp(log_rho), xp.exp(log_alpha)
+        x = _const(x_points, theta, xp)
+        sq = (x[:, None] - x[None, :]) ** 2
+        cov = alpha[..., None, None] ** 2 * xp.exp(-sq / (2 * rho[..., None, None] ** 2))
+        cov = cov + _const(jitter, theta, xp)
+        f = xp.sum(_cholesky(cov, xp) * eta[..., None, :], axis=-1)
+        k = _const(counts, theta, xp)
+        lp = xp.sum(k * f - xp.exp(f), axis=-1) + xp.sum(-0.5 * eta * eta, axis=-1)
+        lp = lp + 24.0 * log_rho - 4.0 * rho + log_rho  # Gamma(25, 4) and the Jacobian
+        return lp + _normal(alpha, 0.0, 2.0, xp) + log_alpha
+
+    return log_density
+
+
+# posteriordb's gp_pois_regr: 11 counts, a jitter of 1e-10
+gp_poisson = gp_poisson_model(GP_X, GP_COUNTS, GP_JITTER)
 
 
 # ---------------------------------------------------------------- hierarchical logistic
