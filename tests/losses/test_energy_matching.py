@@ -85,6 +85,9 @@ def test_flow_phase_is_ot_flow_matching_and_bad_arguments_are_refused():
         energy_matching_loss(potential, x1, tau_star=0.5, eps_max=EPS, phase="cd")
     with pytest.raises(ArgumentError, match="tau_star must be < 1"):
         energy_matching_loss(potential, x1, tau_star=1.0, eps_max=EPS)
+    with pytest.raises(ArgumentError, match="cannot keep each row's class"):
+        energy_matching_loss(potential, x1, tau_star=0.5, eps_max=EPS, negatives="smc",
+                             labels=torch.arange(64) % 2)  # fmt: skip
 
 
 def test_the_flow_term_decays_to_zero_at_the_data_in_the_joint_phase():

@@ -1,7 +1,6 @@
 """Variable elimination: exact log Z and marginals of pairwise models, checked against
 enumeration of every configuration."""
 
-
 import pytest
 import torch
 

@@ -123,6 +123,7 @@ def energy_matching_loss(
     clamp: float | None = None,
     coupling: str = "ot",
     flow_decay: bool = True,
+    labels: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The Energy Matching objective of a potential V on the data ``x1`` (B, ...).
@@ -159,6 +160,13 @@ def energy_matching_loss(
         flow_decay: in the joint phase, weight the flow term by w(t), 1 up to tau_star
             and falling to 0 at t = 1 (:func:`~ebmlab.losses.flow_matching.flow_decay`),
             so that near the data the contrastive term alone shapes V.
+        labels: the data's classes (B,) for class-conditional Energy Matching: the
+            flow term's plan pairs noise with data of the same class
+            (:func:`~ebmlab.losses.flow_matching_loss`), and ``potential`` is each
+            row's class potential V(x | y) (``ClassifierEnergy.conditional(labels)``).
+            Row i of the generated negatives, data- or noise-started, keeps row i's
+            class, so the default negatives and a caller's drawn row by row with the
+            same labels both fit.
         generator: source of all randomness, on x1's device.
     """
     if phase not in PHASES:
@@ -176,6 +184,11 @@ def energy_matching_loss(
             )
     else:
         _checks.one_of("negatives", negatives, NEGATIVES)
+        if negatives == "smc" and labels is not None:
+            raise ArgumentError(
+                "negatives='smc' draws from one density and cannot keep each row's class; "
+                "with labels use 'generation' or pass class-conditional draws"
+            )
     if not 0 <= trim < 1:
         raise ArgumentError(f"trim must be in [0, 1), got {trim}")
     if clamp is not None:
@@ -184,7 +197,7 @@ def energy_matching_loss(
     weight = decay(tau_star) if flow_decay and phase == "joint" else None
     flow, metrics = flow_matching_loss(
         potential, x1, x0=x0, coupling=coupling, potential=True, time_weight=weight,
-        generator=generator,
+        labels=labels, generator=generator,
     )  # fmt: skip
     metrics["flow_loss"] = float(flow.detach())
     if phase == "flow":

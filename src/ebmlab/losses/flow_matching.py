@@ -62,14 +62,18 @@ def _paths(
     coupling: str,
     sigma: float,
     generator: torch.Generator | None,
+    labels: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Pairs]:
-    """Pairs from the coupling, a time per pair, and each pair's point and velocity:
-    (t, x_t, x1 - x0, pairs)."""
+    """Pairs from the coupling (within the ``labels``' classes, if given), a time per
+    pair, and each pair's point and velocity: (t, x_t, x1 - x0, pairs)."""
     _checks.tensor("x1", x1, min_ndim=2, floating=True, finite=True)
     if coupling not in COUPLINGS:
         raise ArgumentError(f"coupling must be one of {COUPLINGS}, got {coupling!r}")
     x0 = gaussian_noise(x1, generator) if x0 is None else x0
-    pairs = (independent_pairs if coupling == "independent" else ot_pairs)(x0, x1)
+    if coupling == "ot":
+        pairs = ot_pairs(x0, x1, labels=labels, generator=generator)
+    else:  # row i's noise goes with row i's data: within its class already
+        pairs = independent_pairs(x0, x1)
     t = torch.rand(len(x1), generator=generator, dtype=x1.dtype, device=x1.device)
     xt, target = linear_interpolant(pairs.x0, pairs.x1, t, sigma=sigma, generator=generator)
     return t, xt, target, pairs
@@ -84,6 +88,7 @@ def flow_matching_loss(
     potential: bool = False,
     sigma: float = 0.0,
     time_weight: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    labels: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean over the batch of w(t) |v(x_t, t) - (x1 - x0)|^2, summed over each
@@ -101,9 +106,14 @@ def flow_matching_loss(
             al. 2024; 0 for rectified-flow paths).
         time_weight: w(t), a weight per pair from its time (B,) (``None``: 1), such as
             :func:`flow_decay`.
+        labels: the data's classes (B,) for class-conditional flow matching: the OT
+            plan pairs noise with data of the same class only
+            (:func:`~ebmlab.transport.ot_pairs`), and ``field`` is the class's own field
+            for each row (e.g. ``ClassifierEnergy.conditional(labels)``, whose -grad
+            is each row's class potential's).
         generator: source of the noise, the times and the plan's draws, on x1's device.
     """
-    t, xt, target, pairs = _paths(x1, x0, coupling, sigma, generator)
+    t, xt, target, pairs = _paths(x1, x0, coupling, sigma, generator, labels)
     velocity = potential_velocity(field) if potential else field
     residual = (velocity(xt, t) - target).flatten(1).square().sum(1)
     if time_weight is not None:
@@ -133,6 +143,7 @@ def equilibrium_matching_loss(
     decay_start: float = 0.8,
     scale: float = 4.0,
     coupling: str = "independent",
+    labels: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Equilibrium Matching: mean over the batch of |-grad E(x_gamma) - c(gamma)
@@ -146,13 +157,15 @@ def equilibrium_matching_loss(
         decay_start: a, where c(gamma) starts to fall to 0, in [0, 1).
         scale: lambda, the gradient's magnitude away from the data.
         coupling: ``"independent"`` or ``"ot"``, as for :func:`flow_matching_loss`.
+        labels: the data's classes (B,), for a class-conditional energy, as for
+            :func:`flow_matching_loss`.
         generator: source of the noise, the times and the plan's draws, on x1's device.
     """
     _checks.probability("decay_start", decay_start)
     if decay_start >= 1:
         raise ArgumentError(f"decay_start must be < 1, got {decay_start}")
     _checks.positive("scale", scale)
-    t, xt, target, pairs = _paths(x1, x0, coupling, 0.0, generator)
+    t, xt, target, pairs = _paths(x1, x0, coupling, 0.0, generator, labels)
     c = equilibrium_scale(t, decay_start, scale).view(-1, *([1] * (x1.ndim - 1)))
     residual = potential_velocity(energy)(xt, t) - c * target
     loss = residual.flatten(1).square().sum(1).mean()

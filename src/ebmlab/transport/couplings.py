@@ -11,7 +11,10 @@ warm-up of Energy Matching (Balcerak et al. 2025, eq. 5):
 - :func:`ot_pairs`: the exact assignment (Hungarian algorithm, on the host: batches of a
   few hundred) or the entropic plan by log-domain Sinkhorn iterations (Cuturi 2013) on
   the batches' device, each data point drawing its noise partner from its column of the
-  plan.
+  plan. With ``labels``, noise is paired only with data of the same class: the plan of
+  each class within the batch, the conditional coupling of class-conditional flow
+  matching (Chemseddine et al. 2024, a cost that forbids pairs across labels), so that
+  the flow of class y carries noise to that class's data alone.
 
 Each returns a :class:`Pairs`: the noise reordered to pair with the data, and the mean
 squared distance of the pairs (the transport cost the coupling pays).
@@ -74,6 +77,7 @@ def ot_pairs(
     method: str = "auto",
     reg: float = 0.05,
     n_iter: int = 200,
+    labels: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> Pairs:
     """The rows of ``x0`` reordered to pair with those of ``x1`` (B, ...) by a minibatch
@@ -87,6 +91,10 @@ def ot_pairs(
             rows).
         reg: the entropic regularisation of Sinkhorn, relative to the mean cost.
         n_iter: Sinkhorn iterations.
+        labels: the data's classes (B,), if noise may pair only within a class: the
+            noise row i takes the class of data row i (the noise is exchangeable, so
+            each class gets as many noise rows as it has data rows), and pairs across
+            classes cost infinity.
         generator: source of the draws from the entropic plan, on the data's device.
     """
     _check_batches(x0, x1)
@@ -95,6 +103,14 @@ def ot_pairs(
     _checks.positive("reg", reg)
     _checks.positive_int("n_iter", n_iter)
     cost = _squared_distances(x0, x1)
+    if labels is not None:
+        if labels.shape != (len(x1),) or labels.is_floating_point():
+            raise ArgumentError(
+                f"labels must be integer classes, one per row of x1: shape ({len(x1)},), got "
+                f"{labels.dtype} of shape {tuple(labels.shape)}"
+            )
+        labels = labels.to(cost.device)
+        cost = cost.masked_fill(labels[:, None] != labels[None, :], math.inf)
     if method == "exact" or (method == "auto" and len(x0) <= EXACT_LIMIT):
         from scipy.optimize import linear_sum_assignment
 
@@ -102,7 +118,8 @@ def ot_pairs(
         order = torch.empty(len(x0), dtype=torch.long)
         order[torch.as_tensor(cols)] = torch.as_tensor(rows)
         return _paired(x0[order.to(x0.device)], x1)
-    log_plan = sinkhorn_log_plan(cost, reg * float(cost.mean()), n_iter)
+    scale = float(cost[cost.isfinite()].mean())  # over the pairs the plan may make
+    log_plan = sinkhorn_log_plan(cost, reg * scale, n_iter)
     # each data point (a column) draws its noise partner from its column of the plan
     partners = torch.multinomial(log_plan.T.softmax(1), 1, generator=generator).squeeze(1)
     return _paired(x0[partners], x1)

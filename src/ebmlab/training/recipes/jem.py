@@ -18,7 +18,9 @@ the contrastive term joins it, with negatives from the replay buffer moved by La
 dynamics at the temperature ``eps_max`` (the density exp(-E / eps_max), their eq. 7).
 Its samples are generated as the paper does: the flow down E from noise for
 ``flow_steps`` steps of 1 / ``flow_steps``, the temperature rising from ``tau_star``,
-then as many Langevin steps at ``eps_max``.
+then as many Langevin steps at ``eps_max``. With ``em_conditional`` each class's
+energy E(x, y) = -NN(x)[y] is the potential of its own flow, from noise to the images
+of that class, and samples are generated class by class.
 
 Negatives start either from uniform noise in the data range (the book's variant,
 ``init="uniform"``) or from a replay buffer of persistent chains with
@@ -53,6 +55,7 @@ gradients. Measured results of the defaults and their ablations: ``docs/results/
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -194,6 +197,11 @@ class JEMConfig:
         flow_steps: its generation steps from noise to the images, each of 1 /
             flow_steps; also the step of its Langevin dynamics (em).
         em_warmup: the share of the training steps spent in its flow warm-up (em).
+        em_conditional: train each class's energy E(x, y) = -NN(x)[y] as the
+            potential of its own flow, from noise to that class's images (the OT plan
+            pairs within classes), with contrastive negatives started at the batch's
+            images and moved by Langevin at eps_max under their class's energy; samples
+            are generated class by class (em).
         max_energy: stop as diverged when an energy's magnitude exceeds this.
         calibrate: fit p(y | x)'s inverse temperature on the validation split each epoch.
     """
@@ -256,6 +264,7 @@ class JEMConfig:
     tau_star: float = 0.9
     flow_steps: int = 100
     em_warmup: float = 0.5
+    em_conditional: bool = False
     max_energy: float = 1e4
     calibrate: bool = True
 
@@ -413,18 +422,28 @@ class JEMTask(BufferTask):
             return TemperedEnergy(self.model, self.config.eps_max)
         return self.model
 
-    def generate(self, n: int, generator: torch.Generator) -> torch.Tensor:
+    def generate(
+        self, n: int, generator: torch.Generator, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``n`` samples of p(x) as the generative term draws them: Energy Matching's
         generation from standard normal noise (the flow, then as many Langevin steps at
-        eps_max), projected onto the data range, or SGLD chains from the replay buffer."""
+        eps_max), projected onto the data range, or SGLD chains from the replay buffer.
+        With ``em_conditional`` each sample follows its class's flow: of ``labels`` (n,),
+        by default the classes in turn."""
         c = self.config
         if c.gen_objective != "em":
             return self.negatives(n, generator)
         sampler = EnergyMatchingSampler(
             1 / c.flow_steps, tau_star=c.tau_star, eps_max=c.eps_max, flow_steps=c.flow_steps
         )
-        noise = torch.randn(n, self.train.x.shape[1], generator=generator, device=generator.device)
-        x = sampler.sample(self.model, noise, 2 * c.flow_steps, generator=generator)
+        device = generator.device
+        noise = torch.randn(n, self.train.x.shape[1], generator=generator, device=device)
+        potential: EnergyModel = self.model
+        if c.em_conditional:
+            if labels is None:
+                labels = torch.arange(n, device=device) % self.model.num_classes
+            potential = self.model.conditional(labels)
+        x = sampler.sample(potential, noise, 2 * c.flow_steps, generator=generator)
         return x.clamp(*self.train.value_range)
 
     def recovered(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -476,9 +495,12 @@ class JEMTask(BufferTask):
         e_data = -torch.logsumexp(out[:n], 1)
         extra: dict[str, float] = {}
 
-        def energy(z: torch.Tensor) -> torch.Tensor:
+        def energy(z: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
             with autocast(x.device, low):
-                return -torch.logsumexp(self.model.logits(z).float(), 1)
+                logits = self.model.logits(z).float()
+            if labels is None:
+                return -torch.logsumexp(logits, 1)
+            return -logits.gather(1, labels.view(-1, 1)).squeeze(1)
 
         if sampled:
             e_neg = -torch.logsumexp(out[-n:], 1)
@@ -493,7 +515,8 @@ class JEMTask(BufferTask):
             )
             e_neg = e_data.detach() + gap["energy_gap"]
         else:
-            gen, extra = self.energy_matching(energy, rows[0], generator)
+            labels = y[:n] if c.em_conditional else None
+            gen, extra = self.energy_matching(energy, rows[0], labels, generator)
             e_neg = e_data.detach() - extra.get("contrastive_gap", 0.0)
         magnitude = float(torch.maximum(e_data.detach().abs().max(), e_neg.detach().abs().max()))
         if magnitude > c.max_energy:
@@ -519,19 +542,28 @@ class JEMTask(BufferTask):
 
     def energy_matching(
         self,
-        energy: Callable[[torch.Tensor], torch.Tensor],
+        energy: Callable[..., torch.Tensor],
         x: torch.Tensor,
+        labels: torch.Tensor | None,
         generator: torch.Generator,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Energy Matching's loss of the energy on the images ``x``: the OT flow term in
         the warm-up, then with the contrastive term against replay-buffer chains moved
-        by Langevin dynamics at eps_max."""
+        by Langevin dynamics at eps_max. With ``labels`` (``em_conditional``) the
+        potential of row i is its class's energy, and the negatives are the images
+        moved by ``sampler_steps`` Langevin steps at eps_max under their class's energy."""
         c = self.config
         phase = self.em_phase()
-        given = {"negatives": self.negatives(len(x), generator)} if phase == "joint" else {}
+        potential = energy if labels is None else functools.partial(energy, labels=labels)
+        given = {}
+        if phase == "joint" and labels is None:
+            given["negatives"] = self.negatives(len(x), generator)
+        elif phase == "joint":
+            moved = self.model.conditional(labels)
+            given["negatives"] = self.sampler.sample(moved, x, c.sampler_steps, generator=generator)
         return energy_matching_loss(
-            energy, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase, generator=generator,
-            **given,
+            potential, x, tau_star=c.tau_star, eps_max=c.eps_max, phase=phase, labels=labels,
+            generator=generator, **given,
         )  # fmt: skip
 
     def validate(self, generator: torch.Generator) -> dict[str, float]:
@@ -863,7 +895,10 @@ def evaluate(
     classes = min(task.model.num_classes, GRID_CLASSES)
     y = torch.arange(classes, device=test.x.device).repeat_interleave(10)
     starts = x[torch.arange(len(y), device=x.device) % len(x)]  # a test split may be small
-    conditional = task.sampler.sample(task.model.conditional(y), starts, 100, generator=gen)
+    if task.config.em_conditional and task.config.gen_objective == "em":
+        conditional = task.generate(len(y), gen, labels=y)  # each class's own flow
+    else:
+        conditional = task.sampler.sample(task.model.conditional(y), starts, 100, generator=gen)
     names = task.train.classes or [str(k) for k in range(classes)]
     task.grid(
         conditional,
