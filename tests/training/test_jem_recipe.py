@@ -455,3 +455,5 @@ def test_class_conditional_energy_matching_generates_class_by_class(tmp_path, ca
     assert float(by_default.min()) >= -1 and float(by_default.max()) <= 1
     assert main(["evaluate", str(run), *SHORT_LONG_RUN]) == 0
     assert (run / "samples_conditional.png").exists()
+    with pytest.raises(ValueError, match="em_conditional needs gen_objective 'em'"):
+        JEMConfig(em_conditional=True)

@@ -298,6 +298,10 @@ class JEMConfig:
         _checks.positive("eps_max", self.eps_max)
         _checks.below_one("tau_star", self.tau_star)
         _checks.positive_int("flow_steps", self.flow_steps)
+        if self.em_conditional and self.gen_objective != "em":
+            raise ArgumentError(
+                f"em_conditional needs gen_objective 'em', got {self.gen_objective!r}"
+            )
         _checks.probability("em_warmup", self.em_warmup)
         _checks.positive("max_energy", self.max_energy)
 
