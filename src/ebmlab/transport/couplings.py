@@ -13,7 +13,7 @@ warm-up of Energy Matching (Balcerak et al. 2025, eq. 5):
   the batches' device, each data point drawing its noise partner from its column of the
   plan. With ``labels``, noise is paired only with data of the same class: the plan of
   each class within the batch, the conditional coupling of class-conditional flow
-  matching (Chemseddine et al. 2024, a cost that forbids pairs across labels), so that
+  matching (Chemseddine et al. 2025, couplings restricted to equal labels), so that
   the flow of class y carries noise to that class's data alone.
 
 Each returns a :class:`Pairs`: the noise reordered to pair with the data, and the mean
