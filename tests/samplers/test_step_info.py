@@ -30,6 +30,18 @@ def test_trace_agrees_with_the_run_summary_and_flags_divergences():
     assert Langevin(0.05).run(gaussian(), x0, 5, generator=0).trace is None  # opt-in
 
 
+def test_progress_bar_shows_the_run_and_leaves_the_samples_alone(capsys):
+    """``progress`` draws a bar of burn-in plus kept steps on stderr, under its label,
+    and the chains are those of the run without it; without it nothing is printed."""
+    x0 = torch.randn(64, 2, generator=torch.Generator().manual_seed(0))
+    quiet = MALA(0.5).sample(gaussian(), x0, 70, burn_in=30, generator=3)
+    assert capsys.readouterr().err == ""
+    shown = MALA(0.5).sample(gaussian(), x0, 70, burn_in=30, generator=3, progress="chains")
+    err = capsys.readouterr().err
+    assert "chains" in err and "/100 [" in err  # burn-in and kept steps
+    torch.testing.assert_close(shown, quiet, rtol=0, atol=0)
+
+
 def test_obabo_applies_friction_gamma_per_step():
     """On a flat energy an OBABO step leaves E[v' | v] = exp(-gamma h) v: two half O
     steps make one step's worth of friction."""

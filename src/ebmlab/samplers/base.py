@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
@@ -207,14 +208,16 @@ class _FiniteWatch:
     record back every ``every`` steps, so a diverging run stops early, naming the first
     chain to turn non-finite and the step, without a host synchronisation per step. A
     step costs one row sum, its finiteness test and one copy
-    (:func:`~ebmlab.samplers.graphs.finite_rows`)."""
+    (:func:`~ebmlab.samplers.graphs.finite_rows`). Each recorded step also advances
+    the progress bar ``bar``, if given."""
 
     every = 64
 
-    def __init__(self, x0: torch.Tensor) -> None:
+    def __init__(self, x0: torch.Tensor, bar: tqdm | None = None) -> None:
         self.finite = torch.ones(self.every, x0.shape[0], dtype=torch.bool, device=x0.device)
         self.rows = 0  # steps recorded since the last check
         self.first_t = 0  # the step of the first recorded row
+        self.bar = bar
 
     def update(self, state: SamplerState) -> None:
         """Record the chains of ``state``, one step's."""
@@ -232,6 +235,8 @@ class _FiniteWatch:
             self.first_t = t - m + 1
         self.finite[self.rows : self.rows + m] = flags
         self.rows += m
+        if self.bar is not None:
+            self.bar.update(m)
         if self.rows >= self.every:
             self.check(t)
 
@@ -345,6 +350,7 @@ class Sampler(Generic[S]):
         generator: torch.Generator | int | None = None,
         trace: bool = False,
         graphs: bool = True,
+        progress: bool | str = False,
     ) -> SampleRun:
         """Run ``burn_in + n_steps`` steps; keep every ``thin``-th of the last ``n_steps``.
 
@@ -370,6 +376,8 @@ class Sampler(Generic[S]):
                 gradient from graphs kept across runs (a training loop's negatives:
                 its optimiser updates the parameters in place, where the graphs read
                 them). False runs every step eagerly.
+            progress: show a progress bar of the steps on stderr (a string is its
+                label), for runs of minutes; it reads nothing from the device.
 
         Returns:
             A :class:`SampleRun`.
@@ -384,9 +392,12 @@ class Sampler(Generic[S]):
         fn = as_energy_fn(energy)
         kept: list[torch.Tensor] | None = None if thin is None else []
         infos: list[StepInfo] | None = [] if trace else None
-        watch = _FiniteWatch(x0)
+        label = progress if isinstance(progress, str) else "sampling"
+        bar = tqdm(total=burn_in + n_steps, desc=label, unit="step", leave=False,
+                   disable=not progress)  # fmt: skip
+        watch = _FiniteWatch(x0, bar)
         replay = graphs and not trace and _graphs.capturable(x0.device)
-        with frozen_parameters(energy):
+        with frozen_parameters(energy), bar:
             try:
                 state = self.begin_warmup(self.init(x0, fn), burn_in)
             except NoGradientError:  # the energy's fault, whatever x0
@@ -501,6 +512,7 @@ class Sampler(Generic[S]):
         thin: int | None = None,
         generator: torch.Generator | int | None = None,
         graphs: bool = True,
+        progress: bool | str = False,
     ) -> torch.Tensor:
         """Draw samples: :meth:`run` without its summary.
 
@@ -512,12 +524,13 @@ class Sampler(Generic[S]):
             thin: keep every ``thin``-th state of the ``n_steps``.
             generator: a ``torch.Generator`` on x0's device, or an int seed.
             graphs: replay chunks of steps as CUDA graphs where they can be (see :meth:`run`).
+            progress: show a progress bar of the steps (a string is its label).
 
         Returns:
             The final states (B, ...), or the kept trajectory (T, B, ...) given ``thin``.
         """
         result = self.run(energy, x0, n_steps, burn_in=burn_in, thin=thin, generator=generator,
-                          graphs=graphs)  # fmt: skip
+                          graphs=graphs, progress=progress)  # fmt: skip
         return result.samples if thin is not None else result.samples[0]
 
 

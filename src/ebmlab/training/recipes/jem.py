@@ -427,13 +427,18 @@ class JEMTask(BufferTask):
         return self.model
 
     def generate(
-        self, n: int, generator: torch.Generator, labels: torch.Tensor | None = None
+        self,
+        n: int,
+        generator: torch.Generator,
+        labels: torch.Tensor | None = None,
+        progress: bool | str = False,
     ) -> torch.Tensor:
         """``n`` samples of p(x) as the generative term draws them: Energy Matching's
         generation from standard normal noise (the flow, then as many Langevin steps at
         eps_max), projected onto the data range, or SGLD chains from the replay buffer.
         With ``em_conditional`` each sample follows its class's flow: of ``labels`` (n,),
-        by default the classes in turn."""
+        by default the classes in turn. ``progress`` shows a bar of the generation's
+        steps (a string is its label)."""
         c = self.config
         if c.gen_objective != "em":
             return self.negatives(n, generator)
@@ -447,7 +452,8 @@ class JEMTask(BufferTask):
             if labels is None:
                 labels = torch.arange(n, device=device) % self.model.num_classes
             potential = self.model.conditional(labels)
-        x = sampler.sample(potential, noise, 2 * c.flow_steps, generator=generator)
+        x = sampler.sample(potential, noise, 2 * c.flow_steps, generator=generator,
+                           progress=progress)  # fmt: skip
         return x.clamp(*self.train.value_range)
 
     def recovered(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -853,8 +859,9 @@ def evaluate(
     gen = torch.Generator(test.x.device).manual_seed(2024)
     n = min(len(test), MAX_EVAL_SAMPLES)
     reference = test.x[:n]
+    bars = progress is not quiet  # a step bar in the stages that run the sampler long
     progress(f"{n} samples of p(x) and their quality")
-    x = task.generate(n, gen)
+    x = task.generate(n, gen, progress=bars and "generation")
     train_rows = task.train.x[:n].to(reference.device)
     floor, floor_stderr = mmd2(train_rows, reference, return_stderr=True)
     # FD, KID, precision and recall in the classifier's penultimate features, beside the
@@ -880,9 +887,11 @@ def evaluate(
         }
     first = STABILITY_STEPS
     progress(f"stability: the samples after {first} and {long_run_steps} more SGLD steps")
-    x_first = task.sampler.sample(task.model, x, first, generator=gen)
+    x_first = task.sampler.sample(task.model, x, first, generator=gen, progress=bars)
     quality[f"after_{first}_more_steps"] = _sample_metrics(task, x_first, reference)
-    x_long = task.sampler.sample(task.model, x_first, long_run_steps - first, generator=gen)
+    x_long = task.sampler.sample(
+        task.model, x_first, long_run_steps - first, generator=gen, progress=bars
+    )
     long = quality[f"after_{long_run_steps}_more_steps"] = _sample_metrics(task, x_long, reference)
     if feature_model is not None:  # one feature space for the runs' long-run samples too
         long["other_classifier_features"] = _feature_quality(
@@ -900,9 +909,11 @@ def evaluate(
     y = torch.arange(classes, device=test.x.device).repeat_interleave(10)
     starts = x[torch.arange(len(y), device=x.device) % len(x)]  # a test split may be small
     if task.config.em_conditional and task.config.gen_objective == "em":
-        conditional = task.generate(len(y), gen, labels=y)  # each class's own flow
+        conditional = task.generate(len(y), gen, labels=y, progress=bars)  # each class's flow
     else:
-        conditional = task.sampler.sample(task.model.conditional(y), starts, 100, generator=gen)
+        conditional = task.sampler.sample(
+            task.model.conditional(y), starts, 100, generator=gen, progress=bars
+        )
     names = task.train.classes or [str(k) for k in range(classes)]
     task.grid(
         conditional,
