@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from ebmlab._checks import ArgumentError
 from ebmlab.cli import load_run, main
 from ebmlab.energies import ClassifierEnergy
 from ebmlab.training.recipes.jem import JEMConfig, JEMTask, evaluate
@@ -411,6 +412,46 @@ def test_test_nll_in_bits_per_dimension_has_the_known_answer(objective, assert_k
     bits = (d * math.log(17 / 2) - result["mean"]) / (d * math.log(2))
     assert result["bits_per_dim"] == pytest.approx(bits)
     assert 0 < result["bits_per_dim_stderr"] < 0.01
+
+
+def test_class_conditional_test_nll_normalises_each_class_on_its_own(assert_keys_documented):
+    """Class y's logit a_y x_j + b_y (pixel j = j_y) gives p(x | y) ∝ exp((a_y x_j +
+    b_y) / eps_max) on [-1, 1]^D, whose log Z_y = (D - 1) log 2 + b_y / eps_max +
+    log(2 sinh(s_y) / s_y), s_y = a_y / eps_max. The offsets b_y cancel from p(x | y),
+    so the mixture p(x) = (1 / 2) sum_y p(x | y) does not depend on them, whereas the
+    one density exp(-E(x) / eps_max) of E = -logsumexp would be class 1's alone (b_1
+    lies 300 nats above b_0): the estimate meets the mixture and misses that density by
+    far. ``ebmlab logz`` of such a run, which has no single log Z, is refused."""
+    from ebmlab.training.recipes import Setup
+    from ebmlab.training.recipes.jem import _test_log_likelihood, log_partition
+
+    config = JEMConfig(arch="mlp", hidden=(8,), buffer_size=10, gen_objective="em",
+                       em_conditional=True)  # fmt: skip
+    task = JEMTask(config, seed=0)
+    d, t = task.train.x.shape[1], config.eps_max
+    a, b, pixels = torch.tensor([1.0, -1.0]), torch.tensor([0.3, 3.3]), [27, 36]
+    head = torch.nn.Linear(d, 2)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.weight[[0, 1], pixels] = a
+        head.bias.copy_(b)
+    task.model = ClassifierEnergy(head, 2)
+    s = a.double() / t
+    shape = (d - 1) * math.log(2) + torch.log(2 * torch.sinh(s) / s)
+    result = _test_log_likelihood(Setup(task, ()))
+    assert_keys_documented({"test_log_likelihood": result})
+    for y in range(2):
+        exact = float(shape[y] + b[y] / t)
+        assert abs(result["log_z"][y] - exact) < 4 * result["log_z_stderr"][y] + 0.05
+    x = task.test.x[:, pixels].double()
+    mixture = torch.logsumexp(s * x - shape, 1) - math.log(2)
+    tolerance = 4 * result["stderr"] + 0.05  # the exact answer is on the same rows
+    assert result["mean"] == pytest.approx(float(mixture.mean()), abs=tolerance)
+    assert result["log_z_method"].endswith("per component")
+    one_density = float((s[1] * x[:, 1] - shape[1]).mean())  # class 1's: 56 nats lower
+    assert abs(result["mean"] - one_density) > 10 * tolerance
+    with pytest.raises(ArgumentError, match="each with its own log Z"):
+        log_partition(Setup(task, ()), "auto")
 
 
 def test_training_on_a_gpu_replays_the_negatives_gradient_from_kept_graphs(

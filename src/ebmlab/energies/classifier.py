@@ -107,7 +107,8 @@ class ClassifierEnergy(EnergyModel):
         return self.logits(x).argmax(1)
 
     def conditional(self, y: torch.Tensor) -> ClassConditionalEnergy:
-        """The energy E(x, y) for fixed labels ``y`` (one per chain), for sampling x ~ p(x | y)."""
+        """The energy E(x, y) for fixed labels ``y`` (one per chain, or a 0-d tensor: one
+        class for any batch), for sampling x ~ p(x | y)."""
         return ClassConditionalEnergy(self, y)
 
     def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,6 +126,7 @@ class ClassConditionalEnergy(EnergyModel):
 
     Args:
         model: the classifier whose logits define E(x, y).
+        y: the labels (B,), or one label (a 0-d tensor) for batches of any size.
     """
 
     def __init__(self, model: ClassifierEnergy, y: torch.Tensor) -> None:
@@ -133,12 +135,16 @@ class ClassConditionalEnergy(EnergyModel):
         self.grad_dtype = model.grad_dtype
         self.register_buffer("y", y.long())
 
+    def labels(self, x: torch.Tensor) -> torch.Tensor:
+        """The label of each row of ``x``."""
+        return self.y.expand(len(x)) if self.y.ndim == 0 else self.y
+
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.energy(x, self.y)
+        return self.model.energy(x, self.labels(x))
 
     def energy_and_grad(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(self.model.net, FeedForward):
-            y = self.y
+            y = self.labels(x)
 
             def head(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 return -out.gather(1, y.view(-1, 1)).squeeze(1), -F.one_hot(y, out.shape[1]).to(

@@ -13,7 +13,7 @@ from ebmlab.evaluation.inception import (
     inception_score,
     load_inception,
 )
-from ebmlab.evaluation.likelihood import LogLikelihood, log_likelihood
+from ebmlab.evaluation.likelihood import LogLikelihood, log_likelihood, mixture_log_likelihood
 from ebmlab.evaluation.metrics import median_bandwidth, mmd2, mmd_permutation_test
 from ebmlab.evaluation.ood import (
     auroc,
@@ -49,6 +49,7 @@ __all__ = [
     "load_ood_images",
     "log_likelihood",
     "median_bandwidth",
+    "mixture_log_likelihood",
     "mmd2",
     "mmd_permutation_test",
     "nll",

@@ -9,6 +9,7 @@ the sampling error of the data set's mean.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -55,6 +56,27 @@ class LogLikelihood:
         return asdict(self)
 
 
+def _data_rows(data: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """``data`` as a tensor of at least one row, else a clear error."""
+    x = torch.as_tensor(np.asarray(data) if not isinstance(data, torch.Tensor) else data)
+    if x.dim() < 1 or len(x) == 0:
+        raise ArgumentError(f"data must hold at least one row, got shape {tuple(x.shape)}")
+    return x
+
+
+def _negative_energies(model: EnergyLike, x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """-E(x) per row (N,), widened, evaluated in chunks without gradients on the model's
+    device and in its parameters' dtype; a non-finite value is refused."""
+    fn = as_energy_fn(model)
+    dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float32)
+    device = energy_device(fn, x.device)
+    with torch.no_grad():
+        neg = torch.cat([-widen(fn(part.to(device, dtype))) for part in x.split(chunk)])
+    if not torch.isfinite(neg).all():
+        raise ArgumentError("the model's energy is not finite on some rows of data")
+    return neg
+
+
 def log_likelihood(
     model: EnergyLike,
     data: torch.Tensor | np.ndarray,
@@ -72,16 +94,8 @@ def log_likelihood(
     """
     if not isinstance(log_z, LogZEstimate):
         raise ArgumentError(f"log_z must be a LogZEstimate, got {type(log_z).__name__}")
-    x = torch.as_tensor(np.asarray(data) if not isinstance(data, torch.Tensor) else data)
-    if x.dim() < 1 or len(x) == 0:
-        raise ArgumentError(f"data must hold at least one row, got shape {tuple(x.shape)}")
-    fn = as_energy_fn(model)
-    dtype = next((p.dtype for p in getattr(model, "parameters", list)()), torch.float32)
-    device = energy_device(fn, x.device)
-    with torch.no_grad():
-        neg = torch.cat([-widen(fn(part.to(device, dtype))) for part in x.split(chunk)])
-    if not torch.isfinite(neg).all():
-        raise ArgumentError("the model's energy is not finite on some rows of data")
+    x = _data_rows(data)
+    neg = _negative_energies(model, x, chunk)
     mean, spread = mean_and_stderr(neg)
     return LogLikelihood(
         mean=mean - log_z.log_z,
@@ -91,4 +105,62 @@ def log_likelihood(
         data_stderr=spread,
         n=len(neg),
         log_z_method=log_z.method,
+    )
+
+
+def mixture_log_likelihood(
+    models: Sequence[EnergyLike],
+    data: torch.Tensor | np.ndarray,
+    log_zs: Sequence[LogZEstimate],
+    *,
+    chunk: int = 4096,
+) -> LogLikelihood:
+    """Mean log p(x) under the equal mixture p(x) = (1 / K) sum_k exp(-E_k(x)) / Z_k of K
+    energies, each normalised by its own log Z: a class-conditional model's marginal,
+    p(x) = sum_y p(y) p(x | y) with p(y) = 1 / K.
+
+    Each log Z_k's error moves the mean by the mean responsibility of component k,
+    r_k = mean over rows of p(k | x), so ``stderr`` is sqrt(sum_k (r_k stderr_k)^2);
+    ``lower``/``upper`` take every log Z_k at its upper/lower bound. One component is
+    :func:`log_likelihood`.
+
+    Args:
+        models: the K energies.
+        log_zs: their K estimates of log Z.
+        chunk: rows evaluated at once, which bounds the memory used.
+    """
+    if len(models) != len(log_zs) or len(models) == 0:
+        raise ArgumentError(
+            f"models and log_zs must be two non-empty lists of one length, got {len(models)} "
+            f"and {len(log_zs)}"
+        )
+    for z in log_zs:
+        if not isinstance(z, LogZEstimate):
+            raise ArgumentError(f"log_zs must hold LogZEstimates, got {type(z).__name__}")
+    if len(models) == 1:
+        return log_likelihood(models[0], data, log_zs[0], chunk=chunk)
+    x = _data_rows(data)
+    neg = torch.stack([_negative_energies(m, x, chunk) for m in models], 1)  # (N, K)
+    log_k = math.log(len(models))
+
+    def rows(at: list[float]) -> torch.Tensor:
+        return torch.logsumexp(neg - neg.new_tensor(at), 1) - log_k
+
+    per_row = rows([z.log_z for z in log_zs])
+    mean, spread = mean_and_stderr(per_row)
+    log_z = neg.new_tensor([z.log_z for z in log_zs])
+    responsibility = torch.softmax(neg - log_z, 1).mean(0)
+    errors = neg.new_tensor([z.stderr for z in log_zs])
+    stderr = float((responsibility * errors).norm())
+    bounded_above = all(math.isfinite(z.upper) for z in log_zs)
+    bounded_below = all(math.isfinite(z.lower) for z in log_zs)
+    method = "+".join(sorted({z.method for z in log_zs}))
+    return LogLikelihood(
+        mean=mean,
+        stderr=stderr,
+        lower=float(rows([z.upper for z in log_zs]).mean()) if bounded_above else -math.inf,
+        upper=float(rows([z.lower for z in log_zs]).mean()) if bounded_below else math.inf,
+        data_stderr=spread,
+        n=len(per_row),
+        log_z_method=f"{method}, per component",
     )

@@ -103,7 +103,7 @@ from ebmlab.evaluation import (
     inception_score,
     load_inception,
     load_ood_images,
-    log_likelihood,
+    mixture_log_likelihood,
     mmd2,
     nll,
     penultimate_features,
@@ -426,6 +426,21 @@ class JEMTask(BufferTask):
             return TemperedEnergy(self.model, self.config.eps_max)
         return self.model
 
+    @property
+    def components(self) -> list[EnergyModel]:
+        """The run's p(x) as the equal mixture of these energies' densities, each
+        normalised on its own: :attr:`density` alone, or with ``em_conditional`` each
+        class's exp(-E(x, y) / eps_max), p(x) = (1 / K) sum_y p(x | y), since every
+        class's potential is fitted to its own flow and so has its own log Z."""
+        c = self.config
+        if not (c.gen_objective == "em" and c.em_conditional):
+            return [self.density]
+        device = self.train.x.device
+        return [
+            TemperedEnergy(self.model.conditional(torch.tensor(y, device=device)), c.eps_max)
+            for y in range(self.model.num_classes)
+        ]
+
     def generate(
         self,
         n: int,
@@ -738,22 +753,28 @@ def _inception_quality(
 
 
 def _test_log_likelihood(setup: Setup) -> dict[str, Any]:
-    """Mean log p(x) of the test split with log Z by :func:`log_partition`, and the NLL
+    """Mean log p(x) of the test split with log Z of each of the density's
+    :attr:`~JEMTask.components` by tempered SMC over the pixel box, and the NLL
     in bits per dimension: for pixels scaled to [-1, 1] by x = 2 (v - low) / d - 1 in
     the pixels' units (-log p(x) + D log(d / 2), over D log 2; the density at the
     stored values, without dequantisation), else in the model's units."""
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
-    estimate = log_partition(setup, "auto")
-    ll = log_likelihood(task.density, test.x, estimate)
+    gen = torch.Generator(test.x.device).manual_seed(0)
+    components = task.components
+    estimates = [_box_log_z(task, energy, gen) for energy in components]
+    ll = mixture_log_likelihood(components, test.x, estimates)
+    log_z = [e.log_z for e in estimates], [e.stderr for e in estimates]
+    if len(estimates) == 1:
+        log_z = log_z[0][0], log_z[1][0]
     d = test.x.shape[1]
     encoding = test.encoding
     jacobian = d * math.log(encoding.divisor / 2) if encoding.transform == "scaled" else 0.0
     per_bit = d * math.log(2)
     return {
         **ll.to_dict(),
-        "log_z": estimate.log_z,
-        "log_z_stderr": estimate.stderr,
+        "log_z": log_z[0],  # one per class for a class-conditional run
+        "log_z_stderr": log_z[1],
         "bits_per_dim": (jacobian - ll.mean) / per_bit,
         "bits_per_dim_stderr": ll.total_stderr / per_bit,
     }
@@ -946,9 +967,20 @@ def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
     auto or smc."""
     _checks.one_of("method", method, ("auto", "smc"))
     task: JEMTask = setup.task  # type: ignore[assignment]
-    gen = torch.Generator(task.test.x.device).manual_seed(seed)
+    if len(task.components) > 1:
+        raise ArgumentError(
+            "a class-conditional Energy Matching run's p(x) is the mixture of its classes' "
+            "densities, each with its own log Z: `ebmlab evaluate --nll` estimates "
+            "them all and the test log-likelihood"
+        )
+    return _box_log_z(task, task.density, torch.Generator(task.test.x.device).manual_seed(seed))
+
+
+def _box_log_z(task: JEMTask, energy: EnergyModel, generator: torch.Generator) -> LogZEstimate:
+    """log Z of ``energy`` over the data's pixel box by tempered SMC
+    (:func:`ebmlab.partition.box_smc`)."""
     lo, hi = task.train.value_range
-    return box_smc(task.density, lo, hi, tuple(task.train.x.shape[1:]), generator=gen)
+    return box_smc(energy, lo, hi, tuple(task.train.x.shape[1:]), generator=generator)
 
 
 register(
