@@ -126,6 +126,7 @@ def mixture_log_likelihood(
 
     Args:
         models: the K energies.
+        data: the rows (N, ...).
         log_zs: their K estimates of log Z.
         chunk: rows evaluated at once, which bounds the memory used.
     """
