@@ -144,13 +144,13 @@ def mixture_log_likelihood(
     neg = torch.stack([_negative_energies(m, x, chunk) for m in models], 1)  # (N, K)
     log_k = math.log(len(models))
 
-    def rows(at: list[float]) -> torch.Tensor:
-        return torch.logsumexp(neg - neg.new_tensor(at), 1) - log_k
+    def mean_at(at: list[float]) -> float:
+        return float((torch.logsumexp(neg - neg.new_tensor(at), 1) - log_k).mean())
 
-    per_row = rows([z.log_z for z in log_zs])
+    shifted = neg - neg.new_tensor([z.log_z for z in log_zs])  # log p(x | k), (N, K)
+    per_row = torch.logsumexp(shifted, 1) - log_k
     mean, spread = mean_and_stderr(per_row)
-    log_z = neg.new_tensor([z.log_z for z in log_zs])
-    responsibility = torch.softmax(neg - log_z, 1).mean(0)
+    responsibility = torch.softmax(shifted, 1).mean(0)
     errors = neg.new_tensor([z.stderr for z in log_zs])
     stderr = float((responsibility * errors).norm())
     bounded_above = all(math.isfinite(z.upper) for z in log_zs)
@@ -159,8 +159,8 @@ def mixture_log_likelihood(
     return LogLikelihood(
         mean=mean,
         stderr=stderr,
-        lower=float(rows([z.upper for z in log_zs]).mean()) if bounded_above else -math.inf,
-        upper=float(rows([z.lower for z in log_zs]).mean()) if bounded_below else math.inf,
+        lower=mean_at([z.upper for z in log_zs]) if bounded_above else -math.inf,
+        upper=mean_at([z.lower for z in log_zs]) if bounded_below else math.inf,
         data_stderr=spread,
         n=len(per_row),
         log_z_method=f"{method}, per component",

@@ -395,7 +395,7 @@ class Sampler(Generic[S]):
         label = progress if isinstance(progress, str) else "sampling"
         bar = tqdm(total=burn_in + n_steps, desc=label, unit="step", leave=False,
                    disable=not progress)  # fmt: skip
-        watch = _FiniteWatch(x0, bar)
+        watch = _FiniteWatch(x0, bar if progress else None)  # no call per step unshown
         replay = graphs and not trace and _graphs.capturable(x0.device)
         with frozen_parameters(energy), bar:
             try:
