@@ -83,6 +83,7 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys, assert_keys_do
     assert all(0 < v < 0.03 for scores in stderrs.values() for v in scores.values())
     assert all(user[s] > stderrs["uniform_noise"][s] for s in user)
     assert set(result["samples"]) == {
+        "count",
         "train_test_floor_mmd2",
         "train_test_floor_mmd2_stderr",
         "after_training_steps",
@@ -99,6 +100,25 @@ def test_evaluate_reports_every_metric(jem_run, tmp_path, capsys, assert_keys_do
     assert floor["recall"] > features["recall"] and floor["kid_stderr"] > 0
     for png in ("reliability.png", "samples_unconditional.png", "samples_conditional.png"):
         assert (jem_run / png).is_file(), png
+
+
+def test_evaluate_compares_as_many_samples_as_asked(jem_run, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", str(jem_run), "--samples", "40", *SHORT_LONG_RUN]) == 0
+    assert json.loads(capsys.readouterr().out)["samples"]["count"] == 40
+    assert main(["evaluate", str(jem_run), "--samples", "5"]) == 2
+    assert "samples must be at least 20, got 5" in capsys.readouterr().err
+
+
+def test_evaluation_samples_are_distinct_buffer_chains_left_in_place(jem_run, monkeypatch):
+    _, setup, _ = load_run(jem_run, device="cpu")
+    task = setup.task
+    before = task.buffer.buffer.clone()
+    monkeypatch.setattr(task.sampler, "sample", lambda energy, x0, steps, **kw: x0.clone())
+    x = task.generate(task.buffer.capacity, torch.Generator().manual_seed(0))
+    assert torch.equal(task.buffer.buffer, before)
+    rows = {tuple(r.tolist()) for r in x}
+    assert len(rows) == len(x) and rows == {tuple(r.tolist()) for r in before}
 
 
 def test_sample_command(jem_run, tmp_path, capsys):

@@ -306,7 +306,8 @@ class JEMConfig:
         _checks.positive("max_energy", self.max_energy)
 
 
-MAX_EVAL_SAMPLES = 500  # chains run for the sample-quality metrics (and test images compared)
+EVAL_SAMPLES = 500  # samples for the sample-quality metrics by default, and per draw beyond
+MIN_EVAL_SAMPLES = 20  # the fewest samples the sample-quality metrics accept
 GAUSSIAN_FIT_ROWS = 10_000  # training rows the class Gaussians of fresh chains are fitted to
 GRID_CLASSES = 10  # classes drawn in the conditional-samples picture
 STABILITY_STEPS = 200  # SGLD steps of the stability check's first look; the long run goes on
@@ -450,11 +451,18 @@ class JEMTask(BufferTask):
     ) -> torch.Tensor:
         """``n`` samples of p(x) as the generative term draws them: Energy Matching's
         generation from standard normal noise (the flow, then as many Langevin steps at
-        eps_max), projected onto the data range, or SGLD chains from the replay buffer.
+        eps_max), projected onto the data range, or distinct chains of the replay buffer
+        (as many as it holds, at most) moved by the training's SGLD steps.
         With ``em_conditional`` each sample follows its class's flow: of ``labels`` (n,),
         by default the classes in turn. ``progress`` shows a bar of the generation's
         steps (a string is its label)."""
         c = self.config
+        if c.gen_objective != "em" and c.init == "buffer":
+            # distinct chains of the buffer (at most its size), left in it as they were
+            slots = torch.randperm(self.buffer.capacity, generator=generator,
+                                   device=generator.device)[:n]  # fmt: skip
+            return self.sampler.sample(self.model, self.buffer.buffer[slots], c.sampler_steps,
+                                       generator=generator, progress=progress)  # fmt: skip
         if c.gen_objective != "em":
             return self.negatives(n, generator)
         sampler = EnergyMatchingSampler(
@@ -701,8 +709,9 @@ def _inception_network(
         if samples is not None:
             raise ArgumentError("inception_samples needs inception (an Inception-v3 weights file)")
         return None
-    if samples is not None and _checks.positive_int("inception_samples", samples) < 20:
-        raise ArgumentError(f"inception_samples must be at least 20, got {samples}")
+    least = MIN_EVAL_SAMPLES
+    if samples is not None and _checks.positive_int("inception_samples", samples) < least:
+        raise ArgumentError(f"inception_samples must be at least {least}, got {samples}")
     if task.train.image_shape is None:
         raise ArgumentError(f"inception needs images; the data {task.config.data!r} are vectors")
     return load_inception(weights, task.test.x.device, preprocessing)
@@ -720,12 +729,12 @@ def _inception_quality(
     more = torch.Generator(x.device).manual_seed(2025)  # the evaluation's other draws stay
     samples = itertools.chain(
         [x[:wanted]],
-        (task.generate(min(MAX_EVAL_SAMPLES, wanted - done), more)
-         for done in range(len(x), wanted, MAX_EVAL_SAMPLES)),
+        (task.generate(min(EVAL_SAMPLES, wanted - done), more)
+         for done in range(len(x), wanted, EVAL_SAMPLES)),
     )  # fmt: skip
     m = min(len(split), wanted)
-    reference = (split.x[i : min(i + MAX_EVAL_SAMPLES, m)].to(x.device)
-                 for i in range(0, m, MAX_EVAL_SAMPLES))  # fmt: skip
+    reference = (split.x[i : min(i + EVAL_SAMPLES, m)].to(x.device)
+                 for i in range(0, m, EVAL_SAMPLES))  # fmt: skip
     bar = tqdm(total=wanted + m, desc="inception features", unit="image", leave=False)
 
     def outputs(chunks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -802,6 +811,7 @@ def evaluate(
     ood_data: str | None = None,
     ood_root: str | None = None,
     long_run_steps: int = 1000,
+    samples: int = EVAL_SAMPLES,
     inception: str | None = None,
     inception_samples: int | None = None,
     inception_reference: str = "test",
@@ -819,11 +829,14 @@ def evaluate(
             image set by name, such as ``mnist`` for a Fashion-MNIST model.
         ood_root: the folder of a named ``ood_data`` set's files (default: the
             training data's root, else ``$EBMLAB_DATA`` and the system's data folders).
+        samples: model samples for the sample-quality metrics and the stability check,
+            against as many test images (at most the test split's, and a replay
+            buffer's chains): the Frechet distance's bias and error shrink with more.
         inception: a local Inception-v3 weights file of the FID tools
             (:func:`~ebmlab.evaluation.load_inception`): sample quality in its pool
             features too, the numbers papers report, and the Inception score.
         inception_samples: model samples for those (default: as many as the other
-            sample metrics use, at most 500); papers' FID-50k takes 50 000.
+            sample metrics use); papers' FID-50k takes 50 000.
         inception_reference: the split the samples are compared with, ``test`` or
             ``train`` (papers' FID on CIFAR-10: the 50 000 training images).
         inception_preprocessing: ``tensorflow`` (the original FID and IS code's,
@@ -836,6 +849,8 @@ def evaluate(
     """
     if long_run_steps <= STABILITY_STEPS:
         raise ArgumentError(f"long_run_steps must be > {STABILITY_STEPS}, got {long_run_steps}")
+    if _checks.positive_int("samples", samples) < MIN_EVAL_SAMPLES:
+        raise ArgumentError(f"samples must be at least {MIN_EVAL_SAMPLES}, got {samples}")
     if ood_root is not None and not ood_data:
         raise ArgumentError("ood_root needs ood_data (a published set's name)")
     task: JEMTask = setup.task  # type: ignore[assignment]
@@ -879,7 +894,9 @@ def evaluate(
             values[score], stderrs[score] = auroc(in_scores[score], s, return_stderr=True)
         result["ood_auroc"][name], result["ood_auroc_stderr"][name] = values, stderrs
     gen = torch.Generator(test.x.device).manual_seed(2024)
-    n = min(len(test), MAX_EVAL_SAMPLES)
+    n = min(len(test), samples)
+    if task.config.gen_objective != "em" and task.config.init == "buffer":
+        n = min(n, task.buffer.capacity)
     reference = test.x[:n]
     bars = progress is not quiet  # a step bar in the stages that run the sampler long
     progress(f"{n} samples of p(x) and their quality")
@@ -889,6 +906,7 @@ def evaluate(
     # FD, KID, precision and recall in the classifier's penultimate features, beside the
     # same of as many training images: the floor that gives their scale a meaning
     quality = {
+        "count": n,
         "train_test_floor_mmd2": floor,
         "train_test_floor_mmd2_stderr": floor_stderr,
         "after_training_steps": _sample_metrics(task, x, reference),
