@@ -104,3 +104,18 @@ def test_a_slot_drawn_twice_keeps_the_last_chain_whole():
                 assert buf.buffer[s].eq(last.get(s, 0)).all(), (seed, s)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_distinct_draws_stored_chains_without_repeats_and_leaves_the_buffer():
+    buf = ReplayBuffer(50, lambda n, g=None: torch.arange(n, dtype=torch.float32).view(n, 1),
+                       reinit_prob=1.0)  # fmt: skip
+    before = buf.buffer.clone()
+    g = torch.Generator().manual_seed(0)
+    x = buf.distinct(30, g)
+    assert x.shape == (30, 1) and len(x.unique()) == 30  # no repeats, no fresh starts
+    assert set(x.flatten().tolist()) <= set(range(50))
+    x[:] = -1.0  # a copy: writing to it leaves the buffer
+    assert torch.equal(buf.buffer, before)
+    assert sorted(buf.distinct(80, g).flatten().tolist()) == list(range(50))  # capped
+    with pytest.raises(ValueError, match="n"):
+        buf.distinct(0)

@@ -236,6 +236,15 @@ class ReplayBuffer:
             starts = torch.where(fresh.view(-1, *([1] * (starts.ndim - 1))), draws, starts)
         return starts, slots
 
+    def distinct(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Return min(n, capacity) distinct stored chains, drawn uniformly without
+        replacement with ``generator``, as a copy: the buffer is left as it was and no
+        chain is replaced by a fresh start. For drawing evaluation samples, where a
+        repeated chain would count twice."""
+        _checks.positive_int("n", n)
+        slots = torch.randperm(self.capacity, generator=generator, device=self.buffer.device)
+        return self.buffer[slots[:n]]
+
     def push(self, x: torch.Tensor, slots: torch.Tensor) -> None:
         """Write moved chains ``x`` (n, ...) back into their ``slots`` (n,).
 

@@ -442,6 +442,12 @@ class JEMTask(BufferTask):
             for y in range(self.model.num_classes)
         ]
 
+    @property
+    def samples_from_buffer(self) -> bool:
+        """Whether :meth:`generate` draws its samples from the replay buffer, and so at
+        most as many as it holds."""
+        return self.config.gen_objective != "em" and self.config.init == "buffer"
+
     def generate(
         self,
         n: int,
@@ -457,14 +463,12 @@ class JEMTask(BufferTask):
         by default the classes in turn. ``progress`` shows a bar of the generation's
         steps (a string is its label)."""
         c = self.config
-        if c.gen_objective != "em" and c.init == "buffer":
-            # distinct chains of the buffer (at most its size), left in it as they were
-            slots = torch.randperm(self.buffer.capacity, generator=generator,
-                                   device=generator.device)[:n]  # fmt: skip
-            return self.sampler.sample(self.model, self.buffer.buffer[slots], c.sampler_steps,
-                                       generator=generator, progress=progress)  # fmt: skip
         if c.gen_objective != "em":
-            return self.negatives(n, generator)
+            if not self.samples_from_buffer:
+                return self.negatives(n, generator)
+            return self.sampler.sample(self.model, self.buffer.distinct(n, generator),
+                                       c.sampler_steps, generator=generator,
+                                       progress=progress)  # fmt: skip
         sampler = EnergyMatchingSampler(
             1 / c.flow_steps, tau_star=c.tau_star, eps_max=c.eps_max, flow_steps=c.flow_steps
         )
@@ -895,7 +899,7 @@ def evaluate(
         result["ood_auroc"][name], result["ood_auroc_stderr"][name] = values, stderrs
     gen = torch.Generator(test.x.device).manual_seed(2024)
     n = min(len(test), samples)
-    if task.config.gen_objective != "em" and task.config.init == "buffer":
+    if task.samples_from_buffer:
         n = min(n, task.buffer.capacity)
     reference = test.x[:n]
     bars = progress is not quiet  # a step bar in the stages that run the sampler long
