@@ -63,7 +63,12 @@ from ebmlab.training import (
 )
 from ebmlab.training.checkpoint import load_newest_good, previous_path
 from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
-from ebmlab.training.recipes.jem import GRID_CLASSES, INCEPTION_REFERENCES, STABILITY_STEPS
+from ebmlab.training.recipes.jem import (
+    GRID_CLASSES,
+    INCEPTION_REFERENCES,
+    MIN_EVAL_SAMPLES,
+    STABILITY_STEPS,
+)
 from ebmlab.training.run_dir import jsonable, write_json
 
 # What a user can fix: bad arguments and settings, missing files and data, failed
@@ -516,7 +521,6 @@ def _feature_model(args: argparse.Namespace, setup: Setup) -> torch.nn.Module | 
     read the evaluated run's inputs: the same row shape and value range."""
     if args.features_from is None:
         return None
-    RunDirectory(args.features_from).read_config()
     _, other, _ = load_run(args.features_from, "last", args.device, args.weights)
     mine, theirs = setup.task.train, other.task.train  # type: ignore[attr-defined]
     if mine.x.shape[1:] != theirs.x.shape[1:] or mine.value_range != theirs.value_range:
@@ -529,11 +533,15 @@ def _feature_model(args: argparse.Namespace, setup: Setup) -> torch.nn.Module | 
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    RunDirectory(args.run_dir).read_config()  # not a run: one line, before any other
+    for run_dir in (args.run_dir, args.features_from):  # not a run: one line, before any other
+        if run_dir is not None:
+            RunDirectory(run_dir).read_config()
     if args.long_run_steps is not None and args.long_run_steps <= STABILITY_STEPS:
         raise ArgumentError(
             f"--long-run-steps must be more than {STABILITY_STEPS}, got {args.long_run_steps}"
         )
+    if args.samples is not None and args.samples < MIN_EVAL_SAMPLES:
+        raise ArgumentError(f"--samples must be at least {MIN_EVAL_SAMPLES}, got {args.samples}")
     progress = Stages("evaluate")
     progress(f"loading {args.run_dir} ({args.checkpoint} checkpoint)")
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)

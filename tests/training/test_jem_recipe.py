@@ -107,7 +107,8 @@ def test_evaluate_compares_as_many_samples_as_asked(jem_run, capsys):
     assert main(["evaluate", str(jem_run), "--samples", "40", *SHORT_LONG_RUN]) == 0
     assert json.loads(capsys.readouterr().out)["samples"]["count"] == 40
     assert main(["evaluate", str(jem_run), "--samples", "5"]) == 2
-    assert "samples must be at least 20, got 5" in capsys.readouterr().err
+    err = capsys.readouterr().err  # refused before the run is loaded
+    assert "--samples must be at least 20, got 5" in err and "loading" not in err
 
 
 def test_evaluation_samples_are_distinct_buffer_chains_left_in_place(jem_run, monkeypatch):
@@ -277,6 +278,9 @@ def test_features_from_another_run_put_samples_in_its_feature_space(
     assert main(["evaluate", str(jem_run), "--features-from", str(wide)]) == 2
     err = capsys.readouterr().err
     assert "(64,)" in err and "(192,)" in err
+    assert main(["evaluate", str(jem_run), "--features-from", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err  # refused before the evaluated run is loaded
+    assert "is not a run directory" in err and "loading" not in err
 
 
 def test_conv_architecture_trains(tmp_path):
