@@ -237,3 +237,18 @@ def test_the_eves_weight_concentration_sums_each_eves_particles():
     got = _eve_concentration(log_w, eve)
     torch.testing.assert_close(got, expected.square().sum(-1), rtol=1e-12, atol=1e-14)
     assert abs(float(got[0]) - 1.0) < 1e-12  # one eve holds all the weight
+
+
+def test_progress_bar_shows_the_way_to_beta_one_and_changes_no_draw(capsys):
+    """``progress`` draws a bar of the slowest run's beta on stderr; the estimate is
+    the one without it, to the bit."""
+    target = Gaussian(torch.tensor([1.0, -1.0]), torch.eye(2) * 0.25)
+    base = Gaussian(torch.zeros(2), torch.eye(2))
+    args = dict(n_particles=64, n_runs=2, generator=3)
+    quiet = smc(target.energy, base, MALA(0.1), **args)
+    assert capsys.readouterr().err == ""
+    shown = smc(target.energy, base, MALA(0.1), progress="log Z here", **args)
+    err = capsys.readouterr().err
+    stages = max(quiet.cost["n_stages"])
+    assert "log Z here:" in err and "100%|" in err and f"stages={stages}" in err
+    assert shown.log_z == quiet.log_z and shown.stderr == quiet.stderr

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import functional as F
+from tqdm.auto import tqdm
 
 from ebmlab import _checks
 from ebmlab._checks import ArgumentError
@@ -134,6 +135,7 @@ def smc(
     max_stages: int = 10_000,
     generator: torch.Generator | int | None = None,
     graphs: bool = True,
+    progress: bool | str = False,
 ) -> LogZEstimate:
     """log Z of ``energy`` by tempered SMC from ``base``, with its standard error.
 
@@ -160,6 +162,9 @@ def smc(
         graphs: on a CUDA device, replay the moves' energy and gradient as a CUDA graph
             (each chain's inverse temperature is read from the device;
             :class:`~ebmlab.samplers.graphs.ReplayedGradient`: the same values).
+        progress: show a bar on stderr of the way to beta = 1 of the slowest run, in
+            per cent, with the stages so far (a string is its label); it reads the
+            temperatures from the device once per stage.
     """
     _check_population(energy, base, kernel, n_particles, ess_fraction, steps_per_stage, max_stages)
     _checks.positive_int("n_runs", n_runs)
@@ -184,7 +189,7 @@ def smc(
     start = time.perf_counter()
     pop = _anneal(energy, base, kernel, n_particles, n_runs, variance == "genealogy",
                   ess_fraction, steps_per_stage, chain_length, max_stages, gen,
-                  graphs)  # fmt: skip
+                  graphs, progress)  # fmt: skip
     f64 = pop.log_ratio.dtype
     log_z0 = float(base.log_partition())
     per_run = pop.log_ratio + log_z0
@@ -298,10 +303,12 @@ def _anneal(
     max_stages: int,
     gen: torch.Generator | None,
     graphs: bool = True,
+    progress: bool | str = False,
 ) -> _Population:
     """Move ``n_runs`` populations from ``base`` to ``energy`` (the stages of :func:`smc`),
     resampling systematically, or multinomially while tracking each run's
-    ``genealogy``; with ``graphs``, the moves' energy and gradient replayed on CUDA."""
+    ``genealogy``; with ``graphs``, the moves' energy and gradient replayed on CUDA;
+    ``progress`` as in :func:`smc`."""
     e1, e0 = as_energy_fn(energy), as_energy_fn(base)
     x = base.sample(n_runs * n_particles, gen)
     device = x.device
@@ -318,8 +325,11 @@ def _anneal(
     chain_beta = x.new_zeros(n_runs * n_chains)  # each chain's stage, read by the path
     path = geometric_path(e0, e1, chain_beta)
     path = replayed_gradients(path, x.device) if graphs else path
-    with frozen_parameters(energy):
-        for _ in range(max_stages):
+    label = progress if isinstance(progress, str) else "SMC"
+    bar = tqdm(total=100, desc=label, leave=False, disable=not progress,
+               bar_format="{l_bar}{bar}| {elapsed}{postfix}")  # fmt: skip
+    with frozen_parameters(energy), bar:
+        for stage in range(max_stages):
             with torch.no_grad():
                 diff = (e0(x) - e1(x)).to(f64).view(n_runs, n_particles)
             if not torch.isfinite(diff).all():
@@ -337,6 +347,9 @@ def _anneal(
                 concentration = torch.where(finished, _eve_concentration(log_w, eve), concentration)
             beta = torch.where(finished, torch.ones_like(beta), beta + inc)
             stages += active.long()
+            if progress:  # the slowest run's way to beta = 1
+                bar.update(int(100 * float(beta.min())) - bar.n)
+                bar.set_postfix(stages=stage + 1)  # a stage takes long: shown at once
             if not bool((beta < 1).any()):
                 break
             picks = resample(log_w, n_chains, gen)

@@ -765,17 +765,21 @@ def _inception_quality(
     }
 
 
-def _test_log_likelihood(setup: Setup) -> dict[str, Any]:
+def _test_log_likelihood(setup: Setup, bars: bool = False) -> dict[str, Any]:
     """Mean log p(x) of the test split with log Z of each of the density's
     :attr:`~JEMTask.components` by tempered SMC over the pixel box, and the NLL
     in bits per dimension: for pixels scaled to [-1, 1] by x = 2 (v - low) / d - 1 in
     the pixels' units (-log p(x) + D log(d / 2), over D log 2; the density at the
-    stored values, without dequantisation), else in the model's units."""
+    stored values, without dequantisation), else in the model's units. ``bars``
+    shows each SMC run's progress."""
     task: JEMTask = setup.task  # type: ignore[assignment]
     test = task.test
     gen = torch.Generator(test.x.device).manual_seed(0)
     components = task.components
-    estimates = [_box_log_z(task, energy, gen) for energy in components]
+    labels = ["log Z"] if len(components) == 1 else [f"log Z, class {y}" for y in
+                                                     range(len(components))]  # fmt: skip
+    estimates = [_box_log_z(task, energy, gen, bars and label)
+                 for energy, label in zip(components, labels, strict=True)]  # fmt: skip
     ll = mixture_log_likelihood(components, test.x, estimates)
     log_z: Any = [e.log_z for e in estimates]  # one per class for a class-conditional run
     log_z_stderr: Any = [e.stderr for e in estimates]
@@ -863,6 +867,7 @@ def evaluate(
     network = _inception_network(
         task, inception, inception_samples, inception_reference, inception_preprocessing
     )
+    bars = progress is not quiet  # a bar in the stages that run a sampler long
     progress("classification and calibration of the test split")
     with torch.no_grad():
         logits = in_chunks(task.model.logits, test.x)
@@ -888,7 +893,7 @@ def evaluate(
     }
     if likelihood:
         progress("test log-likelihood: log Z by tempered SMC over the pixel box")
-        result["test_log_likelihood"] = _test_log_likelihood(setup)
+        result["test_log_likelihood"] = _test_log_likelihood(setup, bars)
     progress("OOD scores: log p(x), max p(y|x), gradient norm")
     in_scores = _ood_scores(task, test.x)
     result["ood_auroc"], result["ood_auroc_stderr"] = {}, {}
@@ -902,7 +907,6 @@ def evaluate(
     if task.samples_from_buffer:
         n = min(n, task.buffer.capacity)
     reference = test.x[:n]
-    bars = progress is not quiet  # a step bar in the stages that run the sampler long
     progress(f"{n} samples of p(x) and their quality")
     x = task.generate(n, gen, progress=bars and "generation")
     train_rows = task.train.x[:n].to(reference.device)
@@ -996,14 +1000,18 @@ def log_partition(setup: Setup, method: str, seed: int = 0) -> LogZEstimate:
             "densities, each with its own log Z: `ebmlab evaluate --nll` estimates "
             "them all and the test log-likelihood"
         )
-    return _box_log_z(task, task.density, torch.Generator(task.test.x.device).manual_seed(seed))
+    gen = torch.Generator(task.test.x.device).manual_seed(seed)
+    return _box_log_z(task, task.density, gen, progress="log Z by SMC")
 
 
-def _box_log_z(task: JEMTask, energy: EnergyModel, generator: torch.Generator) -> LogZEstimate:
+def _box_log_z(
+    task: JEMTask, energy: EnergyModel, generator: torch.Generator, progress: bool | str = False
+) -> LogZEstimate:
     """log Z of ``energy`` over the data's pixel box by tempered SMC
-    (:func:`ebmlab.partition.box_smc`)."""
+    (:func:`ebmlab.partition.box_smc`), with its bar if ``progress``."""
     lo, hi = task.train.value_range
-    return box_smc(energy, lo, hi, tuple(task.train.x.shape[1:]), generator=generator)
+    shape = tuple(task.train.x.shape[1:])
+    return box_smc(energy, lo, hi, shape, generator=generator, progress=progress)
 
 
 register(
