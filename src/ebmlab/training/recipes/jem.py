@@ -776,10 +776,11 @@ def _test_log_likelihood(setup: Setup, bars: bool = False) -> dict[str, Any]:
     test = task.test
     gen = torch.Generator(test.x.device).manual_seed(0)
     components = task.components
-    labels = ["log Z"] if len(components) == 1 else [f"log Z, class {y}" for y in
-                                                     range(len(components))]  # fmt: skip
-    estimates = [_box_log_z(task, energy, gen, bars and label)
-                 for energy, label in zip(components, labels, strict=True)]  # fmt: skip
+    per_class = len(components) > 1  # a class-conditional run: one log Z per class
+    estimates = [
+        _box_log_z(task, energy, gen, bars and (f"log Z, class {y}" if per_class else "log Z"))
+        for y, energy in enumerate(components)
+    ]
     ll = mixture_log_likelihood(components, test.x, estimates)
     log_z: Any = [e.log_z for e in estimates]  # one per class for a class-conditional run
     log_z_stderr: Any = [e.stderr for e in estimates]
