@@ -66,8 +66,8 @@ from ebmlab.training.recipes import Recipe, Setup, get_recipe, recipes
 from ebmlab.training.recipes.jem import (
     GRID_CLASSES,
     INCEPTION_REFERENCES,
-    MIN_EVAL_SAMPLES,
     STABILITY_STEPS,
+    check_eval_samples,
 )
 from ebmlab.training.run_dir import jsonable, write_json
 
@@ -540,8 +540,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ArgumentError(
             f"--long-run-steps must be more than {STABILITY_STEPS}, got {args.long_run_steps}"
         )
-    if args.samples is not None and args.samples < MIN_EVAL_SAMPLES:
-        raise ArgumentError(f"--samples must be at least {MIN_EVAL_SAMPLES}, got {args.samples}")
+    if args.samples is not None:
+        check_eval_samples("--samples", args.samples)
     progress = Stages("evaluate")
     progress(f"loading {args.run_dir} ({args.checkpoint} checkpoint)")
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)

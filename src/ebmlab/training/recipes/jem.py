@@ -313,6 +313,14 @@ GRID_CLASSES = 10  # classes drawn in the conditional-samples picture
 STABILITY_STEPS = 200  # SGLD steps of the stability check's first look; the long run goes on
 
 
+def check_eval_samples(name: str, n: int) -> int:
+    """``n``, a count of samples for the sample-quality metrics, if it is at least
+    :data:`MIN_EVAL_SAMPLES`; else an error naming the argument ``name``."""
+    if _checks.positive_int(name, n) < MIN_EVAL_SAMPLES:
+        raise ArgumentError(f"{name} must be at least {MIN_EVAL_SAMPLES}, got {n}")
+    return n
+
+
 def network(
     config: JEMConfig, dim: int, image_shape: tuple[int, ...] | None, k: int
 ) -> torch.nn.Module:
@@ -463,12 +471,12 @@ class JEMTask(BufferTask):
         by default the classes in turn. ``progress`` shows a bar of the generation's
         steps (a string is its label)."""
         c = self.config
-        if c.gen_objective != "em":
-            if not self.samples_from_buffer:
-                return self.negatives(n, generator)
+        if self.samples_from_buffer:
             return self.sampler.sample(self.model, self.buffer.distinct(n, generator),
                                        c.sampler_steps, generator=generator,
                                        progress=progress)  # fmt: skip
+        if c.gen_objective != "em":
+            return self.negatives(n, generator)
         sampler = EnergyMatchingSampler(
             1 / c.flow_steps, tau_star=c.tau_star, eps_max=c.eps_max, flow_steps=c.flow_steps
         )
@@ -713,9 +721,8 @@ def _inception_network(
         if samples is not None:
             raise ArgumentError("inception_samples needs inception (an Inception-v3 weights file)")
         return None
-    least = MIN_EVAL_SAMPLES
-    if samples is not None and _checks.positive_int("inception_samples", samples) < least:
-        raise ArgumentError(f"inception_samples must be at least {least}, got {samples}")
+    if samples is not None:
+        check_eval_samples("inception_samples", samples)
     if task.train.image_shape is None:
         raise ArgumentError(f"inception needs images; the data {task.config.data!r} are vectors")
     return load_inception(weights, task.test.x.device, preprocessing)
@@ -858,8 +865,7 @@ def evaluate(
     """
     if long_run_steps <= STABILITY_STEPS:
         raise ArgumentError(f"long_run_steps must be > {STABILITY_STEPS}, got {long_run_steps}")
-    if _checks.positive_int("samples", samples) < MIN_EVAL_SAMPLES:
-        raise ArgumentError(f"samples must be at least {MIN_EVAL_SAMPLES}, got {samples}")
+    check_eval_samples("samples", samples)
     if ood_root is not None and not ood_data:
         raise ArgumentError("ood_root needs ood_data (a published set's name)")
     task: JEMTask = setup.task  # type: ignore[assignment]
