@@ -1,4 +1,4 @@
-"""Where the auto mass fails: a GP Poisson regression of 41 points.
+"""The auto mass's split test: a GP Poisson regression of 41 points.
 
 ``python -m benchmarks.gp_mass`` samples the GP Poisson model of
 :mod:`benchmarks.posterior_models` (:func:`~benchmarks.posterior_models.gp_poisson_model`)
@@ -7,9 +7,11 @@ counts drawn once from Poisson(exp(3 + 1.2 sin(x / 3) + 0.8 cos(x / 1.7))), a ji
 of 1e-6; 43 coordinates) by AdaptiveHMC with the mass chosen at each window's end
 (``dense_mass="auto"``) and with the diagonal mass, 32 chains from uniform(-2, 2),
 300 + 300 steps, float64. The diagonal mass leaves the mean Hessian a condition number
-past 10^4, so the rule picks a dense mass, which mixes worse here
-(docs/results/posteriors.md, "Choosing the mass"). Prints R-hat, divergent transitions
-and the min bulk ESS per 1000 gradients of each.
+past 10^4, as on a ridge, but a dense mass mixes worse here: the latent values' scale
+follows the kernel's hyperparameters, and the split test
+(:func:`ebmlab.samplers.adaptation.mass_spread`) keeps the mass diagonal
+(docs/results/posteriors.md, "A GP of more points, and the split test"). Prints R-hat,
+divergent transitions and the min bulk ESS per 1000 gradients of each.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """A dense inverse mass (Stan's dense_e): its momentum, velocity and kinetic energy, the
 pooled and regularised covariance the warm-up estimates, NUTS and AdaptiveHMC whitening
-a strongly correlated Gaussian, and the starts it refuses."""
+a strongly correlated Gaussian, the choice between dense and diagonal, and the starts it
+refuses."""
 
 import pytest
 import torch
 
 from ebmlab._checks import ArgumentError
-from ebmlab.samplers import NUTS, AdaptiveHMC, ParallelTempering
-from ebmlab.samplers.adaptation import WindowStats
+from ebmlab.samplers import NUTS, AdaptiveHMC, ParallelTempering, adaptation
+from ebmlab.samplers.adaptation import WindowDraws, WindowStats, mass_spread
 from ebmlab.samplers.base import SamplerState
 from ebmlab.samplers.diagnostics import condition_number, effective_sample_size
 from ebmlab.samplers.integrators import DenseMass, kinetic_energy, momentum, velocity, whiten
@@ -220,6 +221,54 @@ def test_the_auto_mass_finds_a_ridge_its_chains_have_not_crossed():
     mass = _chosen(draws, lambda x: x @ precision)
     assert isinstance(mass, DenseMass)
     assert whitened(mass.matrix) < 1.2
+
+
+def _widening_ridge(widening: float):
+    """Exact draws (50 steps x 16 chains) and gradients of a ridge x2 ~ N(x1, (w e^{k x1})^2)
+    with x1, x3 ~ N(0, 1), w = 0.01: correlation 0.9999 between x1 and x2, a ridge whose
+    width grows by e^k per unit of x1 (k = ``widening``)."""
+    z = torch.randn(50, 16, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    width = lambda a: 0.01 * torch.exp(widening * a)  # noqa: E731
+    draws = torch.stack([z[..., 0], z[..., 0] + width(z[..., 0]) * z[..., 1], z[..., 2]], -1)
+
+    def grad(x):  # of x1^2 / 2 + r^2 / 2 + log width(x1) + x3^2 / 2, r = (x2 - x1) / width
+        a, b, c = x.unbind(-1)
+        r = (b - a) / width(a)
+        da = a - r / width(a) * (1 + widening * (b - a)) + widening
+        return torch.stack([da, r / width(a), c], -1)
+
+    return draws, grad
+
+
+def test_the_auto_mass_refuses_a_ridge_that_changes_width(monkeypatch):
+    """A ridge of constant width is Gaussian: each half of its draws wants the same mass
+    (spread 1), and the auto mass is dense. One whose width grows e-fold per sd along it
+    passes the ridge test too, but its halves want masses about 40 apart (past
+    SPLIT_LIMIT), so its mass stays diagonal; without the split test it would be dense."""
+    draws, grad = _widening_ridge(0.0)
+    flat = draws.flatten(0, 1)
+    assert mass_spread(flat, grad(flat)) < 1.01
+    assert isinstance(_chosen(draws, grad), DenseMass)
+    draws, grad = _widening_ridge(1.0)
+    flat = draws.flatten(0, 1)
+    assert mass_spread(flat, grad(flat)) > adaptation.SPLIT_LIMIT
+    assert isinstance(_chosen(draws, grad), torch.Tensor)
+    monkeypatch.setattr(adaptation, "SPLIT_LIMIT", float("inf"))
+    assert isinstance(_chosen(draws, grad), DenseMass)
+
+
+def test_the_window_record_keeps_evenly_spaced_steps():
+    """The record of a window's draws keeps at most its limit of steps: when full it drops
+    every other one, so 50 steps into a record of 8 keep every 8th, from the first."""
+    record = WindowDraws(limit=8)
+    arrived = torch.tensor([True, False])
+    for t in range(50):
+        step = torch.full((2, 1), float(t))
+        record = record.add(step, -step, arrived)
+    x, grad = record.rows()
+    assert record.every == 8
+    assert x.flatten().tolist() == [0.0, 8.0, 16.0, 24.0, 32.0, 40.0, 48.0]
+    torch.testing.assert_close(grad, -x)
 
 
 @pytest.mark.slow

@@ -23,14 +23,15 @@ one leapfrog step's acceptance crosses 0.8). The inverse mass is the variance of
 window's draws pooled over the chains that moved (per group of chains of equal inverse
 temperature when the kernel runs inside parallel tempering), or their covariance for a
 dense mass, regularised as in Stan (the covariance towards the diagonal mass rather than
-the identity). By default a dense mass only where it pays: where the window's
-covariance makes the energy's mean curvature nearly round and the diagonal does not, or
-where the diagonal leaves it hopelessly stretched; that dense mass also uses the
-window's gradients (:meth:`WindowStats.chosen_mass`). At the end of the initial buffer
-and of every window, a chain that never moved or diverged on every step since the last
-check, or whose energy sits far above the others' (still on its way in from its start),
-is restarted at the position of a chain that moves (Stan re-draws such inits; here the
-many chains supply them) and left out of the mass estimate.
+the identity). By default a dense mass only where it pays: where the window's covariance
+makes the energy's mean curvature nearly round and the diagonal does not, or where the
+diagonal leaves it hopelessly stretched, and in either case not where the posterior
+changes shape across the window's draws (:func:`mass_spread`); that dense mass also uses
+the window's gradients (:meth:`WindowStats.chosen_mass`). At the end of the initial
+buffer and of every window, a chain that never moved or diverged on every step since the
+last check, or whose energy sits far above the others' (still on its way in from its
+start), is restarted at the position of a chain that moves (Stan re-draws such inits;
+here the many chains supply them) and left out of the mass estimate.
 """
 
 from __future__ import annotations
@@ -172,6 +173,85 @@ class WarmupWindows:
 
 
 @dataclass(frozen=True)
+class WindowDraws:
+    """An evenly thinned record of a window's draws, their energy gradients and which
+    chains had arrived (not far behind), at most ``limit`` steps of them: when full,
+    every other kept step is dropped and ``every`` doubles, so the record spans the
+    whole window without drawing a random number. For :func:`mass_spread`."""
+
+    limit: int
+    steps: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...] = ()
+    every: int = 1
+    seen: int = 0
+
+    @classmethod
+    def for_chains(cls, x: torch.Tensor) -> WindowDraws:
+        """An empty record for flat chains x (B, D), of at most :data:`SPLIT_NUMBERS`
+        numbers per kept tensor."""
+        chains, d = x.shape
+        return cls(max(1, SPLIT_NUMBERS // (d * chains)))
+
+    def add(self, x: torch.Tensor, grad: torch.Tensor, arrived: torch.Tensor) -> WindowDraws:
+        """The record after one more step at ``x`` (B, D)."""
+        seen = self.seen + 1
+        if self.seen % self.every:
+            return replace(self, seen=seen)
+        steps, every = (*self.steps, (x.clone(), grad.clone(), arrived.clone())), self.every
+        if len(steps) > self.limit:
+            steps, every = steps[::2], 2 * every
+        return replace(self, steps=steps, every=every, seen=seen)
+
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kept draws of arrived chains and their gradients, (N, D) each."""
+        x = torch.cat([x[arrived] for x, _, arrived in self.steps])
+        grad = torch.cat([grad[arrived] for _, grad, arrived in self.steps])
+        return x, grad
+
+
+def fisher_mass_factor(chol: torch.Tensor, fisher: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """A factor H (D, D) of the inverse mass Sigma = H H^T that minimises the Fisher
+    divergence from the pulled-back target to N(0, I) (Seyboldt, Carlson & Carpenter
+    2026, arXiv:2603.18845), and the condition number of F in C's units. Sigma solves
+    Sigma F Sigma = C for the draws' covariance C = L L^T (``chol``) and the gradients'
+    F (``fisher``): the geometric mean of C and F^{-1}, H = L V Lambda^{-1/4} with
+    L^T F L = V Lambda V^T. Where F is singular in C's units (some direction of
+    constant gradient), H is not finite and the condition number infinite."""
+    eig, vec = torch.linalg.eigh(chol.mT @ fisher @ chol)
+    if not bool(eig[0] > 0):
+        return torch.full_like(chol, math.inf), math.inf
+    return chol @ (vec * eig.pow(-0.25)), float(eig[-1] / eig[0])
+
+
+def mass_spread(x: torch.Tensor, grad: torch.Tensor) -> float:
+    """How much the Fisher-divergence mass (:func:`fisher_mass_factor`) changes across
+    draws x (N, D) with energy gradients ``grad`` (N, D): the draws are split at their
+    mean along the widest direction of their covariance (in the diagonal mass's
+    units), each half gets its own mass, and the spread is the condition number of one
+    half's mass in the other's units. For a Gaussian target every subset of draws gives
+    the same mass (F = P C P for any draws, P the precision), so the spread is 1 up to
+    noise; a target whose shape changes from place to place (a Gaussian process's
+    latent values, whose scale follows the kernel's hyperparameters) spreads far more.
+    Infinite where a half's mass does not exist."""
+    cov = x.T.cov()
+    scale = cov.diagonal().sqrt()
+    widest = torch.linalg.eigh(cov / scale[:, None] / scale[None, :])[1][:, -1] / scale
+    side = (x - x.mean(0)) @ widest
+    lower = side < side.median()
+    halves = []
+    for rows in (lower, ~lower):
+        chol, failed = torch.linalg.cholesky_ex(x[rows].T.cov())
+        if bool(failed):
+            return math.inf
+        factor, conditioned = fisher_mass_factor(chol, grad[rows].T.cov())
+        if math.isinf(conditioned):
+            return math.inf
+        halves.append(factor)
+    # Sigma_2 in Sigma_1's units: H1^-1 H2 (H1^-1 H2)^T
+    inner = torch.linalg.solve(halves[0], halves[1])
+    return condition_number(inner @ inner.mT)
+
+
+@dataclass(frozen=True)
 class WindowStats:
     """Per-chain moments of the draws since the last check (Welford: the mean and the
     sum of squared deviations), and the chains' accepted and divergent counts when it
@@ -179,7 +259,7 @@ class WindowStats:
     chains, (D, D), which a chain that never moves adds nothing to; to choose between
     the two masses (:meth:`chosen_mass`), also the sums of the energy's gradients at
     the draws and of their outer products, (D,) and (D, D), over the chains not far
-    behind."""
+    behind, and a thinned ``record`` of the draws and gradients themselves."""
 
     count: int
     mean: torch.Tensor
@@ -190,6 +270,7 @@ class WindowStats:
     fisher: torch.Tensor | None = None
     fisher_draws: torch.Tensor | None = None
     grad_sum: torch.Tensor | None = None
+    record: WindowDraws | None = None
 
     @classmethod
     def begin(cls, state: SamplerState, dense: bool = False, choose: bool = False) -> WindowStats:
@@ -197,11 +278,12 @@ class WindowStats:
         chains (B, D), ``choose`` also the sums and outer products of their gradients."""
         x, d = state.x, state.x.shape[-1]
         square = x.new_zeros((d, d)) if dense or choose else None
-        fisher = draws = grad_sum = None
+        fisher = draws = grad_sum = record = None
         if choose:
             fisher, draws, grad_sum = torch.zeros_like(square), x.new_zeros(()), x.new_zeros(d)
+            record = WindowDraws.for_chains(x)
         return cls(0, torch.zeros_like(x), torch.zeros_like(x), state.accepted.clone(),
-                   state.divergent.clone(), square, fisher, draws, grad_sum)  # fmt: skip
+                   state.divergent.clone(), square, fisher, draws, grad_sum, record)  # fmt: skip
 
     def add(
         self,
@@ -221,13 +303,15 @@ class WindowStats:
         mean = self.mean + delta / count
         after = x - mean
         outer = None if self.outer is None else self.outer + delta.T @ after
-        fisher, draws, grad_sum = self.fisher, self.fisher_draws, self.grad_sum
+        fisher, draws, grad_sum, record = self.fisher, self.fisher_draws, self.grad_sum, self.record
         if fisher is not None and grad is not None and arrived is not None:
             counted = grad * arrived[:, None].to(grad.dtype)
             fisher, grad_sum = fisher + counted.T @ grad, grad_sum + counted.sum(0)
             draws = draws + arrived.sum()
+            record = record.add(x, grad, arrived)
         return replace(self, count=count, mean=mean, m2=self.m2 + delta * after, outer=outer,
-                       fisher=fisher, fisher_draws=draws, grad_sum=grad_sum)  # fmt: skip
+                       fisher=fisher, fisher_draws=draws, grad_sum=grad_sum,
+                       record=record)  # fmt: skip
 
     def stuck(self, state: SamplerState) -> torch.Tensor:
         """Chains that never moved, or diverged on every step, in the window (B,)."""
@@ -296,7 +380,10 @@ class WindowStats:
         length).
         A posterior that no linear map makes nearly round (a funnel; a Gaussian
         process's latent values with their hyperparameters) changes shape from place
-        to place, and one dense mass fits it worse than per-coordinate scales.
+        to place, and one dense mass fits it worse than per-coordinate scales. Such a
+        shape can still pass the ridge test (a 41-point GP's diagonal leaves 10^4), so
+        the dense mass is also refused where the window's two halves want masses more
+        than :data:`SPLIT_LIMIT` apart (:meth:`changes_shape`).
 
         The dense mass is the affine map that minimises the Fisher divergence from the
         pulled-back target to N(0, I) over the window (Seyboldt, Carlson & Carpenter
@@ -304,28 +391,35 @@ class WindowStats:
         of C and F^{-1}, computed as L (L^T F L)^{-1/2} L^T with C = L L^T. For a
         Gaussian, F = P C P for any draws (P its precision), so Sigma = P^{-1}
         exactly, however little of the target the window's chains have covered; C
-        alone is right only once they have covered it. Needs ten draws per coordinate
-        from chains not far behind, else the diagonal."""
+        alone is right only once they have covered it. Needs :data:`DRAWS_PER_COORD`
+        draws per coordinate from chains not far behind, else the diagonal."""
         var = self.variance(keep, None)
         d = len(var)
         draws = float(self.fisher_draws) if self.fisher_draws is not None else 0.0
-        if draws < 10 * d:
+        if draws < DRAWS_PER_COORD * d:
             return var
         grad_mean = self.grad_sum / draws
         fisher = self.fisher / draws - grad_mean[:, None] * grad_mean[None, :]
         cov, scale = self.covariance(keep), var.sqrt()
         diagonal = condition_number(scale[:, None] * fisher * scale[None, :])
-        eig, vec = torch.linalg.eigh(cov.chol.mT @ fisher @ cov.chol)
-        if not bool(eig[0] > 0):  # some direction of constant gradient
+        half, dense = fisher_mass_factor(cov.chol, fisher)
+        if math.isinf(dense):  # some direction of constant gradient
             return var
-        dense = float(eig[-1] / eig[0])
         nearly_gaussian = dense <= WHITE_ENOUGH and diagonal >= DENSE_GAIN * dense
-        ridge = diagonal >= DIAGONAL_HOPELESS and diagonal >= DENSE_GAIN * math.sqrt(dense)
-        if not (nearly_gaussian or ridge):
-            return var
         # Sigma F Sigma = C has condition number sqrt(dense) in Sigma's units
-        half = cov.chol @ (vec * eig.pow(-0.25))
+        ridge = diagonal >= DIAGONAL_HOPELESS and diagonal >= DENSE_GAIN * math.sqrt(dense)
+        if not (nearly_gaussian or ridge) or self.changes_shape():
+            return var
         return DenseMass(half @ half.mT)
+
+    def changes_shape(self) -> bool:
+        """Whether the recorded draws' two halves want masses more than
+        :data:`SPLIT_LIMIT` apart (:func:`mass_spread`); False where fewer than
+        :data:`DRAWS_PER_COORD` rows per coordinate were recorded."""
+        x, grad = self.record.rows()
+        if len(x) < DRAWS_PER_COORD * x.shape[1]:
+            return False
+        return mass_spread(x, grad) > SPLIT_LIMIT
 
 
 # a dense mass is chosen when the draws' covariance leaves the mean Hessian this round
@@ -336,6 +430,15 @@ DENSE_GAIN = 10.0
 # ... or when the diagonal leaves it this ill-conditioned (about 100 leapfrog steps per
 # effective draw), and the Fisher-divergence mass is DENSE_GAIN times rounder
 DIAGONAL_HOPELESS = 1e4
+# ... unless the window's two halves want dense masses this far apart (condition number
+# of one in the other's units; 1 for a Gaussian, 1-2.3 for a random halving)
+SPLIT_LIMIT = 25.0
+# the record of a window's draws for that test keeps at most this many numbers of
+# draws and as many of gradients (8 MiB each in float64): every draw of 32 chains of 43
+# coordinates over a 150-step window; for D above 323 too few for the test
+SPLIT_NUMBERS = 2**20
+# draws per coordinate either choice needs
+DRAWS_PER_COORD = 10
 
 
 def _shrunk(estimate: torch.Tensor, n: torch.Tensor, unit: torch.Tensor | float) -> torch.Tensor:
