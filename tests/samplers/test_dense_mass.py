@@ -140,14 +140,19 @@ def test_a_dense_mass_needs_flat_untempered_chains():
         )
 
 
-def _chosen(draws: torch.Tensor, grad, arrived: torch.Tensor | None = None):
-    """The mass a choosing window picks after the draws (T, B, D) with gradients grad(x)."""
+def _choice(draws: torch.Tensor, grad, arrived: torch.Tensor | None = None):
+    """The mass a choosing window picks after the draws (T, B, D) with gradients grad(x),
+    and the split test's spread where it refused a dense mass."""
     arrived = torch.ones(draws.shape[1], dtype=torch.bool) if arrived is None else arrived
     start = SamplerState.start(draws[0], torch.zeros(draws.shape[1]), torch.zeros_like(draws[0]), 0)
     window = WindowStats.begin(start, choose=True)
     for x in draws:
         window = window.add(x, grad=grad(x), arrived=arrived)
     return window.chosen_mass(torch.ones(draws.shape[1], dtype=torch.bool))
+
+
+def _chosen(draws: torch.Tensor, grad, arrived: torch.Tensor | None = None):
+    return _choice(draws, grad, arrived)[0]
 
 
 def _gaussian_draws(cov: torch.Tensor, steps: int = 50, chains: int = 16):
@@ -248,11 +253,14 @@ def test_the_auto_mass_refuses_a_ridge_that_changes_width(monkeypatch):
     draws, grad = _widening_ridge(0.0)
     flat = draws.flatten(0, 1)
     assert mass_spread(flat, grad(flat)) < 1.01
-    assert isinstance(_chosen(draws, grad), DenseMass)
+    mass, refused = _choice(draws, grad)
+    assert isinstance(mass, DenseMass) and refused is None
     draws, grad = _widening_ridge(1.0)
     flat = draws.flatten(0, 1)
-    assert mass_spread(flat, grad(flat)) > adaptation.SPLIT_LIMIT
-    assert isinstance(_chosen(draws, grad), torch.Tensor)
+    spread = mass_spread(flat, grad(flat))
+    assert spread > adaptation.SPLIT_LIMIT
+    mass, refused = _choice(draws, grad)
+    assert isinstance(mass, torch.Tensor) and refused == spread
     monkeypatch.setattr(adaptation, "SPLIT_LIMIT", float("inf"))
     assert isinstance(_chosen(draws, grad), DenseMass)
 

@@ -342,6 +342,13 @@ def test_summarize_names_a_dense_mass_for_correlated_draws_that_mix_poorly():
     assert problems(few, diagonal) and not any("dense" in p for p in problems(few, diagonal))
     well_mixed = torch.randn(500, 4, 2, generator=g) @ corr.T
     assert problems(well_mixed, diagonal) == []
+    # a warm-up that refused the dense mass (the posterior changes shape) is not told to
+    # use one
+    run = SampleRun(samples=z @ corr.T, info=info,
+                    final=SimpleNamespace(inv_mass=diagonal, refused_spread=91.3))  # fmt: skip
+    refused = summarize(run, warn=False).problems
+    assert "want dense masses 91 apart" in refused[-1] and "SoftAbsHMC" in refused[-1]
+    assert not any("dense_mass=True" in p for p in refused)
 
 
 def test_dual_averaging_of_chains_that_finish_at_different_times():

@@ -364,8 +364,9 @@ class WindowStats:
         cov = total / (n - 1).clamp(min=1)
         return DenseMass(_shrunk((cov + cov.T) / 2, n, torch.diag(self.variance(keep, None))))
 
-    def chosen_mass(self, keep: torch.Tensor) -> Mass:
-        """A dense inverse mass where it pays, else the diagonal one (:meth:`variance`).
+    def chosen_mass(self, keep: torch.Tensor) -> tuple[Mass, float | None]:
+        """A dense inverse mass where it pays, else the diagonal one (:meth:`variance`),
+        and the split test's spread where that test refused the dense mass (else None).
 
         Which pays is read off F, the covariance of the energy's gradients at the draws
         (under the target their mean is zero and F the mean Hessian of E): HMC's
@@ -383,7 +384,7 @@ class WindowStats:
         to place, and one dense mass fits it worse than per-coordinate scales. Such a
         shape can still pass the ridge test (a 41-point GP's diagonal leaves 10^4), so
         the dense mass is also refused where the window's two halves want masses more
-        than :data:`SPLIT_LIMIT` apart (:meth:`changes_shape`).
+        than :data:`SPLIT_LIMIT` apart (:meth:`spread`).
 
         The dense mass is the affine map that minimises the Fisher divergence from the
         pulled-back target to N(0, I) over the window (Seyboldt, Carlson & Carpenter
@@ -397,29 +398,32 @@ class WindowStats:
         d = len(var)
         draws = float(self.fisher_draws) if self.fisher_draws is not None else 0.0
         if draws < DRAWS_PER_COORD * d:
-            return var
+            return var, None
         grad_mean = self.grad_sum / draws
         fisher = self.fisher / draws - grad_mean[:, None] * grad_mean[None, :]
         cov, scale = self.covariance(keep), var.sqrt()
         diagonal = condition_number(scale[:, None] * fisher * scale[None, :])
         half, dense = fisher_mass_factor(cov.chol, fisher)
         if math.isinf(dense):  # some direction of constant gradient
-            return var
+            return var, None
         nearly_gaussian = dense <= WHITE_ENOUGH and diagonal >= DENSE_GAIN * dense
         # Sigma F Sigma = C has condition number sqrt(dense) in Sigma's units
         ridge = diagonal >= DIAGONAL_HOPELESS and diagonal >= DENSE_GAIN * math.sqrt(dense)
-        if not (nearly_gaussian or ridge) or self.changes_shape():
-            return var
-        return DenseMass(half @ half.mT)
+        if not (nearly_gaussian or ridge):
+            return var, None
+        spread = self.spread()
+        if spread > SPLIT_LIMIT:
+            return var, spread
+        return DenseMass(half @ half.mT), None
 
-    def changes_shape(self) -> bool:
-        """Whether the recorded draws' two halves want masses more than
-        :data:`SPLIT_LIMIT` apart (:func:`mass_spread`); False where fewer than
-        :data:`DRAWS_PER_COORD` rows per coordinate were recorded."""
+    def spread(self) -> float:
+        """How far apart the masses of the recorded draws' two halves are
+        (:func:`mass_spread`); 1 where fewer than :data:`DRAWS_PER_COORD` rows per
+        coordinate were recorded."""
         x, grad = self.record.rows()
         if len(x) < DRAWS_PER_COORD * x.shape[1]:
-            return False
-        return mass_spread(x, grad) > SPLIT_LIMIT
+            return 1.0
+        return mass_spread(x, grad)
 
 
 # a dense mass is chosen when the draws' covariance leaves the mean Hessian this round
@@ -516,7 +520,7 @@ class TunedState(SamplerState):
     pooled) and inverse mass (diagonal, or a :class:`DenseMass`) a sampler tunes, the
     number of warm-up steps, and while warm-up runs: the step-size adapter, the window
     schedule and statistics, and whether a step-size search is due before the next
-    step."""
+    step; after a mass window whose dense mass the split test refused, its spread."""
 
     step_size: float | torch.Tensor = 0.1
     inv_mass: Mass | None = None
@@ -525,6 +529,9 @@ class TunedState(SamplerState):
     windows: WarmupWindows | None = None
     window: WindowStats | None = None
     search_due: bool = False
+    # the split test's spread where it refused the last window a dense mass (the posterior
+    # changes shape), for the summary's advice; else None
+    refused_spread: float | None = None
     # per chain, the gradient evaluations its own transitions used (NUTS: its tree's
     # points; the batch computes more for chains that wait), or None where that is n_grad_evals
     chain_grad_evals: torch.Tensor | None = None
@@ -677,13 +684,14 @@ class WarmupTuning:
         if self.adapt_mass and new.t in new.windows.mass_updates:
             moving = ~stuck if bool((~stuck).any()) else torch.ones_like(stuck)
             window = new.window
+            refused = None
             if window.fisher is not None:
-                mass = window.chosen_mass(moving)
+                mass, refused = window.chosen_mass(moving)
             elif self.dense_mass is True:
                 mass = window.covariance(moving)
             else:
                 mass = window.variance(moving, self.groups)
-            new = new.replace(inv_mass=mass, search_due=True)
+            new = new.replace(inv_mass=mass, search_due=True, refused_spread=refused)
         if self.keep_step_average:
             return new.replace(window=self._window(new))
         restart = DualAveraging.start(new.step_size, self.target_accept)

@@ -275,7 +275,9 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
     When R-hat or the ESS fails after a diagonal mass was tuned and the draws are
     strongly correlated (:func:`correlation_condition` above :data:`CORRELATED`; at
     most :data:`DENSE_UP_TO` coordinates, ten draws or more per coordinate), it says
-    that a dense mass may mix faster.
+    that a dense mass may mix faster; where the warm-up refused the dense mass because
+    the posterior changes shape (``refused_spread`` of the final state), it says so and
+    points to samplers that follow the shape instead.
 
     Args:
         run: a :class:`~ebmlab.samplers.SampleRun` made with ``thin``.
@@ -310,7 +312,17 @@ def summarize(run: SampleRun, warn: bool = True) -> Diagnostics:
             f"bulk ESS {diagnostics.min_ess:.0f} < {needed} ({ESS_PER_CHAIN} per chain, "
             f"{ESS_ENOUGH} in all suffice): too few effective draws for reliable estimates"
         )
-    if diagnostics.problems and _dense_mass_may_help(run):
+    refused = getattr(run.final, "refused_spread", None)
+    if diagnostics.problems and refused is not None:
+        diagnostics.problems.append(
+            f"the warm-up kept the mass diagonal: the posterior changes shape across its "
+            f"draws (the two halves of the last mass window want dense masses {refused:.0f} "
+            "apart, as a condition number), so no one mass fits it and a dense one would "
+            "mix worse, not better; run the chains longer, or use a sampler whose metric "
+            "follows the position (SoftAbsHMC; ebmlab mcmc --sampler softabs-hmc) or a "
+            "learned change of variables (NeuTra; --sampler neutra)"
+        )
+    elif diagnostics.problems and _dense_mass_may_help(run):
         kappa = correlation_condition(run.samples)
         if kappa > CORRELATED:
             diagnostics.problems.append(
