@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ import torch
 
 from ebmlab import cli
 from ebmlab.cli import main
+from ebmlab.mcmc_command import mass_used
+from ebmlab.samplers.integrators import DenseMass
 from ebmlab.training import load_checkpoint
 from ebmlab.training.recipes import get_recipe, recipes
 
@@ -434,6 +437,18 @@ def test_mcmc_with_a_dense_mass_learns_the_correlation(capsys, tmp_path):
         assert abs(summary["sd"][d] - sd) < 0.1
     draws = np.load(out / "draws.npz")["draws"].reshape(-1, 2)
     assert abs(np.corrcoef(draws.T)[0, 1] - 1 / math.sqrt(1.25)) < 0.03
+
+
+def test_mcmc_names_the_mass_and_a_refused_dense_one():
+    """The summary's mass says when the warm-up refused a dense mass (the split test)."""
+
+    def final(**fields):
+        return SimpleNamespace(final=SimpleNamespace(**fields))
+
+    assert mass_used(final(inv_mass=DenseMass(torch.eye(2))), "nuts") == "dense"
+    assert mass_used(final(inv_mass=torch.ones(2), refused_spread=None), "nuts") == "diagonal"
+    refused = mass_used(final(inv_mass=torch.ones(2), refused_spread=91.3), "adaptive-hmc")
+    assert refused == "diagonal (dense refused: the posterior changes shape, spread 91)"
 
 
 def test_mcmc_warns_of_failed_checks(capsys, tmp_path):

@@ -111,7 +111,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default="auto",
         help="the inverse mass to adapt: dense (Stan's dense_e, for correlated "
         "coordinates), diagonal (Stan's default), or auto: dense where it makes the "
-        "posterior nearly round and the diagonal does not",
+        "posterior nearly round or the diagonal leaves a narrow ridge, unless the "
+        "posterior changes shape across the draws",
     )
     p.add_argument(
         "--init-radius",
@@ -227,10 +228,14 @@ def cmd_mcmc(args: argparse.Namespace) -> int:
 
 
 def mass_used(run: SampleRun, sampler: str) -> str:
-    """The mass a run ended with: dense, diagonal, or the position's own metric."""
+    """The mass a run ended with: dense, diagonal (saying so where the warm-up refused a
+    dense one), or the position's own metric."""
     if sampler in METRIC_SAMPLERS:
         return "softabs metric"
     mass = "dense" if isinstance(run.final.inv_mass, DenseMass) else "diagonal"
+    refused = getattr(run.final, "refused_spread", None)
+    if refused is not None:
+        mass += f" (dense refused: the posterior changes shape, spread {refused:.0f})"
     # NeuTra's chains, and their mass, live in its flow's latent space
     return f"{mass}, in the flow's latent space" if sampler == "neutra" else mass
 

@@ -275,7 +275,10 @@ class NUTS(Sampler[NUTSState]):
             covariance, Stan's ``dense_e``; chains of flat rows (B, D)), False for a
             diagonal one (Stan's default), ``"auto"`` for the one that pays at each
             window's end: dense where it makes the posterior nearly round and the
-            diagonal does not (strongly correlated coordinates), else diagonal.
+            diagonal does not (strongly correlated coordinates) or the diagonal
+            leaves a narrow ridge, unless the posterior changes shape across the
+            window's draws (:meth:`~ebmlab.samplers.adaptation.WindowStats.chosen_mass`),
+            else diagonal.
     """
 
     def __init__(
