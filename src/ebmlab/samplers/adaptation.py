@@ -224,14 +224,15 @@ def fisher_mass_factor(chol: torch.Tensor, fisher: torch.Tensor) -> tuple[torch.
 
 def mass_spread(x: torch.Tensor, grad: torch.Tensor) -> float:
     """How much the Fisher-divergence mass (:func:`fisher_mass_factor`) changes across
-    draws x (N, D) with energy gradients ``grad`` (N, D): the draws are split at their
-    mean along the widest direction of their covariance (in the diagonal mass's
-    units), each half gets its own mass, and the spread is the condition number of one
-    half's mass in the other's units. For a Gaussian target every subset of draws gives
-    the same mass (F = P C P for any draws, P the precision), so the spread is 1 up to
-    noise; a target whose shape changes from place to place (a Gaussian process's
-    latent values, whose scale follows the kernel's hyperparameters) spreads far more.
-    Infinite where a half's mass does not exist."""
+    draws x (N, D) with energy gradients ``grad`` (N, D): the draws are split into equal
+    halves at the median of their projection on the widest direction of their
+    covariance (in the diagonal mass's units), each half gets its own mass, and the
+    spread is the condition number of one half's mass in the other's units. For a
+    Gaussian target every subset of draws gives the same mass (F = P C P for any draws,
+    P the precision), so the spread is 1 up to noise; a target whose shape changes from
+    place to place (a Gaussian process's latent values, whose scale follows the
+    kernel's hyperparameters) spreads far more. Infinite where a half's mass does not
+    exist."""
     cov = x.T.cov()
     scale = cov.diagonal().sqrt()
     widest = torch.linalg.eigh(cov / scale[:, None] / scale[None, :])[1][:, -1] / scale
