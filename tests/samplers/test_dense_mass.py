@@ -3,6 +3,8 @@ pooled and regularised covariance the warm-up estimates, NUTS and AdaptiveHMC wh
 a strongly correlated Gaussian, the choice between dense and diagonal, and the starts it
 refuses."""
 
+import math
+
 import pytest
 import torch
 
@@ -263,6 +265,9 @@ def test_the_auto_mass_refuses_a_ridge_that_changes_width(monkeypatch):
     assert isinstance(mass, torch.Tensor) and refused == spread
     monkeypatch.setattr(adaptation, "SPLIT_LIMIT", float("inf"))
     assert isinstance(_chosen(draws, grad), DenseMass)
+    # draws on a line (chains that barely moved) cannot tell: NaN, which refuses nothing
+    line = torch.linspace(-1, 1, 300, dtype=torch.float64)[:, None].expand(300, 3)
+    assert math.isnan(mass_spread(line, line))
 
 
 def test_the_window_record_keeps_evenly_spaced_steps():

@@ -231,8 +231,10 @@ def mass_spread(x: torch.Tensor, grad: torch.Tensor) -> float:
     Gaussian target every subset of draws gives the same mass (F = P C P for any draws,
     P the precision), so the spread is 1 up to noise; a target whose shape changes from
     place to place (a Gaussian process's latent values, whose scale follows the
-    kernel's hyperparameters) spreads far more. Infinite where a half's mass does not
-    exist."""
+    kernel's hyperparameters) spreads far more. NaN where a half's draws or gradients
+    span fewer than D directions (chains that barely moved: the first window of
+    posteriordb's arma11 held 59 distinct points of 300), so that the test cannot
+    tell."""
     cov = x.T.cov()
     scale = cov.diagonal().sqrt()
     widest = torch.linalg.eigh(cov / scale[:, None] / scale[None, :])[1][:, -1] / scale
@@ -242,10 +244,10 @@ def mass_spread(x: torch.Tensor, grad: torch.Tensor) -> float:
     for rows in (lower, ~lower):
         chol, failed = torch.linalg.cholesky_ex(x[rows].T.cov())
         if bool(failed):
-            return math.inf
+            return math.nan
         factor, conditioned = fisher_mass_factor(chol, grad[rows].T.cov())
         if math.isinf(conditioned):
-            return math.inf
+            return math.nan
         halves.append(factor)
     # Sigma_2 in Sigma_1's units: H1^-1 H2 (H1^-1 H2)^T
     inner = torch.linalg.solve(halves[0], halves[1])
@@ -419,8 +421,8 @@ class WindowStats:
 
     def spread(self) -> float:
         """How far apart the masses of the recorded draws' two halves are
-        (:func:`mass_spread`); 1 where fewer than :data:`DRAWS_PER_COORD` rows per
-        coordinate were recorded."""
+        (:func:`mass_spread`; NaN where it cannot tell, which refuses nothing); 1 where
+        fewer than :data:`DRAWS_PER_COORD` rows per coordinate were recorded."""
         x, grad = self.record.rows()
         if len(x) < DRAWS_PER_COORD * x.shape[1]:
             return 1.0
