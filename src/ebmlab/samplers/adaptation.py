@@ -421,11 +421,11 @@ class WindowStats:
 
     def spread(self) -> float:
         """How far apart the masses of the recorded draws' two halves are
-        (:func:`mass_spread`; NaN where it cannot tell, which refuses nothing); 1 where
-        fewer than :data:`DRAWS_PER_COORD` rows per coordinate were recorded."""
+        (:func:`mass_spread`); NaN where it cannot tell, which refuses nothing: there,
+        or where fewer than :data:`DRAWS_PER_COORD` rows per coordinate were recorded."""
         x, grad = self.record.rows()
         if len(x) < DRAWS_PER_COORD * x.shape[1]:
-            return 1.0
+            return math.nan
         return mass_spread(x, grad)
 
 
