@@ -69,6 +69,11 @@ def run_arguments(doc: str, chains: int, warmup: int, draws: int) -> argparse.Na
         action="store_true",
         help="add ebmlab NeuTra (WALNUTS in the latent space of a flow fitted first)",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="add ebmlab NUTS with compile=True (each tree step one torch.compile graph)",
+    )
     parser.add_argument("--out", default="posteriors.json", help="file under benchmarks/results")
     return parser.parse_args()
 

@@ -8,8 +8,9 @@ uniform(-2, 2) on the unconstrained scale, default settings but ``target_accept`
 the posterior names one (their mass chosen by ``dense_mass="auto"``; ``--diagonal``
 adds both with ``dense_mass=False``, ``--dense`` with ``dense_mass=True`` and
 BlackJAX's NUTS with a dense mass, ``--lockstep`` NUTS with ``run_ahead=1``,
-``--softabs`` SoftAbsHMC, at its default target of 0.8, ``--neutra`` NeuTra: WALNUTS in
-the latent space of a flow fitted by variational inference). Each row gives the worst split
+``--compile`` NUTS with ``compile=True``, ``--softabs`` SoftAbsHMC, at its default
+target of 0.8, ``--neutra`` NeuTra: WALNUTS in the latent space of a flow fitted by
+variational inference). Each row gives the worst split
 R-hat, the divergent share of kept transitions, the chains stuck after warm-up, the min
 bulk ESS per 1000 gradient evaluations (warm-up included) and per second, and the
 worst |z| of the means and sds against the reference (closed forms or quadrature, or
@@ -145,6 +146,8 @@ def main() -> None:
         }
         if args.lockstep:
             samplers["ebmlab NUTS, lockstep"] = NUTS(target_accept=accept, run_ahead=1)
+        if args.compile:
+            samplers["ebmlab NUTS, compiled"] = NUTS(target_accept=accept, compile=True)
         if args.softabs:
             samplers["ebmlab SoftAbsHMC"] = SoftAbsHMC()  # its default target, 0.8, everywhere
         if args.neutra:

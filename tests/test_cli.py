@@ -16,6 +16,7 @@ from ebmlab import cli
 from ebmlab.cli import main
 from ebmlab.mcmc_command import mass_used
 from ebmlab.samplers.integrators import DenseMass
+from ebmlab.samplers.nuts import _cpp_compiler
 from ebmlab.training import load_checkpoint
 from ebmlab.training.recipes import get_recipe, recipes
 
@@ -383,6 +384,23 @@ def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sample
         code, _, err = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2",
                                "--sampler", sampler, "--mass", "dense")  # fmt: skip
         assert code == 2 and "--mass dense does not apply to --sampler softabs-hmc" in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_cpp_compiler() is None, reason="torch.compile needs a C++ compiler")
+def test_mcmc_compiles_the_tree_steps_where_asked(capsys, tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    code, printed, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--compile",
+                               "--chains", "8", "--warmup", "100", "--draws", "100")  # fmt: skip
+    assert code == 0
+    summary = json.loads(printed)
+    for d, truth_sd in enumerate([1.0, math.sqrt(1.25)]):
+        assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]
+        assert abs(summary["sd"][d] - truth_sd) < 0.15
+    code, _, err = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--compile",
+                           "--sampler", "adaptive-hmc")  # fmt: skip
+    assert code == 2 and "--compile applies to --sampler nuts or walnuts" in err
 
 
 def test_mcmc_says_in_one_line_when_neutras_flow_cannot_map_a_start(capsys, tmp_path):

@@ -260,6 +260,10 @@ class _FiniteWatch:
 class Sampler(Generic[S]):
     """Base class: subclasses implement ``init`` and ``step``."""
 
+    # a kernel that compiles its steps with torch.compile (``NUTS(compile=True)``)
+    # traces the energy's gradient into them, where no CUDA graph may replay it
+    compile: bool = False
+
     def _with(self: K, **attributes: Any) -> K:
         """A copy of this kernel with ``attributes`` set (how ``tempered`` derives kernels)."""
         kernel = copy.copy(self)
@@ -396,7 +400,7 @@ class Sampler(Generic[S]):
         bar = tqdm(total=burn_in + n_steps, desc=label, unit="step", leave=False,
                    disable=not progress)  # fmt: skip
         watch = _FiniteWatch(x0, bar if progress else None)  # no call per step unshown
-        replay = graphs and not trace and _graphs.capturable(x0.device)
+        replay = graphs and not trace and not self.compile and _graphs.capturable(x0.device)
         with frozen_parameters(energy), bar:
             try:
                 state = self.begin_warmup(self.init(x0, fn), burn_in)

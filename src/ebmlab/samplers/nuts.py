@@ -45,9 +45,12 @@ and chains that stay stuck restarted at the windows' ends.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -55,6 +58,7 @@ from typing import NamedTuple
 import torch
 
 from ebmlab import _checks
+from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, EnergyFunction, energy_and_grad
 from ebmlab.samplers.adaptation import DualAveraging, TunedState, WarmupTuning
 from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, where_rows
@@ -151,6 +155,37 @@ def _halves_turning(
     return torch.stack(torch.broadcast_tensors(*dots)).le(0).any(0)
 
 
+def host_checks(like: torch.Tensor) -> bool:
+    """Whether a tree step may read masks back to the host to skip the parts no chain
+    needs: on the CPU, unless torch.compile is tracing the step, which then runs every
+    part, masked, as on an accelerator."""
+    return like.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+@functools.cache
+def _compiled_tree_step() -> Callable[..., tuple[_Trees, int]]:
+    """:meth:`NUTS._tree_step` compiled by torch.compile, made at the first compiled
+    step (nothing is compiled at import); one compiled graph per batch shape and kind
+    of step (warming up or not, diagonal or dense mass)."""
+    return torch.compile(NUTS._tree_step, dynamic=False)
+
+
+def _cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile would build CPU kernels with, if there is one."""
+    names = [os.environ.get("CXX"), "g++", "clang++", "c++"]
+    return next((found for name in names if name and (found := shutil.which(name))), None)
+
+
+def _traced_gradients() -> contextlib.AbstractContextManager:
+    """A context in which torch.compile traces ``torch.autograd.grad`` into its graph
+    (the energy's gradient inside a tree step), where this PyTorch can; elsewhere the
+    gradient runs eagerly between two compiled parts."""
+    config = torch._dynamo.config
+    if hasattr(config, "trace_autograd_ops"):
+        return config.patch(trace_autograd_ops=True)
+    return contextlib.nullcontext()
+
+
 def _log_uniform(like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     return torch.rand(like.shape, generator=generator, dtype=like.dtype, device=like.device).log()
 
@@ -193,9 +228,9 @@ class _Trees:
       adapts as its trees end); ``building`` and ``pending``: which chains have a tree
       under way and which start a new doubling at the next step; ``anchor``: the
       positions of the state these trees belong to, so a state changed from outside is
-      recognised; ``powers``: 2^k for k = 0 ... max_depth; ``macro``: the registers
-      of a step that spans several leapfrog steps of the batch (None where every step
-      is one leapfrog step).
+      recognised (None while a step advances the trees); ``powers``: 2^k for k = 0
+      ... max_depth; ``macro``: the registers of a step that spans several leapfrog
+      steps of the batch (None where every step is one leapfrog step).
     """
 
     tree: torch.Tensor
@@ -209,7 +244,7 @@ class _Trees:
     dual: DualAveraging | None
     building: torch.Tensor
     pending: torch.Tensor
-    anchor: torch.Tensor
+    anchor: torch.Tensor | None
     powers: torch.Tensor
     macro: torch.Tensor | None = None
 
@@ -279,6 +314,13 @@ class NUTS(Sampler[NUTSState]):
             leaves a narrow ridge, unless the posterior changes shape across the
             window's draws (:meth:`~ebmlab.samplers.adaptation.WindowStats.chosen_mass`),
             else diagonal.
+        compile: run each step of the trees, the energy's gradient included, as one
+            graph compiled by ``torch.compile`` (at the first step of each batch shape
+            and kind of step: tens of seconds on a CPU, which needs a C++ compiler),
+            in place of a few hundred small operations. On small posteriors a step then
+            costs a third to a half as much (docs/results/posteriors.md, "Compiled
+            trees"), which pays in runs of a few thousand steps. The random numbers are
+            the eager run's; the draws agree with it statistically, not bit for bit.
     """
 
     def __init__(
@@ -292,12 +334,14 @@ class NUTS(Sampler[NUTSState]):
         divergence_threshold: float = 1000.0,
         run_ahead: int | None = None,
         dense_mass: bool | str = "auto",
+        compile: bool = False,
     ) -> None:
         self.step_size = _checks.positive("step_size", step_size)
         self.max_depth = _checks.positive_int("max_depth", max_depth)
         self.tuning = WarmupTuning(target_accept, adapt_mass, pool_step_size, dense_mass)
         self.divergence_threshold = _checks.positive("divergence_threshold", divergence_threshold)
         self.run_ahead = None if run_ahead is None else _checks.positive_int("run_ahead", run_ahead)
+        self.compile = _checks.instance("compile", compile, bool, "True or False")
 
     def _queue(self, chains: int) -> int:
         """Finished transitions each of ``chains`` chains may queue (``run_ahead``)."""
@@ -306,6 +350,11 @@ class NUTS(Sampler[NUTSState]):
         return 4 if chains <= FEW_CHAINS else 8
 
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> NUTSState:
+        if self.compile and x0.device.type == "cpu" and not _cpp_compiler():
+            raise ArgumentError(
+                "compile=True needs a C++ compiler for torch.compile on the CPU (g++ or "
+                "clang++ on the PATH, or one named by $CXX); install one or use compile=False"
+            )
         start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
         used = torch.ones(len(x0), dtype=torch.long, device=x0.device)
         return self.tuning.initial(start, self.step_size, NUTSState, chain_grad_evals=used)
@@ -331,6 +380,9 @@ class NUTS(Sampler[NUTSState]):
         tip = point.pack(x, x=x, p=0.0, grad=state.grad.flatten(1), energy=state.energy)
         counts = torch.zeros(n, dtype=torch.long, device=x.device)
         no = counts.bool()
+        if dual is not None and not isinstance(dual.count, torch.Tensor):
+            # each chain counts its own updates: the count per chain from the start
+            dual = dataclasses.replace(dual, count=counts + dual.count)
         step = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device).expand(n)
         return _Trees(
             x.new_zeros(n, tree.width),
@@ -338,12 +390,12 @@ class NUTS(Sampler[NUTSState]):
             x.new_zeros(n, self.max_depth + 1, 3 * d),
             x.new_zeros(n, self._queue(n), point.width + 5),
             counts,
-            counts,
+            counts.clone(),  # not the head's tensor: a compiled step would guard on that
             tip,
             step.clone(),
             dual,
             no,
-            no,
+            no.clone(),
             state.x,
             2 ** torch.arange(self.max_depth + 1, device=x.device),
             self._idle_steps(tip),
@@ -363,6 +415,7 @@ class NUTS(Sampler[NUTSState]):
         # the last one (pooled, or per tempered chain) must reach the next trees
         if trees is None or lockstep or trees.anchor is not state.x:
             trees = self._start(state, state.dual if warming and not lockstep else None)
+        trees = dataclasses.replace(trees, anchor=None)
         capacity = 1 if lockstep else trees.draws.shape[1]  # the ring _start made
         flat_energy = energy if state.x.ndim == 2 else _FlatEnergy(energy, state.x.shape[1:])
         mass = state.inv_mass  # flat: (D,), (B, D) per chain when tempered, or dense
@@ -442,26 +495,46 @@ class NUTS(Sampler[NUTSState]):
         generator: torch.Generator | None,
     ) -> tuple[_Trees, int]:
         """One step of every chain in its own tree, and the gradients the batch
-        computed: chains with room in their queue start a tree, then each building
-        chain takes the next step of its doubling (or goes on with a step that spans
-        several leapfrog steps); a doubling that ends joins its tree, and a tree that
-        ends queues its transition. On the CPU, checks on the host skip the parts no
-        chain needs; on an accelerator every part runs, masked, so that the loop in
-        :meth:`step` reads one flag per leapfrog step and nothing else."""
+        computed (:meth:`_tree_step`, compiled if the sampler is). The step's random
+        numbers are drawn here, eagerly, whether or not a part of the step uses them:
+        every device, and the compiled step, draw the same chains from a seed."""
+        tip, n = trees.tip, len(trees.tip)
+        noise = gaussian_noise(_layouts(tip.shape[1] // 3)[0](tip, "x"), generator)
+        forward = torch.rand(n, generator=generator, device=tip.device) < 0.5
+        log_u = _log_uniform(torch.empty(2, n, dtype=tip.dtype, device=tip.device), generator)
+        if not self.compile:
+            return self._tree_step(trees, energy, inv_mass, capacity, noise, forward, log_u)
+        with _traced_gradients():
+            return _compiled_tree_step()(
+                self, trees, energy, inv_mass, capacity, noise, forward, log_u
+            )
+
+    def _tree_step(
+        self,
+        trees: _Trees,
+        energy: EnergyFn,
+        inv_mass: Mass,
+        capacity: int,
+        noise: torch.Tensor,
+        forward: torch.Tensor,
+        log_u: torch.Tensor,
+    ) -> tuple[_Trees, int]:
+        """One step of every chain in its own tree, from the step's random numbers:
+        chains with room in their queue start a tree, then each building chain takes
+        the next step of its doubling (or goes on with a step that spans several
+        leapfrog steps); a doubling that ends joins its tree, and a tree that ends
+        queues its transition. On the CPU, checks on the host skip the parts no chain
+        needs; on an accelerator, and compiled, every part runs, masked, so that the
+        loop in :meth:`step` reads one flag per leapfrog step and nothing else."""
         tip, tree, dbl, slots = trees.tip, trees.tree, trees.doubling, trees.slots
-        host = tip.device.type == "cpu"
+        host = host_checks(tip)
 
         def needed(mask: torch.Tensor) -> bool:
             return bool(mask.any()) if host else True
 
-        n, d = len(tip), tip.shape[1] // 3
+        d = tip.shape[1] // 3
         P, T, S = _layouts(d)
         live = trees.building
-        # the step's random numbers, drawn whether or not a part runs, so that every
-        # device draws the same chains from a seed
-        noise = gaussian_noise(P(tip, "x"), generator)
-        forward = torch.rand(n, generator=generator, device=tip.device) < 0.5
-        log_u = _log_uniform(torch.empty(2, n, dtype=tip.dtype, device=tip.device), generator)
         # new trees, from the tip with a fresh momentum
         start = ~trees.building & (trees.count < capacity)
         if needed(start):

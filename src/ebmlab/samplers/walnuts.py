@@ -39,7 +39,7 @@ from ebmlab import _checks
 from ebmlab.energies.base import EnergyFn
 from ebmlab.samplers.base import where_rows
 from ebmlab.samplers.integrators import Mass, kinetic_energy, leapfrog
-from ebmlab.samplers.nuts import NUTS, Move, _Layout, _layouts
+from ebmlab.samplers.nuts import NUTS, Move, _Layout, _layouts, host_checks
 
 
 class WALNUTS(NUTS):
@@ -92,7 +92,7 @@ class WALNUTS(NUTS):
         assert steps is not None
         M = _macro_layout(point.shape[1] // 3)
         begin = live & (M(steps, "phase") == _IDLE)
-        host = point.device.type == "cpu"
+        host = host_checks(point)
         starting = None if host and not bool(begin.any()) else begin
         evals = 0
         while True:
