@@ -85,6 +85,7 @@ def run_ebmlab(
     def energy(x: torch.Tensor) -> torch.Tensor:
         return -posterior.log_density(x, torch)
 
+    compiling = _compile_seconds()
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -92,6 +93,7 @@ def run_ebmlab(
         if x0.device.type == "cuda":
             torch.cuda.synchronize(x0.device)
     seconds = time.perf_counter() - start
+    compiling = _compile_seconds() - compiling
     restarted = [str(w.message) for w in caught if "restarted" in str(w.message)]
     return {
         "draws": run.samples.cpu().numpy(),
@@ -101,8 +103,17 @@ def run_ebmlab(
         "stuck": len(run.info["stuck_chains"]),
         "restarts": len(restarted),
         "seconds": seconds,
+        **({"compile_seconds": compiling} if compiling else {}),
         "device": torch.cuda.get_device_name(x0.device) if x0.device.type == "cuda" else "cpu",
     }
+
+
+def _compile_seconds() -> float:
+    """The seconds torch.compile has spent compiling in this process so far (its own
+    record, whose name may change between PyTorch versions: 0 where it is missing)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(compilation_time_metrics.get("_compile.compile_inner", []))
 
 
 def row(name: str, posterior: Posterior, out: dict[str, Any], chains: int, draws: int) -> dict:
@@ -121,6 +132,7 @@ def row(name: str, posterior: Posterior, out: dict[str, Any], chains: int, draws
         / out["n_grad_evals"],
         "ess_per_second": ess / out["seconds"],
         "seconds": out["seconds"],
+        **({"compile_seconds": out["compile_seconds"]} if "compile_seconds" in out else {}),
         **({"device": out["device"]} if "device" in out else {}),
     }
 

@@ -119,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--compile",
         action="store_true",
         help="compile each tree step of nuts or walnuts with torch.compile (a C++ compiler "
-        "on the CPU): tens of seconds first, then a third to a half of the time per step; "
+        "on the CPU): tens of seconds first, then 0.4-0.6 times the time per step; "
         "pays in runs of thousands of steps",
     )
     p.add_argument(

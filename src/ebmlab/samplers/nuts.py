@@ -318,9 +318,9 @@ class NUTS(Sampler[NUTSState]):
             graph compiled by ``torch.compile`` (at the first step of each batch shape
             and kind of step: tens of seconds on a CPU, which needs a C++ compiler),
             in place of a few hundred small operations. On small posteriors a step then
-            costs a third to a half as much (docs/results/posteriors.md, "Compiled
-            trees"), which pays in runs of a few thousand steps. The random numbers are
-            the eager run's; the draws agree with it statistically, not bit for bit.
+            costs 0.4-0.6 times as much (docs/results/posteriors.md, "Compiled trees"),
+            which pays in runs of several thousand steps. The random numbers are the
+            eager run's; the draws agree with it statistically, not bit for bit.
     """
 
     def __init__(
