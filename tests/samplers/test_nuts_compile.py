@@ -5,7 +5,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from ebmlab._checks import ArgumentError
-from ebmlab.energies import Gaussian
+from ebmlab.energies import Gaussian, MLPEnergy
 from ebmlab.samplers import NUTS, WALNUTS
 from ebmlab.samplers import nuts as nuts_module
 from ebmlab.samplers.diagnostics import effective_sample_size
@@ -43,17 +43,31 @@ def test_compiled_nuts_recovers_a_gaussian_in_one_graph_per_kind_of_step():
     assert_mean_close(products, expected, ess=ess, what="covariance")
 
 
+def network():
+    torch.manual_seed(0)
+    return MLPEnergy(2, (16, 16))
+
+
 @needs_compiler
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", [NUTS, WALNUTS])
-def test_compiled_steps_are_the_eager_steps(kind):
+@pytest.mark.parametrize(
+    "kind, energy",
+    [(NUTS, lambda: Gaussian(MEAN, COV)), (WALNUTS, lambda: Gaussian(MEAN, COV)),
+     (NUTS, network)],  # fmt: skip
+    ids=["nuts", "walnuts", "nuts-network"],
+)
+def test_compiled_steps_are_the_eager_steps(kind, energy):
     # the compiled step runs every part, masked, where the eager one on the CPU skips
-    # what no chain needs: from the same random numbers the same transitions, to
-    # rounding (a handful of steps, before rounding could flip a decision)
-    energy = Gaussian(MEAN, COV)
+    # what no chain needs (and a network's gradient comes from autograd in the graph,
+    # not from its hand-fused pass): from the same random numbers the same transitions,
+    # to rounding (a handful of steps, before rounding could flip a decision), with the
+    # energy's gradient inside the one graph
+    energy = energy()
     eager = kind(0.3, adapt_mass=False).run(energy, starts(), 4, thin=1, generator=3)
+    counters.clear()
     compiled = kind(0.3, adapt_mass=False, compile=True).run(energy, starts(), 4, thin=1,
                                                              generator=3)  # fmt: skip
+    assert not counters["graph_break"], dict(counters["graph_break"])
     torch.testing.assert_close(compiled.samples, eager.samples, rtol=1e-5, atol=1e-5)
     assert compiled.info["n_grad_evals_used"] == eager.info["n_grad_evals_used"]
 

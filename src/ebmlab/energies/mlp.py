@@ -234,12 +234,15 @@ class FeedForward(nn.Module):
         core's cache (:func:`block_rows`): the element-wise passes then read cached memory,
         which makes the whole pass up to 15% faster.
         """
-        if self.spectral_norm:
-            with torch.enable_grad():
+        if self.spectral_norm or torch.compiler.is_compiling():
+            # autograd for spectral norm's reparametrised weights, and under
+            # torch.compile, which fuses the layers itself and cannot trace the fused
+            # pass's weight caches (host state)
+            with torch.enable_grad(), hardware.autocast(x.device, dtype):
                 xg = x.detach().requires_grad_(True)
                 e, _ = head(self(xg))
                 (g,) = torch.autograd.grad(e.sum(), xg)
-            return e.detach(), g
+            return e.detach().to(x.dtype), g.to(x.dtype)
         dtype = hardware.reduced_precision(x.device, dtype) or x.dtype
         layers = self._fused_layers(dtype)
         flat = x.flatten(1).to(dtype)
