@@ -48,14 +48,16 @@ def network():
     return MLPEnergy(2, (16, 16))
 
 
+CASES = {
+    "nuts": (NUTS, lambda: Gaussian(MEAN, COV)),
+    "walnuts": (WALNUTS, lambda: Gaussian(MEAN, COV)),
+    "nuts-network": (NUTS, network),
+}
+
+
 @needs_compiler
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "kind, energy",
-    [(NUTS, lambda: Gaussian(MEAN, COV)), (WALNUTS, lambda: Gaussian(MEAN, COV)),
-     (NUTS, network)],  # fmt: skip
-    ids=["nuts", "walnuts", "nuts-network"],
-)
+@pytest.mark.parametrize("kind, energy", list(CASES.values()), ids=list(CASES))
 def test_compiled_steps_are_the_eager_steps(kind, energy):
     # the compiled step runs every part, masked, where the eager one on the CPU skips
     # what no chain needs (and a network's gradient comes from autograd in the graph,
