@@ -31,8 +31,14 @@ COV = torch.tensor([[1.0, 0.8], [0.8, 1.5]])
 
 @pytest.mark.parametrize(
     "sampler",
-    [MALA(0.15), HMC(0.25, 8), NUTS(), ParallelTempering(MALA(0.1), [1.0, 0.5])],
-    ids=["mala", "hmc", "nuts", "tempering"],
+    [
+        MALA(0.15),
+        HMC(0.25, 8),
+        NUTS(),
+        NUTS(compile=True),
+        ParallelTempering(MALA(0.1), [1.0, 0.5]),
+    ],
+    ids=["mala", "hmc", "nuts", "nuts-compiled", "tempering"],
 )
 def test_samplers_recover_moments_on_the_gpu(sampler):
     target = Gaussian(MEAN, COV).cuda()
