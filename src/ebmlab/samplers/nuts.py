@@ -172,7 +172,7 @@ def _compiled_tree_step() -> Callable[..., tuple[_Trees, int]]:
 
 def _cpp_compiler() -> str | None:
     """The C++ compiler torch.compile would build CPU kernels with, if there is one."""
-    names = [os.environ.get("CXX"), "g++", "clang++", "c++"]
+    names = [os.environ.get("CXX"), "g++", "clang++", "c++", "cl"]
     return next((found for name in names if name and (found := shutil.which(name))), None)
 
 
@@ -352,8 +352,9 @@ class NUTS(Sampler[NUTSState]):
     def init(self, x0: torch.Tensor, energy: EnergyFn) -> NUTSState:
         if self.compile and x0.device.type == "cpu" and not _cpp_compiler():
             raise ArgumentError(
-                "compile=True needs a C++ compiler for torch.compile on the CPU (g++ or "
-                "clang++ on the PATH, or one named by $CXX); install one or use compile=False"
+                "compile=True needs a C++ compiler for torch.compile on the CPU (g++, "
+                "clang++ or cl on the PATH, or one named by $CXX); install one or use "
+                "compile=False"
             )
         start = SamplerState.start(x0.detach().clone(), None, None, 0).evaluated(energy)
         used = torch.ones(len(x0), dtype=torch.long, device=x0.device)
