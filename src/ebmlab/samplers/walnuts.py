@@ -87,8 +87,8 @@ class WALNUTS(NUTS):
     ) -> tuple[Move, torch.Tensor]:
         """Leapfrog micro steps of every chain's macro step under way, or of a new one
         from ``point`` for live chains without one, until some chain's macro step ends:
-        on the CPU the trees' bookkeeping waits meanwhile; elsewhere one micro step, so
-        that nothing is read back to the host."""
+        on the CPU the trees' bookkeeping waits meanwhile; elsewhere, and in a compiled
+        step, one micro step, so that nothing is read back to the host."""
         assert steps is not None
         M = _macro_layout(point.shape[1] // 3)
         begin = live & (M(steps, "phase") == _IDLE)
