@@ -379,7 +379,8 @@ class Sampler(Generic[S]):
                 the same values). In shorter runs an ``nn.Module`` energy replays its
                 gradient from graphs kept across runs (a training loop's negatives:
                 its optimiser updates the parameters in place, where the graphs read
-                them). False runs every step eagerly.
+                them). False runs every step eagerly, as does a kernel that compiles its
+                own steps (``NUTS(compile=True)``).
             progress: show a progress bar of the steps on stderr (a string is its
                 label), for runs of minutes; it reads nothing from the device.
 
