@@ -176,12 +176,13 @@ def _cpp_compiler() -> str | None:
     return next((found for name in names if name and (found := shutil.which(name))), None)
 
 
-def _traced_gradients() -> contextlib.AbstractContextManager:
-    """A context in which torch.compile traces ``torch.autograd.grad`` into its graph
-    (the energy's gradient inside a tree step), where this PyTorch can; elsewhere the
-    gradient runs eagerly between two compiled parts."""
+def _traced_gradients(compiled: bool) -> contextlib.AbstractContextManager:
+    """For ``compiled`` steps, a context in which torch.compile traces
+    ``torch.autograd.grad`` into its graph (the energy's gradient inside a tree step),
+    where this PyTorch can; elsewhere the gradient runs eagerly between two compiled
+    parts. Nothing for eager steps."""
     config = torch._dynamo.config
-    if hasattr(config, "trace_autograd_ops"):
+    if compiled and hasattr(config, "trace_autograd_ops"):
         return config.patch(trace_autograd_ops=True)
     return contextlib.nullcontext()
 
@@ -427,9 +428,11 @@ class NUTS(Sampler[NUTSState]):
         else:
             inv_mass = mass.flatten()
         n_leapfrogs = 0
-        while not bool((trees.count > 0).all()):
-            trees, evals = self._leapfrog_step(trees, flat_energy, inv_mass, capacity, generator)
-            n_leapfrogs += evals
+        with _traced_gradients(self.compile):
+            while not bool((trees.count > 0).all()):
+                trees, evals = self._leapfrog_step(trees, flat_energy, inv_mass, capacity,
+                                                   generator)  # fmt: skip
+                n_leapfrogs += evals
         trees, draw = self._pop(trees)
         new = state.replace(
             x=draw["x"].view_as(state.x),
@@ -503,12 +506,8 @@ class NUTS(Sampler[NUTSState]):
         noise = gaussian_noise(_layouts(tip.shape[1] // 3)[0](tip, "x"), generator)
         forward = torch.rand(n, generator=generator, device=tip.device) < 0.5
         log_u = _log_uniform(torch.empty(2, n, dtype=tip.dtype, device=tip.device), generator)
-        if not self.compile:
-            return self._tree_step(trees, energy, inv_mass, capacity, noise, forward, log_u)
-        with _traced_gradients():
-            return _compiled_tree_step()(
-                self, trees, energy, inv_mass, capacity, noise, forward, log_u
-            )
+        tree_step = _compiled_tree_step() if self.compile else NUTS._tree_step
+        return tree_step(self, trees, energy, inv_mass, capacity, noise, forward, log_u)
 
     def _tree_step(
         self,
