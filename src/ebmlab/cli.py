@@ -302,6 +302,15 @@ def _build_parser() -> _Parser:
         "and error)",
     )
     ev.add_argument(
+        "--guidance",
+        type=float,
+        default=None,
+        metavar="W",
+        help="jem: class-conditional samples of p(x|y) p(y|x)^W (default 0): sharper and "
+        "less diverse; also the sample-quality metrics' samples of a class-by-class run "
+        "(--em-conditional)",
+    )
+    ev.add_argument(
         "--inception",
         default=None,
         metavar="FILE",
@@ -542,6 +551,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     if args.samples is not None:
         check_eval_samples("--samples", args.samples)
+    if args.guidance is not None:
+        _checks.positive("--guidance", args.guidance, allow_zero=True)
     progress = Stages("evaluate")
     progress(f"loading {args.run_dir} ({args.checkpoint} checkpoint)")
     recipe, setup, run = load_run(args.run_dir, args.checkpoint, args.device, args.weights)
@@ -552,6 +563,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "likelihood": args.nll,
         "long_run_steps": args.long_run_steps,
         "samples": args.samples,
+        "guidance": args.guidance,
         "inception": args.inception,
         "inception_samples": args.inception_samples,
         "inception_reference": args.inception_reference,

@@ -518,7 +518,12 @@ def test_class_conditional_energy_matching_generates_class_by_class(tmp_path, ca
     assert torch.equal(by_default, drawn(torch.arange(20) % 10))
     assert not torch.allclose(by_default, drawn(torch.zeros(20, dtype=torch.long)))
     assert float(by_default.min()) >= -1 and float(by_default.max()) <= 1
-    assert main(["evaluate", str(run), *SHORT_LONG_RUN]) == 0
+    guided = task.generate(20, torch.Generator().manual_seed(0), guidance=2.0)
+    assert not torch.allclose(by_default, guided)  # down the guided energy
+    assert main(["evaluate", str(run), "--guidance", "-1"]) == 2
+    assert "--guidance must be a finite number >= 0" in capsys.readouterr().err
+    assert main(["evaluate", str(run), *SHORT_LONG_RUN, "--guidance", "1"]) == 0
+    assert json.loads((run / "evaluation.json").read_text())["guidance"] == 1.0
     assert (run / "samples_conditional.png").exists()
     with pytest.raises(ValueError, match="em_conditional needs gen_objective 'em'"):
         JEMConfig(em_conditional=True)
