@@ -202,14 +202,19 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -
     :func:`packed_min_rows` says they pay off for B rows (b read in place, for factors
     that change between calls), else ``addmm`` (which sends bfloat16 products to
     oneDNN by itself, and takes a sparse CSR ``a``). Products that autograd records
-    stay on ``addmm``: the oneDNN kernel has no backward."""
+    stay on ``addmm``: the oneDNN kernel has no backward. ``a`` may be a transposed
+    view: the BLAS behind float32 ``addmm`` and the GPUs' read it in place, and it is
+    laid out row-major for the CPU's oneDNN kernels (packed float32, 16-bit products)."""
     rows = packed_min_rows(a.device, a.dtype, backward=True)
     recorded = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (a, b, bias)
     )
-    packable = a.layout == torch.strided and a.dtype == torch.float32
-    if packable and rows is not None and len(a) >= rows and not recorded:
-        return torch.ops.mkldnn._linear_pointwise(a, b.T, bias, "none", [], "")
+    strided = a.layout == torch.strided
+    packed = rows is not None and len(a) >= rows and not recorded
+    if strided and a.dtype == torch.float32 and packed:
+        return torch.ops.mkldnn._linear_pointwise(a.contiguous(), b.T, bias, "none", [], "")
+    if strided and a.device.type == "cpu" and a.element_size() < 4:
+        a = a.contiguous()
     return a @ b if bias is None else torch.addmm(bias, a, b)
 
 

@@ -230,8 +230,9 @@ def _phase_difference(
         [v_neg^T  v^T]   [ph_neg / n_neg    1 / n_neg]   [dW   db]
         [ 1 ...   1  ] @ [ph_data / -n_pos -1 / n_pos] = [dc^T  0]
 
-    The left factor is laid out contiguously and the right one padded with zero columns
-    to a multiple of 32, the shapes the matrix-product kernel runs fastest.
+    The left factor is the stacked rows' transposed view (:func:`ebmlab.hardware.matmul`
+    lays it out where its kernel needs that) and the right one is padded with zero
+    columns to a multiple of 32, the shapes the matrix-product kernel runs fastest.
     """
     dtype = ph_data.dtype
     n_neg, n_pos = v_neg.shape[0], v.shape[0]
@@ -244,7 +245,7 @@ def _phase_difference(
     torch.div(ph_data, -n_pos, out=right[n_neg:, :n_hidden])
     right[:n_neg, n_hidden] = 1 / n_neg
     right[n_neg:, n_hidden] = -1 / n_pos
-    product = hardware.matmul(rows.T.contiguous(), right)
+    product = hardware.matmul(rows.T, right)
     return (
         product[:n_visible, :n_hidden],
         product[:n_visible, n_hidden],
