@@ -118,7 +118,14 @@ def test_recipe_evaluation_runs_on_the_device(name, settings, tmp_path, float64)
         got = _numbers(evaluation(name, settings(name), lambda task: task.to(cf.DEVICE), runs[1]))
     assert got.keys() == want.keys()
     if float64:  # the same draws, so the same numbers
-        assert got == pytest.approx(want, rel=1e-4, abs=1e-6, nan_ok=True)
+        # but hundreds of Langevin steps grow a rounding apart (the CPU's own SiLU
+        # formulas, say) into the fourth digit: their figures within 1 %, which
+        # another draw would miss by several times
+        long = {key for key in want if "_more_steps." in key}
+        for keys, rel in ((want.keys() - long, 1e-4), (long, 1e-2)):
+            assert {k: got[k] for k in keys} == pytest.approx(
+                {k: want[k] for k in keys}, rel=rel, abs=1e-6, nan_ok=True
+            )
     pictures = [sorted(p.relative_to(r.path) for p in r.path.rglob("*.png")) for r in runs]
     assert pictures[1] == pictures[0]
 
