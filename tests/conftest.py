@@ -101,8 +101,35 @@ def _quiet_load():
         yield
 
 
+# the test files that take longest (a minute or more of one worker, by ``--durations``),
+# longest first: pytest-xdist hands out whole files in collection order, and two workers
+# that start on these do not end with one of them running a long file alone
+LONGEST_FILES = (
+    "training/test_distributed.py",
+    "test_cli.py",
+    "training/test_fault_tolerance.py",
+    "test_docs.py",
+    "training/test_jem_recipe.py",
+    "training/test_rbm_recipe.py",
+    "training/test_rbm.py",
+    "samplers/test_riemannian.py",
+    "conformance/test_recipes.py",
+    "samplers/test_dense_mass.py",
+    "test_gpu_benchmark.py",
+    "samplers/test_warmup.py",
+)
+
+
+def _longest_first(items):
+    root = Path(__file__).parent
+    rank = {root / name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(Path(item.path), len(rank)))  # stable: others keep order
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``cuda`` run wherever a CUDA GPU is present, and are skipped elsewhere."""
+    """The longest files first (:data:`LONGEST_FILES`); tests marked ``cuda`` run wherever
+    a CUDA GPU is present, and are skipped elsewhere."""
+    _longest_first(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU here")
