@@ -425,9 +425,11 @@ def test_mcmc_starts_chains_within_the_init_radius_as_stan_does(capsys, tmp_path
     model.write_text(MODEL)
     args = ("mcmc", f"{model}:energy", "--dim", "2", "--chains", "8", "--warmup", "100",
             "--draws", "100")  # fmt: skip
-    _, default, _ = run_cli(capsys, *args)
-    _, two, _ = run_cli(capsys, *args, "--init-radius", "2")
-    assert json.loads(default)["mean"] == json.loads(two)["mean"]
+    short = (*args[:-4], "--warmup", "5", "--draws", "5")  # the same starts, the same chains
+    _, default, _ = run_cli(capsys, *short)
+    _, two, _ = run_cli(capsys, *short, "--init-radius", "2")
+    _, one, _ = run_cli(capsys, *short, "--init-radius", "1")
+    assert json.loads(default)["mean"] == json.loads(two)["mean"] != json.loads(one)["mean"]
     code, printed, _ = run_cli(capsys, *args, "--init-radius", "0")
     summary = json.loads(printed)
     assert code == 0 and summary["init_radius"] == 0

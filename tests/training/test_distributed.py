@@ -189,7 +189,7 @@ def start_node(node: int, port: int, *args: str) -> subprocess.Popen:
 def test_density_across_two_nodes_matches_two_processes_on_one(tmp_path):
     """Two nodes of one process each (both LOCAL_RANK 0, global ranks 0 and 1, one shared
     run directory) train as ``--nproc 2`` does on one machine."""
-    density = ["train", "density", "--epochs", "1", "--no-progress"]
+    density = ["train", "density", "--epochs", "1", "--max-steps", "8", "--no-progress"]
     one_node = [sys.executable, "-m", "ebmlab", *density, "--out", str(tmp_path / "one"),
                 "--nproc", "2"]  # fmt: skip
     subprocess.run(one_node, check=True, env=ENV, timeout=300, capture_output=True)

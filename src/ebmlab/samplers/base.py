@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,29 @@ from ebmlab.samplers.diagnostics import SamplingWarning, rarely_moving
 
 S = TypeVar("S", bound="SamplerState")
 K = TypeVar("K", bound="Sampler")
+D = TypeVar("D")
+
+
+@functools.cache
+def _field_names(kind: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(kind))
+
+
+def replaced(record: D, **changes: Any) -> D:
+    """A copy of the frozen dataclass ``record`` with the given fields changed: what
+    :func:`dataclasses.replace` gives for these records (no ``__post_init__``, no
+    init-only fields), without its call of ``__init__``, which sets every field through
+    ``object.__setattr__``. A sampler step makes several such copies, and with small
+    chains on a CPU their Python time is a share of the step's. Traced by
+    ``torch.compile``, it is :func:`dataclasses.replace`, which the tracer knows."""
+    if torch.compiler.is_compiling():
+        return dataclasses.replace(record, **changes)
+    names = _field_names(type(record))
+    if not changes.keys() <= names:
+        raise TypeError(f"{type(record).__name__} has no field {sorted(changes.keys() - names)}")
+    twin = object.__new__(type(record))
+    object.__setattr__(twin, "__dict__", {**record.__dict__, **changes})
+    return twin
 
 
 @dataclass(frozen=True)
@@ -122,7 +146,7 @@ class SamplerState:
 
     def replace(self: S, **changes: Any) -> S:
         """A copy of the state with the given fields changed (states are immutable)."""
-        return dataclasses.replace(self, **changes)
+        return replaced(self, **changes)
 
     def evaluated(self: S, energy: EnergyFn) -> S:
         """This state with its energy and gradient at ``x`` filled in if they were left
@@ -204,36 +228,43 @@ class NonFiniteChainError(ValueError):
 
 
 class _FiniteWatch:
-    """Records on the device, step by step, which chains are finite, and reads the
-    record back every ``every`` steps, so a diverging run stops early, naming the first
-    chain to turn non-finite and the step, without a host synchronisation per step. A
-    step costs one row sum, its finiteness test and one copy
-    (:func:`~ebmlab.samplers.graphs.finite_rows`). Each recorded step also advances
-    the progress bar ``bar``, if given."""
+    """Records on the device, step by step, the chains' row sums, and tests them every
+    ``every`` steps, so a diverging run stops early, naming the first chain to turn
+    non-finite and the step, without a host synchronisation per step. A step costs one
+    row sum written in place (:func:`~ebmlab.samplers.graphs.row_sums`). Each recorded
+    step also advances the progress bar ``bar``, if given."""
 
     every = 64
 
     def __init__(self, x0: torch.Tensor, bar: tqdm | None = None) -> None:
-        self.finite = torch.ones(self.every, x0.shape[0], dtype=torch.bool, device=x0.device)
+        dtype = _graphs.row_sum_dtype(x0)
+        self.sums = torch.zeros(self.every, x0.shape[0], dtype=dtype, device=x0.device)
         self.rows = 0  # steps recorded since the last check
         self.first_t = 0  # the step of the first recorded row
         self.bar = bar
 
     def update(self, state: SamplerState) -> None:
-        """Record the chains of ``state``, one step's."""
-        self.record(_graphs.finite_rows(state.x).unsqueeze(0), state.t)
+        """Record the chains of ``state``, one step's (there is always a free row: a
+        full record is checked and emptied at once)."""
+        if self.rows == 0:
+            self.first_t = state.t
+        _graphs.row_sums(state.x, self.sums[self.rows])
+        self._recorded(1, state.t)
 
-    def record(self, flags: torch.Tensor, t: int) -> None:
-        """Record ``flags`` (m, B), which chains were finite after each of the m steps
-        that end at step ``t`` (one step, or a replayed chunk of them)."""
-        m = len(flags)
-        if self.rows + m > len(self.finite):
+    def record(self, sums: torch.Tensor, t: int) -> None:
+        """Record ``sums`` (m, B), the chains' row sums after each of the m steps that
+        end at step ``t`` (a replayed chunk of them)."""
+        m = len(sums)
+        if self.rows + m > len(self.sums):
             self.check(t - m)
-        if m > len(self.finite):
-            self.finite = torch.ones_like(flags)
+        if m > len(self.sums):
+            self.sums = torch.zeros_like(sums)
         if self.rows == 0:
             self.first_t = t - m + 1
-        self.finite[self.rows : self.rows + m] = flags
+        self.sums[self.rows : self.rows + m] = sums
+        self._recorded(m, t)
+
+    def _recorded(self, m: int, t: int) -> None:
         self.rows += m
         if self.bar is not None:
             self.bar.update(m)
@@ -243,7 +274,7 @@ class _FiniteWatch:
     def check(self, t: int) -> None:
         """Raise NonFiniteChainError if a chain turned non-finite since the last check;
         ``t`` is the current step."""
-        finite, self.rows = self.finite[: self.rows], 0
+        finite, self.rows = self.sums[: self.rows].isfinite(), 0
         if len(finite) == 0 or bool(finite.all()):
             return
         # per chain, the first recorded step at which it was non-finite (len: never)
@@ -500,7 +531,7 @@ class Sampler(Generic[S]):
             moved = chunks.run()
             ran += size
             after = chunks.state() if moved else chunks.broken
-            watch.record(chunks.flags, after.t)
+            watch.record(chunks.sums, after.t)
             if kept is not None:
                 kept.append(chunks.kept.clone())
             if not moved:

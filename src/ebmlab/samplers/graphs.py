@@ -100,20 +100,30 @@ def rebuilt(template: Any, values: Iterator[torch.Tensor]) -> Any:
     return template
 
 
-def finite_rows(x: torch.Tensor) -> torch.Tensor:
-    """Which chains (rows of ``x``) are finite, (B,) bool: a row is when its sum is,
-    taken in at least single precision so that finite half-precision chains do not
-    overflow."""
-    low = x.is_floating_point() and x.element_size() < 4
-    return x.flatten(1).sum(1, dtype=torch.float32 if low else None).isfinite()
+def row_sum_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype of the chains' row sums (:func:`row_sums`): at least single precision,
+    so that the sums of finite half-precision rows do not overflow; int64 for discrete
+    states."""
+    if not x.is_floating_point():
+        return torch.int64
+    return torch.float32 if x.element_size() < 4 else x.dtype
+
+
+def row_sums(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Each chain's (row of ``x``) sum, written into ``out`` (B,), of
+    :func:`row_sum_dtype`: a NaN or an infinity in a row makes its sum non-finite. One
+    reduction per step; the finiteness test waits for the check that reads many steps
+    at once."""
+    return torch.sum(x.flatten(1), 1, dtype=out.dtype, out=out)
 
 
 class ChunkedSteps:
     """Steps of ``kernel`` from ``state`` in chunks of ``size``: the state lives in
-    fixed buffers, a chunk reads and writes them, records each step's finite chains in
-    ``flags`` (size, B) and every ``thin``-th position in ``kept`` (size / thin, B, ...).
-    The first chunk runs eagerly (on a side stream, as CUDA graphs want before a
-    capture); with ``capture`` the next ones replay it as one CUDA graph.
+    fixed buffers, a chunk reads and writes them, records each step's row sums in
+    ``sums`` (size, B; :func:`row_sums`) and every ``thin``-th position in ``kept``
+    (size / thin, B, ...). The first chunk runs eagerly (on a side stream, as CUDA
+    graphs want before a capture); with ``capture`` the next ones replay it as one CUDA
+    graph.
 
     Args:
         kernel: the sampler; its steps from ``state`` must be replayable.
@@ -141,7 +151,7 @@ class ChunkedSteps:
         self.template = state
         self.buffers = [t.clone() for t in tensors(state)]
         x = state.x
-        self.flags = torch.empty(size, x.shape[0], dtype=torch.bool, device=x.device)
+        self.sums = x.new_empty(size, x.shape[0], dtype=row_sum_dtype(x))
         self.kept = None if thin is None else x.new_empty(size // thin, *x.shape)
         self.capture = capture and x.device.type == "cuda"
         if self.capture:  # a failed capture spoils the generator it drew from: not the run's
@@ -158,7 +168,7 @@ class ChunkedSteps:
         state = rebuilt(self.template, iter(self.buffers))
         for j in range(self.size):
             state = self.kernel.step(state, self.energy, self.generator)
-            self.flags[j] = finite_rows(state.x)
+            row_sums(state.x, self.sums[j])
             if self.thin is not None and (j + 1) % self.thin == 0:
                 self.kept[(j + 1) // self.thin - 1] = state.x
         if layout(state) != layout(self.template):

@@ -46,7 +46,6 @@ and chains that stay stuck restarted at the windows' ends.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 import os
@@ -61,7 +60,7 @@ from ebmlab import _checks
 from ebmlab._checks import ArgumentError
 from ebmlab.energies.base import EnergyFn, EnergyFunction, energy_and_grad
 from ebmlab.samplers.adaptation import DualAveraging, TunedState, WarmupTuning
-from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, where_rows
+from ebmlab.samplers.base import Sampler, SamplerState, StepInfo, replaced, where_rows
 from ebmlab.samplers.integrators import (
     DenseMass,
     Mass,
@@ -384,7 +383,7 @@ class NUTS(Sampler[NUTSState]):
         no = counts.bool()
         if dual is not None and not isinstance(dual.count, torch.Tensor):
             # each chain counts its own updates: the count per chain from the start
-            dual = dataclasses.replace(dual, count=counts + dual.count)
+            dual = replaced(dual, count=counts + dual.count)
         step = torch.as_tensor(state.step_size, dtype=x.dtype, device=x.device).expand(n)
         return _Trees(
             x.new_zeros(n, tree.width),
@@ -417,7 +416,7 @@ class NUTS(Sampler[NUTSState]):
         # the last one (pooled, or per tempered chain) must reach the next trees
         if trees is None or lockstep or trees.anchor is not state.x:
             trees = self._start(state, state.dual if warming and not lockstep else None)
-        trees = dataclasses.replace(trees, anchor=None)
+        trees = replaced(trees, anchor=None)
         capacity = 1 if lockstep else trees.draws.shape[1]  # the ring _start made
         flat_energy = energy if state.x.ndim == 2 else _FlatEnergy(energy, state.x.shape[1:])
         mass = state.inv_mass  # flat: (D,), (B, D) per chain when tempered, or dense
@@ -445,7 +444,7 @@ class NUTS(Sampler[NUTSState]):
             t=state.t + 1,
             info=StepInfo(state.energy, draw["mean_accept"].log(), draw["divergent"] > 0),
         )
-        new = new.replace(trees=dataclasses.replace(trees, anchor=new.x))
+        new = new.replace(trees=replaced(trees, anchor=new.x))
         if trees.dual is not None:
             new = new.replace(dual=trees.dual, step_size=trees.next_step)
         new = self.tuning.update(state, new, step_adapted=trees.dual is not None)
@@ -466,7 +465,7 @@ class NUTS(Sampler[NUTSState]):
         draw["n_points"], draw["n_grads"] = oldest[:, w + 3], oldest[:, w + 4]
         draw["mean_accept"] = oldest[:, w + 2] / draw["n_points"].clamp(min=1)
         capacity = trees.draws.shape[1]
-        return dataclasses.replace(trees, head=(trees.head + 1) % capacity,
+        return replaced(trees, head=(trees.head + 1) % capacity,
                                    count=trees.count - 1), draw  # fmt: skip
 
     def _idle_steps(self, tip: torch.Tensor) -> torch.Tensor | None:
@@ -564,7 +563,7 @@ class NUTS(Sampler[NUTSState]):
         if move.ready is not None:  # steps that span several: only those that ended go on
             stepping = live & move.ready
             if not needed(stepping):
-                waiting = dataclasses.replace(trees, tip=tip, tree=tree, doubling=dbl,
+                waiting = replaced(trees, tip=tip, tree=tree, doubling=dbl,
                                               building=live, pending=torch.zeros_like(live),
                                               macro=macro)  # fmt: skip
                 return waiting, move.evals
@@ -620,7 +619,7 @@ class NUTS(Sampler[NUTSState]):
         # forwards, else B then A)
         valid = S(dbl, "valid") > 0
         ended = stepping & (~valid | (i + 1 == size))
-        done = dataclasses.replace(trees, tip=tip, tree=tree, doubling=dbl, slots=slots,
+        done = replaced(trees, tip=tip, tree=tree, doubling=dbl, slots=slots,
                                    building=live, pending=torch.zeros_like(live),
                                    macro=macro)  # fmt: skip
         if not needed(ended):
@@ -680,7 +679,7 @@ class NUTS(Sampler[NUTSState]):
             n_grads=T(tree, "n_grads") + S(dbl, "n_grads"),
         )
         tree = where_rows(ended, merged, tree)
-        trees = dataclasses.replace(trees, tree=tree, building=trees.building & ~finished,
+        trees = replaced(trees, tree=tree, building=trees.building & ~finished,
                                     pending=ended & ~finished)  # fmt: skip
         if not needed(finished):
             return trees
@@ -692,11 +691,11 @@ class NUTS(Sampler[NUTSState]):
         slot = (trees.head + trees.count) % capacity
         into = finished[:, None] & (torch.arange(capacity, device=slot.device) == slot[:, None])
         draws = torch.where(into.unsqueeze(-1), draw.unsqueeze(1), trees.draws)
-        trees = dataclasses.replace(trees, draws=draws, count=trees.count + finished,
+        trees = replaced(trees, draws=draws, count=trees.count + finished,
                                     tip=where_rows(finished, proposal, trees.tip))  # fmt: skip
         if trees.dual is not None:
             accept = T(tree, "accept_sum") / T(tree, "n_points").clamp(min=1)
             dual, adapted = trees.dual.update(accept, finished)
             step = torch.where(finished, adapted, trees.next_step)
-            trees = dataclasses.replace(trees, dual=dual, next_step=step)
+            trees = replaced(trees, dual=dual, next_step=step)
         return trees
