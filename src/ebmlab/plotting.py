@@ -38,13 +38,15 @@ def subplots(nrows: int = 1, ncols: int = 1, **options: Any) -> tuple[Any, Any]:
     return fig, axes
 
 
-def save_figure(fig: Figure, path: str | os.PathLike) -> None:
+def save_figure(fig: Figure, path: str | os.PathLike, *, crop: bool = True) -> None:
     """Save a matplotlib figure as a PNG at ``path``.
 
     Args:
         fig: the matplotlib figure.
+        crop: trim the figure's margins to its contents, which draws it twice; a
+            figure already laid out by ``tight_layout`` has no margins to trim.
     """
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight" if crop else None)
 
 
 def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
@@ -80,7 +82,7 @@ def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
-    save_figure(fig, path)
+    save_figure(fig, path, crop=False)
 
 
 def image_grid(

@@ -65,17 +65,17 @@ def test_log_z_and_marginals_match_enumeration(n, k, p):
 
 
 @pytest.mark.slow
-def test_a_sparse_boltzmann_machine_of_24_units_agrees_with_enumeration():
+def test_a_sparse_boltzmann_machine_of_21_units_agrees_with_enumeration():
     torch.manual_seed(0)
-    bm = BoltzmannMachine(24).double()
-    edges = _random_graph(24, 0.12, seed=3)
+    bm = BoltzmannMachine(21).double()
+    edges = _random_graph(21, 0.15, seed=3)
     with torch.no_grad():
         bm.weight.zero_()  # its strict upper triangle is the coupling matrix
         bm.weight[edges[:, 0], edges[:, 1]] = torch.randn(len(edges), dtype=torch.float64)
         bm.b.normal_()
     estimate = exact_log_partition(bm)
-    assert estimate.method == "elimination" and estimate.cost["width"] < 23
-    brute = enumerate_log_partition(bm, 24, dtype=torch.float64, chunk=1 << 18)
+    assert estimate.method == "elimination" and estimate.cost["width"] < 20
+    brute = enumerate_log_partition(bm, 21, dtype=torch.float64, chunk=1 << 18)
     assert estimate.log_z == pytest.approx(brute.log_z, rel=1e-6)
     assert log_partition(bm).method == "elimination"  # the automatic policy takes it too
 
