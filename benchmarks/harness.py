@@ -8,8 +8,8 @@ that both see the same machine state, and the ratio of medians is reported as
 quality number instead (e.g. effective samples per gradient), ratio ebmlab / anchor.
 A timed row also gives its roofline (:mod:`benchmarks.roofline`): the FLOPs of
 ebmlab's call, its rate and the fraction of the CPU's peak in the row's dtype
-(``Case.dtype``) measured by a product probe on the same threads (rows without
-products give none).
+(``Case.dtype``) measured by a product probe on the same threads; a row without
+products, the bytes its operations move and the fraction of a copy's bandwidth.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.roofline import count_flops, roofline
+from benchmarks.roofline import bandwidth_roofline, count_bytes, count_flops, roofline
 
 
 @dataclass
@@ -57,7 +57,8 @@ class Result:
     unit: str = "s"
     higher_is_better: bool = False
     flops: int = 0  # ebmlab's call's products (timed rows)
-    fraction_of_peak: float | None = None  # of the CPU's product probe in the row's dtype
+    bytes: int = 0  # what ebmlab's call reads and writes (timed rows without products)
+    fraction_of_peak: float | None = None  # of the product probe, or of the copy's bandwidth
 
     @property
     def ratio(self) -> float:
@@ -88,22 +89,32 @@ def measure(case: Case | MetricCase) -> Result:
         for store, fn in pair if i % 2 == 0 else pair[::-1]:
             store.append(_time(fn))
     seconds = statistics.median(ours)
-    flops = count_flops(case.ebmlab)
+    result = Result(case.what, case.anchor_name, seconds, statistics.median(theirs))
     cpu = torch.device("cpu")
-    fraction = roofline(flops, seconds, cpu, case.dtype)["fraction_of_peak"] if flops else None
-    return Result(case.what, case.anchor_name, seconds, statistics.median(theirs),
-                  flops=flops, fraction_of_peak=fraction)  # fmt: skip
+    result.flops = count_flops(case.ebmlab)
+    if result.flops:
+        result.fraction_of_peak = roofline(result.flops, seconds, cpu, case.dtype)[
+            "fraction_of_peak"
+        ]
+    else:
+        result.bytes = count_bytes(case.ebmlab)
+        result.fraction_of_peak = bandwidth_roofline(result.bytes, seconds, cpu)["fraction_of_peak"]
+    return result
 
 
 def markdown_table(results: list[Result]) -> str:
     lines = [
-        "| what | unit | ebmlab | anchor | anchor value | ratio | GFLOP/s | of peak |",
+        "| what | unit | ebmlab | anchor | anchor value | ratio | rate | of peak |",
         "|---|---|---:|---|---:|---:|---:|---:|",
     ]
     for r in results:
         rate, share = "-", "-"
-        if r.fraction_of_peak is not None:
-            rate, share = f"{r.flops / r.ebmlab / 1e9:.3g}", f"{100 * r.fraction_of_peak:.1f} %"
+        if r.flops:
+            rate = f"{r.flops / r.ebmlab / 1e9:.3g} GFLOP/s"
+            share = f"{100 * r.fraction_of_peak:.1f} % matmul"
+        elif r.bytes:
+            rate = f"{r.bytes / r.ebmlab / 1e9:.3g} GB/s"
+            share = f"{100 * r.fraction_of_peak:.1f} % copy"
         lines.append(
             f"| {r.what} | {r.unit} | {r.ebmlab:.4g} | {r.anchor_name} | {r.anchor:.4g} | "
             f"{r.ratio:.2f} | {rate} | {share} |"

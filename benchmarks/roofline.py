@@ -8,7 +8,9 @@ The device's peak is measured once per run by a probe: a large square matrix pro
 in the row's dtype (float32, on a GPU also TF32 for the convolutions cuDNN runs in it
 by default, bfloat16), and a device-to-device copy for the memory bandwidth. A row
 then carries its FLOPs, its achieved rate and the fraction of the probe's rate, with
-the probe named.
+the probe named. A row without products (a random walk, a sampler on an analytic
+target) is set against the copy instead, with the bytes its operations read and write
+(:func:`count_bytes`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ebmlab import hardware
@@ -57,6 +60,49 @@ class _FlopCount(TorchDispatchMode):
 
 
 _PACKED_LINEAR = torch.ops.mkldnn._linear_pointwise
+
+
+def count_bytes(fn: Callable[[], object]) -> int:
+    """The bytes one call of ``fn`` (run eagerly; its second call, as in
+    :func:`count_flops`) reads and writes: each operation that computes reads its
+    distinct tensor inputs and writes its outputs (views and allocations move
+    nothing). Every operation's traffic counts, as an unfused run asks for it; where
+    the tensors stay in cache the memory sees less, so against the copy probe the
+    fraction says how far a row is from being bound by memory, not that it is."""
+    fn()
+    with _ByteCount() as counter:
+        fn()
+    return counter.total
+
+
+_NO_TRAFFIC = {
+    torch.ops.aten.empty,
+    torch.ops.aten.empty_like,
+    torch.ops.aten.empty_strided,
+    torch.ops.aten.new_empty,
+    torch.ops.aten.resize_,
+    torch.ops.aten._local_scalar_dense,
+    torch.ops.aten._unsafe_view,  # a view its schema does not declare
+}
+
+
+def _nbytes(tensors: list) -> int:
+    dense = {id(t): t for t in tensors if isinstance(t, torch.Tensor) and t.layout == torch.strided}
+    return sum(t.numel() * t.element_size() for t in dense.values())
+
+
+class _ByteCount(TorchDispatchMode):
+    """Sums the bytes of each computing operation's distinct inputs and its outputs (an
+    in-place operation reads and writes its tensor: both count)."""
+
+    total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not func.is_view and func._overloadpacket not in _NO_TRAFFIC:
+            self.total += _nbytes(tree_leaves((args, kwargs))) + _nbytes(tree_leaves(out))
+        return out
 
 
 def _sync(device: torch.device) -> None:
@@ -108,6 +154,20 @@ def peak_bandwidth(device: torch.device) -> float:
     dst = torch.empty_like(src)
     seconds = _best_seconds(lambda: dst.copy_(src), device, 5)
     return 2 * size / seconds
+
+
+def bandwidth_roofline(n_bytes: int, seconds: float, device: torch.device) -> dict:
+    """The roofline fields of a row that moved ``n_bytes`` (:func:`count_bytes`) in
+    ``seconds``, against the device's copy (:func:`peak_bandwidth`)."""
+    peak = peak_bandwidth(device)
+    size = "1 GiB" if device.type == "cuda" else "256 MiB"
+    return {
+        "bytes": n_bytes,
+        "gb_per_s": n_bytes / seconds / 1e9,
+        "peak_gb_per_s": peak / 1e9,
+        "peak": f"{size} copy probe",
+        "fraction_of_peak": n_bytes / seconds / peak,
+    }
 
 
 def peak_name(device: torch.device, dtype: torch.dtype, tf32: bool = False) -> str:

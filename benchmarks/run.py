@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_limits
 
 import benchmarks
 from benchmarks.harness import markdown_table, measure, write_json
-from benchmarks.roofline import peak_flops, peak_name
+from benchmarks.roofline import peak_bandwidth, peak_flops, peak_name
 from ebmlab import hardware
 
 SKIP = {
@@ -62,10 +62,12 @@ def main() -> None:
         "threads": args.threads,
         "float32_gflop_per_s": peak_flops(cpu, torch.float32) / 1e9,
         "peak": peak_name(cpu, torch.float32),
+        "copy_gb_per_s": peak_bandwidth(cpu) / 1e9,
     }
     print(f"\ntorch {torch.__version__}, {args.threads} thread(s), {machine['cpu']} "
           f"({', '.join(machine['flags'])}), float32 peak "
-          f"{machine['float32_gflop_per_s']:.0f} GFLOP/s\n")  # fmt: skip
+          f"{machine['float32_gflop_per_s']:.0f} GFLOP/s, copy "
+          f"{machine['copy_gb_per_s']:.0f} GB/s\n")  # fmt: skip
     print(markdown_table(results))
     write_json(results, Path(__file__).parent / "results" / "results.json", machine)
 

@@ -6,7 +6,7 @@ import benchmarks.roofline as roofline_module
 import pytest
 import torch
 from benchmarks.harness import Case, measure
-from benchmarks.roofline import count_flops, peak_flops, roofline
+from benchmarks.roofline import bandwidth_roofline, count_bytes, count_flops, peak_flops, roofline
 
 from ebmlab import hardware
 
@@ -41,8 +41,24 @@ def test_a_row_gets_its_rate_and_fraction_of_the_probe_peak():
     result = measure(Case("a product", lambda: a @ b, lambda: b @ a, "the other", repeats=2))
     assert result.flops == 2 * 256**3
     assert result.fraction_of_peak > 0  # a ratio of timings: a loaded machine moves either
-    none = measure(Case("elementwise", lambda: a + 1, lambda: b + 1, "the other", repeats=2))
-    assert none.flops == 0 and none.fraction_of_peak is None
+    walk = measure(Case("elementwise", lambda: a + 1, lambda: b + 1, "the other", repeats=2))
+    assert walk.flops == 0 and walk.bytes == 2 * a.numel() * 4  # set against the copy
+    assert walk.fraction_of_peak > 0
+
+
+def test_bytes_are_each_computing_operations_inputs_and_outputs():
+    a, b = torch.randn(30, 40), torch.randn(30, 40)
+    size = a.numel() * 4
+    assert count_bytes(lambda: a + b) == 3 * size  # two read, one written
+    assert count_bytes(lambda: a.add_(b)) == 3 * size  # a read and written in place
+    assert count_bytes(lambda: a * a) == 2 * size  # one tensor read once
+    assert count_bytes(lambda: a.T.reshape(-1)) == 2 * size  # the view moves nothing, the copy does
+    assert count_bytes(lambda: (a[:10], torch.empty(100))) == 0
+    assert count_bytes(lambda: torch.randn(30, 40)) == size  # written only
+    assert count_bytes(lambda: a.sum()) == size + 4
+    row = bandwidth_roofline(10**9, 1.0, torch.device("cpu"))
+    assert row["bytes"] == 10**9 and row["peak"] == "256 MiB copy probe"
+    assert 0 < row["fraction_of_peak"] < 1  # any CPU copies faster than 1 GB/s
 
 
 def test_a_bfloat16_row_that_ran_in_float32_is_set_against_the_float32_peak(monkeypatch):
