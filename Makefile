@@ -30,6 +30,10 @@ $(VENV)/.installed: pyproject.toml
 PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
 NUMERICAL := tests/partition tests/samplers tests/energies tests/transport tests/test_convergence.py
 
+# The test run caches bytecode in the tree (ebmlab's modules, pytest's rewritten test
+# modules) even where PYTHONDONTWRITEBYTECODE is set: else every pytest worker of the
+# three runs and every process the suite starts compiles them again (4 s a collection).
+test: export PYTHONDONTWRITEBYTECODE =
 test: setup docs
 	$(VENV)/bin/ruff check src tests benchmarks docs
 	$(PORTABLE) $(PY) -m pytest -m fastpath
