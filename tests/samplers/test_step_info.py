@@ -67,3 +67,21 @@ def test_mala_tunes_a_diagonal_mass_on_an_ill_conditioned_gaussian():
     assert torch.allclose(run.samples.reshape(-1, 3).std(0), scales, rtol=0.1)
     with pytest.raises(ValueError, match="adapt_mass=True needs target_accept"):
         MALA(0.1, adapt_mass=True)
+
+
+def test_a_state_copy_changes_the_fields_named_and_refuses_others():
+    """States are copied on every step without the frozen dataclass's ``__init__``
+    (``samplers.base.replaced``): the copy is what ``dataclasses.replace`` gives, and a
+    misspelt field is an error, not a silent new attribute."""
+    import dataclasses
+
+    from ebmlab.samplers.base import SamplerState
+
+    state = MALA(0.5).init(torch.randn(4, 2), gaussian())
+    x = torch.zeros(4, 2)
+    copy = state.replace(x=x, t=3)
+    assert copy == dataclasses.replace(state, x=x, t=3) and type(copy) is type(state)
+    assert copy.x is x and state.t == 0 and copy.energy is state.energy
+    with pytest.raises(TypeError, match=r"has no field \['steps'\]"):
+        state.replace(steps=3)
+    assert isinstance(state, SamplerState)
