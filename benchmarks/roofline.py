@@ -145,11 +145,15 @@ def _probe(device: torch.device, dtype: torch.dtype, tf32: bool) -> float:
     return 2 * n**3 / seconds
 
 
+def _copy_bytes(device: torch.device) -> int:
+    return 2**30 if device.type == "cuda" else 2**28
+
+
 @functools.cache
 def peak_bandwidth(device: torch.device) -> float:
     """Bytes/s of a device-to-device copy of 1 GiB on a GPU (256 MiB on a CPU), counting
     the bytes read and written."""
-    size = 2**30 if device.type == "cuda" else 2**28
+    size = _copy_bytes(device)
     src = torch.empty(size, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     seconds = _best_seconds(lambda: dst.copy_(src), device, 5)
@@ -160,12 +164,11 @@ def bandwidth_roofline(n_bytes: int, seconds: float, device: torch.device) -> di
     """The roofline fields of a row that moved ``n_bytes`` (:func:`count_bytes`) in
     ``seconds``, against the device's copy (:func:`peak_bandwidth`)."""
     peak = peak_bandwidth(device)
-    size = "1 GiB" if device.type == "cuda" else "256 MiB"
     return {
         "bytes": n_bytes,
         "gb_per_s": n_bytes / seconds / 1e9,
         "peak_gb_per_s": peak / 1e9,
-        "peak": f"{size} copy probe",
+        "peak": f"{_copy_bytes(device) >> 20} MiB copy probe",
         "fraction_of_peak": n_bytes / seconds / peak,
     }
 

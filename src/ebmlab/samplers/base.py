@@ -246,8 +246,6 @@ class _FiniteWatch:
     def update(self, state: SamplerState) -> None:
         """Record the chains of ``state``, one step's (there is always a free row: a
         full record is checked and emptied at once)."""
-        if self.rows == 0:
-            self.first_t = state.t
         _graphs.row_sums(state.x, self.sums[self.rows])
         self._recorded(1, state.t)
 
@@ -259,12 +257,13 @@ class _FiniteWatch:
             self.check(t - m)
         if m > len(self.sums):
             self.sums = torch.zeros_like(sums)
-        if self.rows == 0:
-            self.first_t = t - m + 1
         self.sums[self.rows : self.rows + m] = sums
         self._recorded(m, t)
 
     def _recorded(self, m: int, t: int) -> None:
+        """Count the m rows just written, for the steps that end at step ``t``."""
+        if self.rows == 0:
+            self.first_t = t - m + 1
         self.rows += m
         if self.bar is not None:
             self.bar.update(m)

@@ -466,7 +466,7 @@ class NUTS(Sampler[NUTSState]):
         draw["mean_accept"] = oldest[:, w + 2] / draw["n_points"].clamp(min=1)
         capacity = trees.draws.shape[1]
         return replaced(trees, head=(trees.head + 1) % capacity,
-                                   count=trees.count - 1), draw  # fmt: skip
+                        count=trees.count - 1), draw  # fmt: skip
 
     def _idle_steps(self, tip: torch.Tensor) -> torch.Tensor | None:
         """The registers of steps that span several leapfrog steps, none under way
@@ -564,8 +564,8 @@ class NUTS(Sampler[NUTSState]):
             stepping = live & move.ready
             if not needed(stepping):
                 waiting = replaced(trees, tip=tip, tree=tree, doubling=dbl,
-                                              building=live, pending=torch.zeros_like(live),
-                                              macro=macro)  # fmt: skip
+                                   building=live, pending=torch.zeros_like(live),
+                                   macro=macro)  # fmt: skip
                 return waiting, move.evals
         new_point = P.pack(tip, x=x1, p=p1, grad=g1, energy=e1)
         log_w = torch.nan_to_num(T(tree, "h0") - e1 - kinetic_energy(p1, inv_mass), nan=-math.inf)
@@ -620,8 +620,8 @@ class NUTS(Sampler[NUTSState]):
         valid = S(dbl, "valid") > 0
         ended = stepping & (~valid | (i + 1 == size))
         done = replaced(trees, tip=tip, tree=tree, doubling=dbl, slots=slots,
-                                   building=live, pending=torch.zeros_like(live),
-                                   macro=macro)  # fmt: skip
+                        building=live, pending=torch.zeros_like(live),
+                        macro=macro)  # fmt: skip
         if not needed(ended):
             return done, move.evals
         joined = self._join(done, ended, valid & ended, P, T, S, inv_mass, log_u[1], needed)
@@ -680,7 +680,7 @@ class NUTS(Sampler[NUTSState]):
         )
         tree = where_rows(ended, merged, tree)
         trees = replaced(trees, tree=tree, building=trees.building & ~finished,
-                                    pending=ended & ~finished)  # fmt: skip
+                         pending=ended & ~finished)  # fmt: skip
         if not needed(finished):
             return trees
         # queue the finished transitions
@@ -692,7 +692,7 @@ class NUTS(Sampler[NUTSState]):
         into = finished[:, None] & (torch.arange(capacity, device=slot.device) == slot[:, None])
         draws = torch.where(into.unsqueeze(-1), draw.unsqueeze(1), trees.draws)
         trees = replaced(trees, draws=draws, count=trees.count + finished,
-                                    tip=where_rows(finished, proposal, trees.tip))  # fmt: skip
+                         tip=where_rows(finished, proposal, trees.tip))  # fmt: skip
         if trees.dual is not None:
             accept = T(tree, "accept_sum") / T(tree, "n_points").clamp(min=1)
             dual, adapted = trees.dual.update(accept, finished)
