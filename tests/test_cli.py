@@ -15,6 +15,8 @@ import torch
 from ebmlab import cli
 from ebmlab.cli import main
 from ebmlab.mcmc_command import mass_used
+from ebmlab.samplers import NUTS
+from ebmlab.samplers import nuts as nuts_module
 from ebmlab.samplers.integrators import DenseMass
 from ebmlab.samplers.nuts import _cpp_compiler
 from ebmlab.training import load_checkpoint
@@ -388,12 +390,25 @@ def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sample
 
 @pytest.mark.slow
 @pytest.mark.skipif(_cpp_compiler() is None, reason="torch.compile needs a C++ compiler")
-def test_mcmc_compiles_the_tree_steps_where_asked(capsys, tmp_path):
+def test_mcmc_compiles_the_tree_steps_where_asked(capsys, tmp_path, monkeypatch):
+    """--compile runs NUTS's tree steps through the compiled step. The compiler is
+    stood in for by the eager step here: that the compiled steps are the eager ones is
+    tests/samplers/test_nuts_compile.py's, which pays for the compiles once."""
+    calls = []
+
+    def compiled():  # the eager step, counted, in the compiled one's place
+        def step(*args):
+            calls.append(1)
+            return NUTS._tree_step(*args)
+
+        return step
+
+    monkeypatch.setattr(nuts_module, "_compiled_tree_step", compiled)
     model = tmp_path / "model.py"
     model.write_text(MODEL)
     code, printed, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2", "--compile",
                                "--chains", "8", "--warmup", "100", "--draws", "100")  # fmt: skip
-    assert code == 0
+    assert code == 0 and len(calls) > 200  # every tree step of the 200 NUTS steps
     summary = json.loads(printed)
     for d, truth_sd in enumerate([1.0, math.sqrt(1.25)]):
         assert abs(summary["mean"][d]) < 4 * summary["mcse_mean"][d]

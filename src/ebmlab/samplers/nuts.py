@@ -97,19 +97,29 @@ class _Layout:
 
     def pack(self, like: torch.Tensor, **values: torch.Tensor | float) -> torch.Tensor:
         """The registers holding ``values`` (every field, in any order; (B,) tensors,
-        (B, width) tensors or floats), in ``like``'s dtype. Each run of equal floats
-        is one constant block, and ``torch.cat`` promotes bool and integer fields: a
-        record costs a handful of tensor operations, not a few per field."""
+        (B, width) tensors or floats), in ``like``'s dtype. Each run of (B,) tensors
+        is one stack, each run of equal floats one constant block, and ``torch.cat``
+        promotes bool and integer fields: a record costs a handful of tensor
+        operations, not a few per field (the layouts put their numbers together)."""
         n = like.shape[0]
         parts: list[torch.Tensor | list] = []  # tensors, and [value, width] constant blocks
+        numbers: list[torch.Tensor] = []  # the run of (B,) fields under way
         for name, cut in self.slices.items():
             value, width = values[name], cut.stop - cut.start
+            if isinstance(value, torch.Tensor) and value.ndim == 1:
+                numbers.append(value)
+                continue
+            if numbers:
+                parts.append(torch.stack(numbers, -1))
+                numbers = []
             if isinstance(value, torch.Tensor):
-                parts.append(value.unsqueeze(-1) if value.ndim == 1 else value)
+                parts.append(value)
             elif parts and isinstance(parts[-1], list) and parts[-1][0] == value:
                 parts[-1][1] += width
             else:
                 parts.append([value, width])
+        if numbers:
+            parts.append(torch.stack(numbers, -1))
         blocks = [p if isinstance(p, torch.Tensor) else like.new_full((n, p[1]), p[0])
                   for p in parts]  # fmt: skip
         packed = torch.cat(blocks, -1)
@@ -148,9 +158,9 @@ def _halves_turning(
     va_first, va_last = velocity(a_first, inv_mass), velocity(a_last, inv_mass)
     vb_first, vb_last = velocity(b_first, inv_mass), velocity(b_last, inv_mass)
     whole, a_join, b_join = rho_a + rho_b, rho_a + b_first, rho_b + a_last
-    dots = [(va_first * whole).sum(-1), (vb_last * whole).sum(-1),
-            (va_first * a_join).sum(-1), (vb_first * a_join).sum(-1),
-            (va_last * b_join).sum(-1), (vb_last * b_join).sum(-1)]  # fmt: skip
+    dot = torch.linalg.vecdot
+    dots = [dot(va_first, whole), dot(vb_last, whole), dot(va_first, a_join),
+            dot(vb_first, a_join), dot(va_last, b_join), dot(vb_last, b_join)]  # fmt: skip
     return torch.stack(torch.broadcast_tensors(*dots)).le(0).any(0)
 
 
@@ -194,11 +204,13 @@ def _log_uniform(like: torch.Tensor, generator: torch.Generator | None) -> torch
 def _layouts(d: int) -> tuple[_Layout, _Layout, _Layout]:
     """The layouts of a point, a tree and a doubling for positions of d numbers."""
     point = _Layout(x=d, p=d, grad=d, energy=None)
-    tree = _Layout(step=None, h0=None, left=point.width, right=point.width,
-                   proposal=point.width, log_weight=None, rho=d, depth=None, moved=None,
+    # the vectors first and the numbers after them, so that a record's numbers pack as
+    # one stack
+    tree = _Layout(left=point.width, right=point.width, proposal=point.width, rho=d,
+                   step=None, h0=None, log_weight=None, depth=None, moved=None,
                    divergent=None, accept_sum=None, n_points=None, n_grads=None)  # fmt: skip
-    doubling = _Layout(forward=None, i=None, point=point.width, first_p=d, rho=d,
-                       log_weight=None, proposal=point.width, valid=None, divergent=None,
+    doubling = _Layout(point=point.width, first_p=d, rho=d, proposal=point.width,
+                       forward=None, i=None, log_weight=None, valid=None, divergent=None,
                        accept_sum=None, n_points=None, n_grads=None)  # fmt: skip
     return point, tree, doubling
 
@@ -228,8 +240,8 @@ class _Trees:
       adapts as its trees end); ``building`` and ``pending``: which chains have a tree
       under way and which start a new doubling at the next step; ``anchor``: the
       positions of the state these trees belong to, so a state changed from outside is
-      recognised (None while a step advances the trees); ``powers``: 2^k for k = 0
-      ... max_depth; ``macro``: the registers of a step that spans several leapfrog
+      recognised (None while a step advances the trees); ``below``: 2^k - 1 for
+      k = 0 ... max_depth; ``macro``: the registers of a step that spans several leapfrog
       steps of the batch (None where every step is one leapfrog step).
     """
 
@@ -245,7 +257,7 @@ class _Trees:
     building: torch.Tensor
     pending: torch.Tensor
     anchor: torch.Tensor | None
-    powers: torch.Tensor
+    below: torch.Tensor
     macro: torch.Tensor | None = None
 
 
@@ -398,7 +410,7 @@ class NUTS(Sampler[NUTSState]):
             no,
             no.clone(),
             state.x,
-            2 ** torch.arange(self.max_depth + 1, device=x.device),
+            2 ** torch.arange(self.max_depth + 1, device=x.device) - 1,
             self._idle_steps(tip),
         )
 
@@ -574,8 +586,7 @@ class NUTS(Sampler[NUTSState]):
             diverged = diverged | move.diverged
         log_accept = log_w.clamp(max=0) if move.log_accept is None else move.log_accept
         i, depth, rho = S(dbl, "i").long(), T(tree, "depth").long(), S(dbl, "rho")
-        powers, size = trees.powers, trees.powers[depth]  # 2^k for k <= max_depth; 2^depth
-        below = powers - 1  # i % 2^k == 0 as a bit test, which integer division is not
+        below, i1 = trees.below, i + 1  # i % 2^k == 0 as a bit test, not a division
         marks = stepping[:, None] & ((i[:, None] & below) == 0)
         mark = torch.cat([p1, P(point, "p"), rho], -1).unsqueeze(1)
         slots = torch.where(marks.unsqueeze(-1), mark, slots)
@@ -583,7 +594,8 @@ class NUTS(Sampler[NUTSState]):
         total = torch.logaddexp(S(dbl, "log_weight"), log_w)
         take = ~diverged & (log_u[0] < log_w - total)
         # U-turns of the aligned stretches that end at this point
-        ends = (powers[1:] <= size[:, None]) & (((i[:, None] + 1) & below[1:]) == 0)
+        # stretches of 2^k <= 2^depth steps: 2^k - 1 >> depth == 0
+        ends = ((below[1:] >> depth[:, None]) == 0) & ((i1[:, None] & below[1:]) == 0)
         m = ends.shape[1]
         if host:  # only up to the longest stretch that ends here for some chain
             hits = ends.any(0).nonzero()
@@ -602,7 +614,7 @@ class NUTS(Sampler[NUTSState]):
         stepped = S.pack(
             tip,
             forward=forward,
-            i=i + 1,
+            i=i1,
             point=new_point,
             first_p=torch.where((i == 0).unsqueeze(-1), p1, S(dbl, "first_p")),
             rho=rho,
@@ -618,7 +630,7 @@ class NUTS(Sampler[NUTSState]):
         # doublings that end join their tree if valid (in time order A then B going
         # forwards, else B then A)
         valid = S(dbl, "valid") > 0
-        ended = stepping & (~valid | (i + 1 == size))
+        ended = stepping & (~valid | ((i1 >> depth) == 1))  # i + 1 == 2^depth
         done = replaced(trees, tip=tip, tree=tree, doubling=dbl, slots=slots,
                         building=live, pending=torch.zeros_like(live),
                         macro=macro)  # fmt: skip
