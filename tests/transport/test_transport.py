@@ -211,6 +211,7 @@ def _class_flow_ends(labelled: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return odeint(field, torch.randn(2000, 2, generator=g), n_steps=50), y
 
 
+@pytest.mark.slow
 def test_class_conditional_flow_matching_carries_each_class_noise_to_its_own_data():
     """With the labels in the OT coupling, each class's potential carries all of the
     noise to that class: every sample on its class's side, the means within 0.2 of the
