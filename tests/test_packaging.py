@@ -31,7 +31,7 @@ def test_wheel_installs_and_runs_info(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "ebmlab = ebmlab.cli:main" in archive.read(entry_points).decode()
+        assert "ebmlab = ebmlab.cli:run" in archive.read(entry_points).decode()
     sources = {p.relative_to(project / "src").as_posix() for p in (project / "src").rglob("*.py")}
     assert sources <= set(names), sorted(sources - set(names))
     target = tmp_path / "site"
@@ -40,7 +40,8 @@ def test_wheel_installs_and_runs_info(tmp_path):
          str(wheel)],
         check=True,
     )  # fmt: skip
-    code = "import sys, ebmlab.cli; print(ebmlab.__file__); sys.exit(ebmlab.cli.main(['info']))"
+    code = ("import sys, ebmlab.cli; print(ebmlab.__file__); "
+            "sys.argv[1:] = ['info']; ebmlab.cli.run()")
     result = subprocess.run(
         [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); {code}"],
         capture_output=True, text=True, cwd=tmp_path,

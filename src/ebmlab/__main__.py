@@ -1,5 +1,3 @@
-import sys
+from ebmlab.cli import run
 
-from ebmlab.cli import main
-
-sys.exit(main())
+run()
