@@ -186,19 +186,17 @@ def start_node(node: int, port: int, *args: str) -> subprocess.Popen:
                             text=True)  # fmt: skip
 
 
-def test_density_across_two_nodes_matches_two_processes_on_one(tmp_path):
+def test_jem_across_two_nodes_matches_two_processes_on_one(tmp_path, full):
     """Two nodes of one process each (both LOCAL_RANK 0, global ranks 0 and 1, one shared
     run directory) train as ``--nproc 2`` does on one machine."""
-    density = ["train", "density", "--epochs", "1", "--max-steps", "8", "--no-progress"]
-    one_node = [sys.executable, "-m", "ebmlab", *density, "--out", str(tmp_path / "one"),
-                "--nproc", "2"]  # fmt: skip
-    subprocess.run(one_node, check=True, env=ENV, timeout=300, capture_output=True)
     port = free_port()
-    nodes = [start_node(node, port, *density, "--out", str(tmp_path / "two")) for node in (0, 1)]
+    jem = ["train", "jem", "--out", str(tmp_path / "two"), *JEM, "--max-steps", "6"]
+    nodes = [start_node(node, port, *jem) for node in (0, 1)]
     outputs = [node.communicate(timeout=300) for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs
-    assert json.loads(outputs[0][0])["step"] > 0 and outputs[1][0] == ""  # rank 0 reports
-    a = load_checkpoint(tmp_path / "one" / "checkpoints" / "last.pt")
+    assert json.loads(outputs[0][0])["step"] == 6 and outputs[1][0] == ""  # rank 0 reports
+    a = load_checkpoint(full / "checkpoints" / "last.pt")
     b = load_checkpoint(tmp_path / "two" / "checkpoints" / "last.pt")
     assert a["trainer"]["step"] == b["trainer"]["step"]
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert torch.equal(a["task"]["buffer"]["buffer"], b["task"]["buffer"]["buffer"])
