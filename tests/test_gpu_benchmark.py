@@ -2,21 +2,23 @@
 so that a machine with a GPU spends its time measuring, not debugging."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+import torch
+from benchmarks import gpu
 
 
-def test_every_gpu_benchmark_row_runs_at_toy_sizes(tmp_path):
+def smoke(capsys, *args: str) -> list[dict]:
+    """The rows ``python -m benchmarks.gpu --smoke --device cpu ARGS`` prints (the global
+    random stream, which the rows seed, is restored after them)."""
+    with torch.random.fork_rng():
+        gpu.main(["--smoke", "--device", "cpu", *args])
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_every_gpu_benchmark_row_runs_at_toy_sizes(tmp_path, capsys):
     out = tmp_path / "gpu.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu", "--smoke", "--device", "cpu", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    rows = smoke(capsys, "--out", str(out))
     names = " | ".join(row["what"] for row in rows)
     for family in ("JEM step", "Langevin", "AIS", "jem_cifar10.toml step"):
         assert family in names, names
@@ -25,25 +27,16 @@ def test_every_gpu_benchmark_row_runs_at_toy_sizes(tmp_path):
     assert not out.exists()  # a smoke run measures nothing, so it writes no results
 
 
-def test_the_gpu_benchmark_measures_only_on_cuda():
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu", "--device", "cpu"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2 and "--smoke" in done.stderr
+def test_the_gpu_benchmark_measures_only_on_cuda(capsys):
+    with pytest.raises(SystemExit) as stop:
+        gpu.main(["--device", "cpu"])
+    assert stop.value.code == 2 and "--smoke" in capsys.readouterr().err
 
 
-def test_the_gpu_benchmark_measures_the_groups_asked_for():
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu", "--smoke", "--device", "cpu", "--rows",
-         "langevin,rbm"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+def test_the_gpu_benchmark_measures_the_groups_asked_for(capsys):
+    rows = smoke(capsys, "--rows", "langevin,rbm")
     assert {row["group"] for row in rows} == {"langevin", "rbm"}
-    bad = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu", "--smoke", "--rows", "jem,sgld"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert bad.returncode == 2 and "--rows: unknown group 'sgld'" in bad.stderr
+    with pytest.raises(SystemExit) as stop:
+        gpu.main(["--smoke", "--rows", "jem,sgld"])
+    assert stop.value.code == 2
+    assert "--rows: unknown group 'sgld'" in capsys.readouterr().err
