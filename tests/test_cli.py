@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from ebmlab import cli
+from ebmlab import cli, mcmc_command
 from ebmlab.cli import main
 from ebmlab.mcmc_command import mass_used
-from ebmlab.samplers import NUTS
+from ebmlab.samplers import NUTS, WALNUTS, NeuTra
 from ebmlab.samplers import nuts as nuts_module
 from ebmlab.samplers.integrators import DenseMass
 from ebmlab.samplers.nuts import _cpp_compiler
@@ -367,8 +367,16 @@ def test_mcmc_samples_a_posterior_from_a_file(capsys, tmp_path):
     assert json.loads(again)["mean"] == summary["mean"]
 
 
+def shorten_neutras_fit(monkeypatch) -> None:
+    """NeuTra's flow fitted in 500 Adam steps, not 4000: its exactness given any flow,
+    and what a long fit buys, are tests/samplers/test_neutra.py's; here, the command."""
+    neutra = lambda **options: NeuTra(WALNUTS(**options), fit_steps=500)  # noqa: E731
+    monkeypatch.setitem(mcmc_command.SAMPLERS, "neutra", neutra)
+
+
 @pytest.mark.parametrize("sampler", ["walnuts", "softabs-hmc", "neutra"])
-def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sampler):
+def test_mcmc_with_another_sampler_recovers_the_moments(capsys, tmp_path, sampler, monkeypatch):
+    shorten_neutras_fit(monkeypatch)
     model = tmp_path / "model.py"
     model.write_text(MODEL)
     code, printed, _ = run_cli(capsys, "mcmc", f"{model}:energy", "--dim", "2",
@@ -418,9 +426,10 @@ def test_mcmc_compiles_the_tree_steps_where_asked(capsys, tmp_path, monkeypatch)
     assert code == 2 and "--compile applies to --sampler nuts or walnuts" in err
 
 
-def test_mcmc_says_in_one_line_when_neutras_flow_cannot_map_a_start(capsys, tmp_path):
+def test_mcmc_says_in_one_line_when_neutras_flow_cannot_map_a_start(capsys, tmp_path, monkeypatch):
     """A target narrower than 1e-3 and starts near the largest float: the fitted flow
     shrinks, so its inverse overflows at a start; one line names the chain, exit 1."""
+    shorten_neutras_fit(monkeypatch)
     model = tmp_path / "narrow.py"
     model.write_text("import torch\n\ndef energy(x):\n"
                      "    return 5000.0 * torch.log1p(x.abs()).sum(-1)\n")  # fmt: skip
