@@ -70,7 +70,14 @@ def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
     n = len(series)
     cols = min(3, n)
     rows = math.ceil(n / cols)
-    fig, axes = subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    # fixed margins, set out for the titles, tick labels and axis labels, instead of a
+    # tight layout: that measures every text on a draw of its own, and doubled the cost
+    fig, axes = subplots(
+        rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False,
+        gridspec_kw={"left": 0.9 / (4.2 * cols), "right": 1 - 0.15 / (4.2 * cols),
+                     "bottom": 0.5 / (3.0 * rows), "top": 1 - 0.35 / (3.0 * rows),
+                     "wspace": 0.3, "hspace": 0.45},
+    )  # fmt: skip
     for ax, (name, splits) in zip(axes.flat, sorted(series.items()), strict=False):
         for split, points in sorted(splits.items()):
             steps, values = zip(*points, strict=True)
@@ -81,7 +88,6 @@ def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.tight_layout()
     save_figure(fig, path, crop=False)
 
 
