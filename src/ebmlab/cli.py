@@ -742,7 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """The ``ebmlab`` program (``python -m ebmlab``): :func:`main` in a process of its own.
 
-    What the imports made (torch's modules among them, some 200,000 objects) lives as long
+    What the imports made (torch's modules among them, some 170,000 objects) lives as long
     as the process, so it is moved out of the garbage collector's reach first
     (``gc.freeze``, as the gc module's documentation advises): no collection walks it
     again, nor the interpreter's teardown, which otherwise takes 1.5-2 s of every
