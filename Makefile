@@ -30,7 +30,8 @@ $(VENV)/.installed: pyproject.toml
 # simulated device with the CPU, both on the same kernels; nor are the tests marked
 # slow, long statistical runs whose tolerances are Monte Carlo errors, far above any
 # kernel's rounding.) The whole suite runs on every core, one test file per worker
-# (tests/conftest.py shares the threads out).
+# (tests/conftest.py shares the threads out). The documentation site is built beside
+# the fast-path run, which keeps one core busy at most; either failing fails the target.
 PORTABLE := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 EBMLAB_CPU_FAST_PATHS=0
 NUMERICAL := tests/partition tests/samplers tests/energies tests/transport tests/test_convergence.py
 
@@ -38,9 +39,10 @@ NUMERICAL := tests/partition tests/samplers tests/energies tests/transport tests
 # modules) even where PYTHONDONTWRITEBYTECODE is set: else every pytest worker of the
 # three runs and every process the suite starts compiles them again (4 s a collection).
 test: export PYTHONDONTWRITEBYTECODE =
-test: setup docs
+test: setup
 	$(VENV)/bin/ruff check src tests benchmarks docs
-	$(PORTABLE) $(PY) -m pytest -m fastpath
+	$(MKDOCS) -q & site=$$!; $(PORTABLE) $(PY) -m pytest -m fastpath; code=$$?; \
+	wait $$site && exit $$code
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -n auto --dist loadfile -m "not slow" $(NUMERICAL)
 	$(PY) -m pytest -n auto --dist loadfile
 
@@ -60,8 +62,10 @@ test-oldest:
 
 # The documentation site (mkdocs, Material theme, API pages from the docstrings) into
 # site/; any warning fails the build.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 docs: setup
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+	$(MKDOCS)
 
 # Typed again after Ctrl-C, it continues the run where it stopped.
 demo: setup
