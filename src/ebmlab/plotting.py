@@ -72,11 +72,11 @@ def plot_curves(records: Iterable[Mapping], path: str | os.PathLike) -> None:
     rows = math.ceil(n / cols)
     # fixed margins, set out for the titles, tick labels and axis labels, instead of a
     # tight layout: that measures every text on a draw of its own, and doubled the cost
+    width, height = 4.2 * cols, 3.0 * rows  # inches
     fig, axes = subplots(
-        rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False,
-        gridspec_kw={"left": 0.9 / (4.2 * cols), "right": 1 - 0.15 / (4.2 * cols),
-                     "bottom": 0.5 / (3.0 * rows), "top": 1 - 0.35 / (3.0 * rows),
-                     "wspace": 0.3, "hspace": 0.45},
+        rows, cols, figsize=(width, height), squeeze=False,
+        gridspec_kw={"left": 0.9 / width, "right": 1 - 0.15 / width, "bottom": 0.5 / height,
+                     "top": 1 - 0.35 / height, "wspace": 0.3, "hspace": 0.45},
     )  # fmt: skip
     for ax, (name, splits) in zip(axes.flat, sorted(series.items()), strict=False):
         for split, points in sorted(splits.items()):
