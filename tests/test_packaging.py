@@ -1,6 +1,7 @@
 """The wheel holds the whole package and its command: built from the sources, installed
 on its own (no editable install, no source tree on the path), it runs ``ebmlab info``.
-The declared dependency floors are the ones ``make test-oldest`` tests."""
+The declared dependency floors are the ones ``make test-oldest`` tests, and ``make
+test``'s fast-path pass collects every file that holds a fast-path test."""
 
 import re
 import shutil
@@ -61,11 +62,28 @@ def test_oldest_pins_sit_on_the_declared_floors():
     for requirement in project["dependencies"] + project["optional-dependencies"]["dev"]:
         name, floor = re.fullmatch(r"([A-Za-z0-9_-]+)>=([0-9.]+)(?:,.*)?", requirement).groups()
         floors[name.lower()] = floor
-    makefile = (ROOT / "Makefile").read_text().replace("\\\n", " ")
-    line = next(x for x in makefile.splitlines() if x.startswith("OLDEST :="))
-    pins = dict(pin.lower().split("==") for pin in line.split(":=")[1].split())
+    pins = dict(pin.lower().split("==") for pin in _make_variable("OLDEST"))
     runtime = {re.match(r"[A-Za-z0-9_-]+", r).group().lower() for r in project["dependencies"]}
     assert set(pins) >= runtime - {"torch"}, sorted(runtime - {"torch"} - set(pins))
     for name, version in pins.items():
         floor = floors[name]
         assert version == floor or version.startswith(floor + "."), (name, version, floor)
+
+
+def test_the_fast_path_pass_collects_every_fast_path_test():
+    """``make test`` runs the ``fastpath``-marked tests twice, collecting only the files
+    its FASTPATH variable names: a file that gains the mark without joining the list
+    would run once only, and a listed file that loses it is collected for nothing."""
+    marked = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if re.search(r"mark\.fastpath\b", path.read_text())
+    }
+    assert set(_make_variable("FASTPATH")) == marked
+
+
+def _make_variable(name: str) -> list[str]:
+    """The words of a ``NAME := ...`` line of the Makefile (continuation lines joined)."""
+    makefile = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    line = next(x for x in makefile.splitlines() if x.startswith(f"{name} :="))
+    return line.split(":=")[1].split()

@@ -6,6 +6,7 @@ the error that stopped training) and the threads still running after leaving the
 """
 
 import argparse
+import gc
 from pathlib import Path
 
 import torch
@@ -72,4 +73,5 @@ def thread_names() -> list[str]:
 
 
 if __name__ == "__main__":
+    gc.freeze()  # as ebmlab.cli.run does: teardown skips the imports' objects
     main()
