@@ -78,9 +78,7 @@ def pytest_configure(config):
     """Decoded image folders are cached in a folder of the test run's, not the user's
     (subprocesses inherit it). Under pytest-xdist each worker gets its share of the
     cores, and so do the processes its tests start (through OMP_NUM_THREADS, which
-    ebmlab's default thread count honours): the workers do not oversubscribe them. (A
-    training subprocess of two threads beside a busy worker on 2 cores took 7.0 s, of
-    one thread 4.8 s.)"""
+    ebmlab's default thread count honours): the workers do not oversubscribe them."""
     cache = tempfile.mkdtemp(prefix="ebmlab-cache-")
     config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
     os.environ["EBMLAB_CACHE"] = cache
